@@ -1,0 +1,11 @@
+//! The nodus container runtime: a CRI server (`runtime.v1`) on a Unix socket.
+//!
+//! * [`image`]: the image service — references, registry pulls (hosts.toml mirrors, auth),
+//!   a content-addressed blob store, layers unpacked into overlay snapshots, image metadata.
+//! * [`server`]: the gRPC services wired onto the socket.
+//!
+//! The runtime owns everything under its `--root-dir` (persistent: content, snapshots, image
+//! metadata) and `--state-dir` (volatile). It never touches the kubelet's directories.
+
+pub mod image;
+pub mod server;

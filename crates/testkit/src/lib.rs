@@ -1,0 +1,1 @@
+//! For tests only. Being written.
