@@ -26,3 +26,6 @@ pub mod podresources {
         tonic::include_proto!("v1");
     }
 }
+
+/// The encoded `FileDescriptorSet` of every proto above, for reflection (protobuf JSON output).
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cri_descriptor.bin"));

@@ -1,1 +1,183 @@
-fn main() {}
+//! The `nodus` binary: parses the command line and wires roles together. Business logic
+//! lives in the role crates (runtime, kubelet, proxy, control-plane, crictl).
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nodus",
+    version,
+    about = "A Kubernetes worker node in one binary: kubelet, CRI runtime and kube-proxy",
+    long_about = "nodus is a Kubernetes worker node in one binary: the kubelet, a CRI container \
+runtime and kube-proxy on Linux cgroups and namespaces, plus a small control plane so a whole \
+cluster starts with one command.\n\nLogs go to stderr; set NODUS_LOG (e.g. NODUS_LOG=debug or \
+NODUS_LOG=nodus_runtime=trace) to change the level."
+)]
+struct Cli {
+    #[command(subcommand)]
+    role: Role,
+}
+
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// Run a whole single-node cluster: control plane + node (like `k3s server`).
+    Up(Unbuilt),
+    /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
+    Node(Unbuilt),
+    /// Run the kubelet alone, driving any CRI runtime.
+    Kubelet(Unbuilt),
+    /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
+    Runtime(RuntimeCmd),
+    /// Run kube-proxy alone.
+    Proxy(Unbuilt),
+    /// Run the API server, scheduler and controllers.
+    ControlPlane(Unbuilt),
+    /// A crictl-compatible client of any CRI endpoint.
+    Crictl(nodus_crictl::Crictl),
+}
+
+/// Accepts any arguments so the message below is what the user sees, not a parse error.
+#[derive(Debug, Args)]
+struct Unbuilt {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    rest: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct RuntimeCmd {
+    #[command(subcommand)]
+    action: Option<RuntimeAction>,
+    #[command(flatten)]
+    serve: RuntimeServe,
+}
+
+#[derive(Debug, Args)]
+struct RuntimeDirs {
+    /// Persistent state: content store, snapshots, image metadata.
+    #[arg(long, default_value = "/var/lib/nodus/runtime")]
+    root_dir: PathBuf,
+    /// Volatile state: sockets, per-container runtime state.
+    #[arg(long, default_value = "/run/nodus/runtime")]
+    state_dir: PathBuf,
+    /// Runtime configuration file (TOML; registry-config-dir, cni-bin-dirs, cni-conf-dir,
+    /// runtime-handlers).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct RuntimeServe {
+    /// Unix socket to serve the CRI on.
+    #[arg(long, default_value = "/run/nodus/nodus.sock")]
+    listen: PathBuf,
+    #[command(flatten)]
+    dirs: RuntimeDirs,
+}
+
+#[derive(Debug, Subcommand)]
+enum RuntimeAction {
+    /// Load images from an OCI archive (an OCI image layout in a tar), no registry needed.
+    Import {
+        /// The archive, e.g. made by `ctr images export` or `skopeo copy … oci-archive:FILE`.
+        file: PathBuf,
+        /// Name for images whose archive entry carries no name.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        dirs: RuntimeDirs,
+    },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NODUS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn runtime_config(path: Option<&PathBuf>) -> anyhow::Result<nodus_runtime::config::RuntimeConfig> {
+    Ok(match path {
+        Some(p) => nodus_runtime::config::RuntimeConfig::load(p)?,
+        None => Default::default(),
+    })
+}
+
+async fn runtime(cmd: RuntimeCmd) -> anyhow::Result<()> {
+    match cmd.action {
+        None => {
+            let dirs = cmd.serve.dirs;
+            let config = runtime_config(dirs.config.as_ref())?;
+            nodus_runtime::server::serve(nodus_runtime::server::ServeOptions {
+                listen: cmd.serve.listen,
+                root_dir: dirs.root_dir,
+                state_dir: dirs.state_dir,
+                config,
+            })
+            .await?;
+        }
+        Some(RuntimeAction::Import { file, name, dirs }) => {
+            let config = runtime_config(dirs.config.as_ref())?;
+            let images = nodus_runtime::image::manager::ImageManager::open(
+                nodus_runtime::image::manager::ImageManagerConfig::new(&dirs.root_dir, &config),
+            )
+            .context("opening the image store")?;
+            let imported = images
+                .import_archive(&file, name.as_deref())
+                .await
+                .with_context(|| format!("importing {}", file.display()))?;
+            for img in imported {
+                let names = if img.repo_tags.is_empty() {
+                    img.repo_digests.join(", ")
+                } else {
+                    img.repo_tags.join(", ")
+                };
+                println!("unpacking {names} ({})...done", img.id);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nodus: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result: anyhow::Result<()> = rt.block_on(async {
+        match cli.role {
+            Role::Runtime(cmd) => runtime(cmd).await,
+            Role::Crictl(args) => {
+                let mut out = std::io::stdout();
+                nodus_crictl::run(args, &mut out).await.map_err(Into::into)
+            }
+            Role::Up(_) => not_built("up", "the control plane and node issues"),
+            Role::Node(_) => not_built("node", "the kubelet, runtime and proxy issues"),
+            Role::Kubelet(_) => not_built("kubelet", "the kubelet sync engine issue"),
+            Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
+            Role::ControlPlane(_) => not_built("control-plane", "the API server issue"),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nodus: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn not_built(role: &str, by: &str) -> anyhow::Result<()> {
+    anyhow::bail!("`nodus {role}` is not implemented yet (it arrives with {by})")
+}

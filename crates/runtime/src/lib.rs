@@ -7,5 +7,6 @@
 //! The runtime owns everything under its `--root-dir` (persistent: content, snapshots, image
 //! metadata) and `--state-dir` (volatile). It never touches the kubelet's directories.
 
+pub mod config;
 pub mod image;
 pub mod server;

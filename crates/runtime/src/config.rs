@@ -1,0 +1,110 @@
+//! `nodus runtime --config FILE`: the runtime's TOML configuration.
+//!
+//! Keys are kebab-case as ARCHITECTURE.md names them. An unknown key is an error naming the
+//! key, never silently ignored: a typo in a mirror setting must not turn into a pull from
+//! the wrong place.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RuntimeConfig {
+    /// Directory in containerd's `certs.d/<host>/hosts.toml` layout.
+    #[serde(default)]
+    pub registry_config_dir: Option<PathBuf>,
+    /// Where CNI plugin binaries are looked up, in order.
+    #[serde(default = "default_cni_bin_dirs")]
+    pub cni_bin_dirs: Vec<PathBuf>,
+    #[serde(default = "default_cni_conf_dir")]
+    pub cni_conf_dir: PathBuf,
+    /// RuntimeClass handler name → OCI runtime binary. `runc` is the default handler.
+    #[serde(default = "default_handlers")]
+    pub runtime_handlers: BTreeMap<String, PathBuf>,
+    /// How many layers one pull downloads at once (containerd's max_concurrent_downloads).
+    #[serde(default = "default_max_concurrent_downloads")]
+    pub max_concurrent_downloads: usize,
+}
+
+fn default_cni_bin_dirs() -> Vec<PathBuf> {
+    vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()]
+}
+fn default_cni_conf_dir() -> PathBuf {
+    "/etc/cni/net.d".into()
+}
+fn default_handlers() -> BTreeMap<String, PathBuf> {
+    BTreeMap::from([
+        ("runc".to_string(), PathBuf::from("runc")),
+        ("crun".to_string(), PathBuf::from("crun")),
+    ])
+}
+fn default_max_concurrent_downloads() -> usize {
+    3
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            registry_config_dir: None,
+            cni_bin_dirs: default_cni_bin_dirs(),
+            cni_conf_dir: default_cni_conf_dir(),
+            runtime_handlers: default_handlers(),
+            max_concurrent_downloads: default_max_concurrent_downloads(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading runtime config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("runtime config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+impl RuntimeConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let c: Self = toml::from_str(text).map_err(|e| e.to_string().trim().to_string())?;
+        if c.max_concurrent_downloads == 0 {
+            return Err("max-concurrent-downloads must be at least 1".into());
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = RuntimeConfig::parse("registry-config-dri = \"/x\"").unwrap_err();
+        assert!(err.contains("registry-config-dri"), "{err}");
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        let c = RuntimeConfig::parse(
+            "registry-config-dir = \"/etc/nodus/certs.d\"\n[runtime-handlers]\nkata = \"/usr/bin/kata\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.registry_config_dir.unwrap(), PathBuf::from("/etc/nodus/certs.d"));
+        assert!(c.runtime_handlers.contains_key("kata"));
+        assert_eq!(c.max_concurrent_downloads, 3);
+    }
+}

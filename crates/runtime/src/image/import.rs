@@ -1,0 +1,1 @@
+//! Importing OCI archives. Being written.
