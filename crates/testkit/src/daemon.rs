@@ -114,11 +114,7 @@ impl Daemon {
 
     /// Polls `ready` every 50 ms until it returns `Ok(true)`, failing if the daemon exits or
     /// `timeout` passes. Errors carry the last lines of the daemon's log.
-    pub fn wait_ready(
-        &mut self,
-        timeout: Duration,
-        mut ready: impl FnMut() -> bool,
-    ) -> Result<()> {
+    pub fn wait_ready(&mut self, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
             if ready() {
@@ -202,16 +198,20 @@ mod tests {
         let mut cmd = Command::new("/bin/busybox");
         cmd.args(["sh", "-c", "echo hello-from-daemon; exec sleep 60"]);
         let mut d = Daemon::spawn("sleeper", cmd, &log, Duration::from_secs(2)).unwrap();
-        d.wait_ready(Duration::from_secs(5), || log_tail(&log, 5).contains("hello-from-daemon"))
-            .unwrap();
+        d.wait_ready(Duration::from_secs(5), || {
+            log_tail(&log, 5).contains("hello-from-daemon")
+        })
+        .unwrap();
         assert!(d.is_running());
         let pid = d.pid();
         drop(d);
-        assert!(!Path::new(&format!("/proc/{pid}")).exists() || {
-            // A recycled PID would be a different process; ours must not be a zombie child.
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            !stat.contains("(sleep)")
-        });
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists() || {
+                // A recycled PID would be a different process; ours must not be a zombie child.
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                !stat.contains("(sleep)")
+            }
+        );
     }
 
     #[test]

@@ -11,7 +11,10 @@ use std::net::{Ipv4Addr, TcpListener};
 pub fn free_port() -> u16 {
     let listener =
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0 to find a free port");
-    listener.local_addr().expect("local_addr of a bound socket").port()
+    listener
+        .local_addr()
+        .expect("local_addr of a bound socket")
+        .port()
 }
 
 #[cfg(test)]

@@ -26,6 +26,10 @@ use tokio::sync::mpsc;
 /// Boxed error of a blob source (usually the network).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Largest blob [`ContentStore::read`] loads into memory. Manifests are limited to 4 MiB by
+/// registries and containerd; configs of images with long histories reach a few MiB.
+pub const MAX_READ: u64 = 64 << 20;
+
 /// Writes to disk are issued in chunks of at least this size.
 const WRITE_CHUNK: usize = 1 << 20;
 
@@ -63,7 +67,11 @@ pub enum ContentError {
         "blob {digest} is {size} bytes, more than the {limit}-byte limit for reading it into \
          memory"
     )]
-    TooLarge { digest: Digest, size: u64, limit: u64 },
+    TooLarge {
+        digest: Digest,
+        size: u64,
+        limit: u64,
+    },
     #[error("content store: {op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -73,19 +81,12 @@ pub enum ContentError {
     },
 }
 
-fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ContentError + '_ {
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ContentError + 'a {
     move |source| ContentError::Io {
         op,
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// One committed blob, as listed by [`ContentStore::list`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlobInfo {
-    pub digest: Digest,
-    pub size: u64,
 }
 
 type LockMap = Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>;
@@ -188,9 +189,14 @@ impl ContentStore {
     }
 
     /// Reads a whole blob into memory (manifests, indexes, configs), refusing blobs larger
-    /// than `limit` bytes, and re-verifies its digest (cheap at these sizes, and it catches
+    /// than [`MAX_READ`], and re-verifies its digest (cheap at these sizes, and it catches
     /// on-disk corruption before a bad manifest is trusted).
-    pub fn read(&self, digest: &Digest, limit: u64) -> Result<Vec<u8>, ContentError> {
+    pub fn read(&self, digest: &Digest) -> Result<Vec<u8>, ContentError> {
+        self.read_limited(digest, MAX_READ)
+    }
+
+    /// [`read`](Self::read) with a caller-chosen size limit.
+    pub fn read_limited(&self, digest: &Digest, limit: u64) -> Result<Vec<u8>, ContentError> {
         let path = self.path(digest);
         let mut file = self.open_blob(digest)?;
         let size = file.metadata().map_err(io_err("stat", &path))?.len();
@@ -202,7 +208,7 @@ impl ContentStore {
             });
         }
         let mut data = Vec::with_capacity(size as usize);
-        file.by_ref()
+        Read::by_ref(&mut file)
             .take(limit + 1)
             .read_to_end(&mut data)
             .map_err(io_err("read", &path))?;
@@ -266,7 +272,9 @@ impl ContentStore {
         digest: &Digest,
     ) -> Result<(), ContentError> {
         let tmp_path = tmp.path().to_path_buf();
-        tmp.as_file().sync_all().map_err(io_err("fsync", &tmp_path))?;
+        tmp.as_file()
+            .sync_all()
+            .map_err(io_err("fsync", &tmp_path))?;
         let dest = self.path(digest);
         // Read-only like containerd's committed blobs: nothing should ever modify them.
         let _ = tmp
@@ -311,6 +319,7 @@ impl ContentStore {
         let writer =
             tokio::task::spawn_blocking(move || this.write_ingest(tmp, rx, &digest, expected_size));
 
+        let blob = self.path(expected);
         let mut stream = std::pin::pin!(stream);
         let mut received: u64 = 0;
         let mut pending = BytesMut::new();
@@ -330,12 +339,12 @@ impl ContentStore {
                 });
             }
             if pending.is_empty() && data.len() >= WRITE_CHUNK {
-                send(&tx, Chunk::Data(data)).await?;
+                send(&tx, Chunk::Data(data), &blob).await?;
                 continue;
             }
             pending.extend_from_slice(&data);
             if pending.len() >= WRITE_CHUNK {
-                send(&tx, Chunk::Data(pending.split().freeze())).await?;
+                send(&tx, Chunk::Data(pending.split().freeze()), &blob).await?;
             }
         }
         if let Some(size) = expected_size
@@ -348,15 +357,15 @@ impl ContentStore {
             });
         }
         if !pending.is_empty() {
-            send(&tx, Chunk::Data(pending.freeze())).await?;
+            send(&tx, Chunk::Data(pending.freeze()), &blob).await?;
         }
-        send(&tx, Chunk::Finish).await?;
+        send(&tx, Chunk::Finish, &blob).await?;
         drop(tx);
         match writer.await {
             Ok(r) => r,
             Err(e) => Err(ContentError::Io {
                 op: "write (task failed)",
-                path: self.path(expected),
+                path: blob,
                 source: io::Error::other(e.to_string()),
             }),
         }
@@ -453,30 +462,21 @@ impl ContentStore {
         }
     }
 
-    /// All committed blobs (names that are not valid digests are skipped).
-    pub fn list(&self) -> Result<Vec<BlobInfo>, ContentError> {
+    /// The digests of all committed blobs (names that are not valid digests are skipped).
+    pub fn list(&self) -> Result<Vec<Digest>, ContentError> {
         let dir = &self.inner.blobs;
         let mut out = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
             let entry = entry.map_err(io_err("list", dir))?;
-            let Some(digest) = entry
+            if let Some(digest) = entry
                 .file_name()
                 .to_str()
                 .and_then(|n| Digest::from_hex(n).ok())
-            else {
-                continue;
-            };
-            match entry.metadata() {
-                Ok(m) if m.is_file() => out.push(BlobInfo {
-                    digest,
-                    size: m.len(),
-                }),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err("stat", &entry.path())(e)),
+            {
+                out.push(digest);
             }
         }
-        out.sort_by(|a, b| a.digest.cmp(&b.digest));
+        out.sort();
         Ok(out)
     }
 
@@ -486,12 +486,12 @@ impl ContentStore {
     }
 }
 
-async fn send(tx: &mpsc::Sender<Chunk>, chunk: Chunk) -> Result<(), ContentError> {
+async fn send(tx: &mpsc::Sender<Chunk>, chunk: Chunk, blob: &Path) -> Result<(), ContentError> {
     // The writer only hangs up after an error it reports through its join handle; this
     // path is reached only if it panicked or was cancelled.
     tx.send(chunk).await.map_err(|_| ContentError::Io {
         op: "write (writer stopped)",
-        path: PathBuf::new(),
+        path: blob.to_path_buf(),
         source: io::Error::from(io::ErrorKind::BrokenPipe),
     })
 }
@@ -535,7 +535,7 @@ mod tests {
         assert_eq!(n, data.len() as u64);
         assert!(store.contains(&d));
         assert_eq!(store.size(&d).unwrap(), data.len() as u64);
-        assert_eq!(store.read(&d, 10 << 20).unwrap(), data);
+        assert_eq!(store.read(&d).unwrap(), data);
         assert_eq!(
             store.path(&d),
             dir.path().join("content/blobs/sha256").join(d.hex())
@@ -558,7 +558,7 @@ mod tests {
         f.read_to_end(&mut back).unwrap();
         assert_eq!(back, data);
         assert!(matches!(
-            store.read(&d, 100),
+            store.read_limited(&d, 100),
             Err(ContentError::TooLarge { .. })
         ));
     }
@@ -689,24 +689,15 @@ mod tests {
             store.write_blob(&b, b"ccc"),
             Err(ContentError::DigestMismatch { .. })
         ));
-        let mut want = vec![
-            BlobInfo {
-                digest: a.clone(),
-                size: 7,
-            },
-            BlobInfo {
-                digest: b.clone(),
-                size: 3,
-            },
-        ];
-        want.sort_by(|x, y| x.digest.cmp(&y.digest));
+        let mut want = vec![a.clone(), b.clone()];
+        want.sort();
         assert_eq!(store.list().unwrap(), want);
         let (bytes, inodes) = store.usage().unwrap();
         assert!(bytes > 0 && inodes >= 2, "{bytes} {inodes}");
 
         assert!(store.delete(&a).unwrap());
         assert!(!store.delete(&a).unwrap());
-        assert!(matches!(store.read(&a, 100), Err(ContentError::NotFound(_))));
+        assert!(matches!(store.read(&a), Err(ContentError::NotFound(_))));
 
         std::fs::write(store.inner.ingest.join("partial"), b"half").unwrap();
         drop(store);

@@ -46,3 +46,40 @@ impl ImageError {
         Self::new(self.kind, format!("{ctx}: {}", self.message))
     }
 }
+
+impl From<super::distribution::DistributionError> for ImageError {
+    fn from(e: super::distribution::DistributionError) -> Self {
+        use super::distribution::ErrorKind as D;
+        let kind = match e.kind() {
+            // containerd reports "no match for platform in manifest: not found".
+            D::NotFound | D::NoMatchingPlatform => ErrorKind::NotFound,
+            D::Unauthorized => ErrorKind::Unauthenticated,
+            D::Unavailable => ErrorKind::Unavailable,
+            D::DigestMismatch => ErrorKind::DataLoss,
+            D::InvalidManifest | D::InvalidReference | D::InvalidConfig => {
+                ErrorKind::InvalidArgument
+            }
+        };
+        Self::new(kind, e.message())
+    }
+}
+
+impl From<super::content::ContentError> for ImageError {
+    fn from(e: super::content::ContentError) -> Self {
+        use super::content::ContentError as C;
+        let kind = match &e {
+            C::DigestMismatch { .. } | C::SizeMismatch { .. } | C::Truncated { .. } => {
+                ErrorKind::DataLoss
+            }
+            // The stream's own failure (network) keeps the registry client's classification.
+            C::Source { source, .. } => source
+                .downcast_ref::<super::distribution::DistributionError>()
+                .map(|d| Self::from(d.clone()).kind)
+                .unwrap_or(ErrorKind::Unavailable),
+            C::NotFound(_) => ErrorKind::NotFound,
+            C::TooLarge { .. } => ErrorKind::InvalidArgument,
+            C::Io { .. } => ErrorKind::Internal,
+        };
+        Self::new(kind, e.to_string())
+    }
+}

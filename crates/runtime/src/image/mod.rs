@@ -13,12 +13,12 @@ pub mod digest;
 pub mod distribution;
 pub mod error;
 pub mod hosts;
-// pub mod import; (enabled once the helpers land)
-// pub mod manager;
+pub mod import;
+pub mod manager;
 pub mod reference;
 pub mod snapshot;
 pub mod store;
 pub mod unpack;
 
 pub use error::{ErrorKind, ImageError};
-// pub use manager::ImageManager;
+pub use manager::ImageManager;

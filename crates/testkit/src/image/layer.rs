@@ -135,7 +135,10 @@ impl Entry {
     /// An OCI opaque-directory marker: an empty file `dir/.wh..wh..opq`, hiding everything
     /// lower layers put in `dir`.
     pub fn opaque(dir: &str) -> Entry {
-        Entry::file(format!("{}/.wh..wh..opq", dir.trim_end_matches('/')), Bytes::new())
+        Entry::file(
+            format!("{}/.wh..wh..opq", dir.trim_end_matches('/')),
+            Bytes::new(),
+        )
     }
 
     /// Sets the permission bits (including setuid/setgid/sticky, e.g. `0o1777`).
@@ -153,7 +156,8 @@ impl Entry {
 
     /// Adds an extended attribute, written as a PAX `SCHILY.xattr.<name>` record.
     pub fn xattr(mut self, name: &str, value: impl AsRef<[u8]>) -> Entry {
-        self.xattrs.insert(name.to_string(), value.as_ref().to_vec());
+        self.xattrs
+            .insert(name.to_string(), value.as_ref().to_vec());
         self
     }
 
@@ -189,6 +193,7 @@ impl Entry {
 pub struct LayerBuilder {
     entries: Vec<Entry>,
     compression: Compression,
+    level: Option<u32>,
     preserve_order: bool,
     comment: Option<String>,
 }
@@ -202,6 +207,12 @@ impl LayerBuilder {
     /// Sets the compression (default gzip).
     pub fn compression(mut self, compression: Compression) -> LayerBuilder {
         self.compression = compression;
+        self
+    }
+
+    /// Sets the gzip (0–9) or zstd (1–22) level; default gzip 6, zstd 3.
+    pub fn compression_level(mut self, level: u32) -> LayerBuilder {
+        self.level = Some(level);
         self
     }
 
@@ -233,6 +244,11 @@ impl LayerBuilder {
     /// Adds a regular file.
     pub fn file(self, path: impl Into<String>, data: impl Into<Bytes>) -> LayerBuilder {
         self.entry(Entry::file(path, data))
+    }
+
+    /// Adds a regular file copied from the host file `host`.
+    pub fn host_file(self, path: impl Into<String>, host: impl Into<PathBuf>) -> LayerBuilder {
+        self.entry(Entry::host_file(path, host))
     }
 
     /// Adds a directory.
@@ -275,6 +291,26 @@ impl LayerBuilder {
         }
         let mut builder = tar::Builder::new(Vec::new());
         for entry in order {
+            // Real tar writers give a hard link's header the metadata of the inode it
+            // shares, and unpackers (containerd's among them) apply it to that inode.
+            let resolved;
+            let entry = match (&entry.kind, entry.mode) {
+                (EntryKind::Hardlink(target), None) => {
+                    match self.entries.iter().find(|t| &t.path == target) {
+                        Some(t) => {
+                            resolved = Entry {
+                                mode: t.mode.or(Some(inode_mode(t)?)),
+                                uid: t.uid,
+                                gid: t.gid,
+                                ..entry.clone()
+                            };
+                            &resolved
+                        }
+                        None => entry,
+                    }
+                }
+                _ => entry,
+            };
             write_entry(&mut builder, entry)
                 .with_context(|| format!("write tar entry {:?}", entry.path))?;
         }
@@ -284,7 +320,12 @@ impl LayerBuilder {
     /// Writes the tar, compresses it and digests both forms.
     pub fn build(&self) -> Result<Layer> {
         let tar = self.tar()?;
-        Ok(Layer::from_tar(&tar, self.compression, self.comment.clone()))
+        Ok(Layer::from_tar_with_level(
+            &tar,
+            self.compression,
+            self.level,
+            self.comment.clone(),
+        ))
     }
 }
 
@@ -292,6 +333,21 @@ fn set_raw(slot: &mut [u8], value: &[u8]) {
     let n = value.len().min(slot.len());
     slot.fill(0);
     slot[..n].copy_from_slice(&value[..n]);
+}
+
+/// The mode an entry without an explicit one gets.
+fn inode_mode(e: &Entry) -> Result<u32> {
+    Ok(match &e.kind {
+        EntryKind::File(Content::Host(p)) => std::fs::metadata(p)
+            .with_context(|| format!("stat host file {}", p.display()))?
+            .permissions()
+            .mode()
+            & 0o7777,
+        EntryKind::File(Content::Bytes(_)) => 0o644,
+        EntryKind::Dir => 0o755,
+        EntryKind::Symlink(_) | EntryKind::Hardlink(_) => 0o777,
+        _ => 0o644,
+    })
 }
 
 fn write_entry(builder: &mut tar::Builder<Vec<u8>>, e: &Entry) -> Result<()> {
@@ -393,15 +449,29 @@ pub struct Layer {
 impl Layer {
     /// Compresses an uncompressed tar stream into a layer.
     pub fn from_tar(tar: &[u8], compression: Compression, comment: Option<String>) -> Layer {
+        Layer::from_tar_with_level(tar, compression, None, comment)
+    }
+
+    /// [`Layer::from_tar`] with an explicit compression level (`None`: gzip 6, zstd 3).
+    pub fn from_tar_with_level(
+        tar: &[u8],
+        compression: Compression,
+        level: Option<u32>,
+        comment: Option<String>,
+    ) -> Layer {
         let blob: Vec<u8> = match compression {
             Compression::None => tar.to_vec(),
             Compression::Gzip => {
-                let mut enc = flate2::GzBuilder::new()
-                    .write(Vec::new(), flate2::Compression::default());
+                let mut enc = flate2::GzBuilder::new().write(
+                    Vec::new(),
+                    flate2::Compression::new(level.unwrap_or(6).min(9)),
+                );
                 enc.write_all(tar).expect("gzip into memory");
                 enc.finish().expect("gzip into memory")
             }
-            Compression::Zstd => zstd::stream::encode_all(tar, 3).expect("zstd into memory"),
+            Compression::Zstd => {
+                zstd::stream::encode_all(tar, level.unwrap_or(3) as i32).expect("zstd into memory")
+            }
         };
         Layer {
             digest: sha256_digest(&blob),
@@ -502,7 +572,7 @@ mod tests {
             assert_eq!(
                 names,
                 [
-                    "deep",
+                    "deep/",
                     long.as_str(),
                     "f",
                     "gone/.wh.file",
@@ -536,7 +606,10 @@ mod tests {
                             .collect();
                         assert_eq!(pax, [("SCHILY.xattr.user.test".into(), b"hello".to_vec())]);
                     }
-                    "s" => assert_eq!(e.link_name().unwrap().unwrap().to_str(), Some("/abs/target")),
+                    "s" => assert_eq!(
+                        e.link_name().unwrap().unwrap().to_str(),
+                        Some("/abs/target")
+                    ),
                     "h" => assert_eq!(e.link_name().unwrap().unwrap().to_str(), Some("f")),
                     "null" => {
                         assert_eq!(e.header().device_major().unwrap(), Some(1));

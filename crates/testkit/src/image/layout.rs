@@ -59,7 +59,8 @@ impl OciLayout {
     }
 
     fn add_image_blobs(&mut self, image: &Image) {
-        self.blobs.insert(image.manifest_digest.clone(), image.manifest.clone());
+        self.blobs
+            .insert(image.manifest_digest.clone(), image.manifest.clone());
         for (d, b) in image.blobs() {
             self.blobs.insert(d, b);
         }
@@ -77,7 +78,8 @@ impl OciLayout {
         for image in &index.images {
             self.add_image_blobs(image);
         }
-        self.blobs.insert(index.digest.clone(), index.manifest.clone());
+        self.blobs
+            .insert(index.digest.clone(), index.manifest.clone());
         self.entries.push((index.descriptor(), name.to_string()));
         self
     }
@@ -107,7 +109,10 @@ impl OciLayout {
 
     fn files(&self) -> Vec<(String, Bytes)> {
         let mut out = vec![
-            ("oci-layout".to_string(), Bytes::from_static(br#"{"imageLayoutVersion":"1.0.0"}"#)),
+            (
+                "oci-layout".to_string(),
+                Bytes::from_static(br#"{"imageLayoutVersion":"1.0.0"}"#),
+            ),
             ("index.json".to_string(), Bytes::from(self.index_json())),
         ];
         for (digest, data) in &self.blobs {

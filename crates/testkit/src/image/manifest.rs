@@ -58,7 +58,11 @@ pub struct Platform {
 impl Platform {
     /// linux/amd64.
     pub fn linux_amd64() -> Platform {
-        Platform { architecture: "amd64".into(), os: "linux".into(), variant: None }
+        Platform {
+            architecture: "amd64".into(),
+            os: "linux".into(),
+            variant: None,
+        }
     }
 
     /// linux/arm64/v8.
@@ -95,7 +99,11 @@ pub struct Descriptor {
 pub struct ImageConfig {
     #[serde(rename = "User", skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    #[serde(rename = "ExposedPorts", skip_serializing_if = "BTreeMap::is_empty", default)]
+    #[serde(
+        rename = "ExposedPorts",
+        skip_serializing_if = "BTreeMap::is_empty",
+        default
+    )]
     pub exposed_ports: BTreeMap<String, serde_json::Value>,
     #[serde(rename = "Env", skip_serializing_if = "Vec::is_empty", default)]
     pub env: Vec<String>,
@@ -103,7 +111,11 @@ pub struct ImageConfig {
     pub entrypoint: Option<Vec<String>>,
     #[serde(rename = "Cmd", skip_serializing_if = "Option::is_none")]
     pub cmd: Option<Vec<String>>,
-    #[serde(rename = "Volumes", skip_serializing_if = "BTreeMap::is_empty", default)]
+    #[serde(
+        rename = "Volumes",
+        skip_serializing_if = "BTreeMap::is_empty",
+        default
+    )]
     pub volumes: BTreeMap<String, serde_json::Value>,
     #[serde(rename = "WorkingDir", skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
@@ -192,7 +204,11 @@ impl ImageBuilder {
 
     /// Sets the compression of every layer added so far.
     pub fn compression(mut self, compression: super::Compression) -> ImageBuilder {
-        self.layers = self.layers.into_iter().map(|l| l.compression(compression)).collect();
+        self.layers = self
+            .layers
+            .into_iter()
+            .map(|l| l.compression(compression))
+            .collect();
         self
     }
 
@@ -209,7 +225,10 @@ impl ImageBuilder {
     }
 
     /// Sets `config.Entrypoint`.
-    pub fn entrypoint<S: Into<String>>(mut self, argv: impl IntoIterator<Item = S>) -> ImageBuilder {
+    pub fn entrypoint<S: Into<String>>(
+        mut self,
+        argv: impl IntoIterator<Item = S>,
+    ) -> ImageBuilder {
         self.config.entrypoint = Some(argv.into_iter().map(Into::into).collect());
         self
     }
@@ -234,14 +253,32 @@ impl ImageBuilder {
 
     /// Adds an image volume (`config.Volumes`).
     pub fn volume(mut self, path: impl Into<String>) -> ImageBuilder {
-        self.config.volumes.insert(path.into(), serde_json::json!({}));
+        self.config
+            .volumes
+            .insert(path.into(), serde_json::json!({}));
         self
     }
 
     /// Builds every layer, then the config and the manifest.
     pub fn build(&self) -> Result<Image> {
-        let layers = self.layers.iter().map(LayerBuilder::build).collect::<Result<Vec<_>>>()?;
-        Ok(Image::assemble(self.format, self.platform.clone(), self.config.clone(), layers))
+        // Layers are independent: build them on parallel threads (compression dominates).
+        let layers = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .layers
+                .iter()
+                .map(|l| s.spawn(move || l.build()))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("layer build thread panicked"))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        Ok(Image::assemble(
+            self.format,
+            self.platform.clone(),
+            self.config.clone(),
+            layers,
+        ))
     }
 }
 
@@ -285,7 +322,10 @@ impl Image {
                 .enumerate()
                 .map(|(i, l)| History {
                     created: CREATED,
-                    created_by: l.comment.clone().unwrap_or_else(|| format!("testkit layer {i}")),
+                    created_by: l
+                        .comment
+                        .clone()
+                        .unwrap_or_else(|| format!("testkit layer {i}")),
                 })
                 .collect(),
         };
@@ -328,7 +368,12 @@ impl Image {
     /// The same image (same layers and config) with a manifest of another format. Layer
     /// digests do not change; config and manifest digests do.
     pub fn with_format(&self, format: ManifestFormat) -> Image {
-        Image::assemble(format, self.platform.clone(), self.config.clone(), self.layers.clone())
+        Image::assemble(
+            format,
+            self.platform.clone(),
+            self.config.clone(),
+            self.layers.clone(),
+        )
     }
 
     /// Media type of the manifest.
@@ -395,7 +440,12 @@ impl ImageIndex {
             manifests: images.iter().map(Image::descriptor).collect(),
         };
         let manifest = serde_json::to_vec_pretty(&index).expect("serialize index");
-        ImageIndex { format, images, digest: sha256_digest(&manifest), manifest: manifest.into() }
+        ImageIndex {
+            format,
+            images,
+            digest: sha256_digest(&manifest),
+            manifest: manifest.into(),
+        }
     }
 
     /// Media type of the index.
@@ -416,7 +466,9 @@ impl ImageIndex {
 
     /// The child image for `architecture` (e.g. "amd64", "arm64").
     pub fn image_for(&self, architecture: &str) -> Option<&Image> {
-        self.images.iter().find(|i| i.platform.architecture == architecture)
+        self.images
+            .iter()
+            .find(|i| i.platform.architecture == architecture)
     }
 
     /// Writes an OCI image layout directory holding this index as `name`.
@@ -439,8 +491,16 @@ mod tests {
         ImageBuilder::new()
             .format(format)
             .layer(LayerBuilder::new().file("a", "1"))
-            .layer(LayerBuilder::new().file("b", "2").compression(Compression::Zstd))
-            .layer(LayerBuilder::new().file("c", "3").compression(Compression::None))
+            .layer(
+                LayerBuilder::new()
+                    .file("b", "2")
+                    .compression(Compression::Zstd),
+            )
+            .layer(
+                LayerBuilder::new()
+                    .file("c", "3")
+                    .compression(Compression::None),
+            )
             .user("1000:1000")
             .env("PATH=/bin")
             .cmd(["sh"])
@@ -469,11 +529,18 @@ mod tests {
                 assert_eq!(d["mediaType"], l.media_type(format));
                 assert_eq!(sha256_digest(&l.blob), l.digest);
             }
-            let types: Vec<&str> = layers.iter().map(|d| d["mediaType"].as_str().unwrap()).collect();
+            let types: Vec<&str> = layers
+                .iter()
+                .map(|d| d["mediaType"].as_str().unwrap())
+                .collect();
             match format {
                 ManifestFormat::Oci => assert_eq!(
                     types,
-                    [media_types::OCI_LAYER_GZIP, media_types::OCI_LAYER_ZSTD, media_types::OCI_LAYER]
+                    [
+                        media_types::OCI_LAYER_GZIP,
+                        media_types::OCI_LAYER_ZSTD,
+                        media_types::OCI_LAYER
+                    ]
                 ),
                 ManifestFormat::Docker => assert_eq!(
                     types,
@@ -489,7 +556,10 @@ mod tests {
             assert_eq!(c["os"], "linux");
             assert_eq!(c["config"]["User"], "1000:1000");
             assert_eq!(c["config"]["Cmd"], serde_json::json!(["sh"]));
-            assert_eq!(c["config"]["Entrypoint"], serde_json::json!(["/bin/busybox"]));
+            assert_eq!(
+                c["config"]["Entrypoint"],
+                serde_json::json!(["/bin/busybox"])
+            );
             assert_eq!(c["config"]["WorkingDir"], "/tmp");
             assert_eq!(c["config"]["Labels"]["k"], "v");
             assert_eq!(c["rootfs"]["type"], "layers");
@@ -506,7 +576,10 @@ mod tests {
         assert_eq!(oci.diff_ids(), docker.diff_ids());
         assert_eq!(oci.config_digest, docker.config_digest);
         assert_ne!(oci.manifest_digest, docker.manifest_digest);
-        assert_eq!(docker.manifest_digest, small(ManifestFormat::Docker).manifest_digest);
+        assert_eq!(
+            docker.manifest_digest,
+            small(ManifestFormat::Docker).manifest_digest
+        );
     }
 
     #[test]
@@ -524,6 +597,9 @@ mod tests {
         assert_eq!(v["manifests"][0]["platform"]["architecture"], "amd64");
         assert_eq!(v["manifests"][1]["platform"]["architecture"], "arm64");
         assert_eq!(v["manifests"][1]["platform"]["variant"], "v8");
-        assert_eq!(idx.image_for("arm64").unwrap().manifest_digest, arm.manifest_digest);
+        assert_eq!(
+            idx.image_for("arm64").unwrap().manifest_digest,
+            arm.manifest_digest
+        );
     }
 }

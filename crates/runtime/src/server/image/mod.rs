@@ -31,7 +31,9 @@ pub(crate) fn status(rpc: &str, e: ImageError) -> Status {
         ErrorKind::NotFound => tonic::Code::NotFound,
         ErrorKind::Unauthenticated => tonic::Code::Unauthenticated,
         ErrorKind::Unavailable => tonic::Code::Unavailable,
-        ErrorKind::DataLoss => tonic::Code::DataLoss,
+        // containerd answers FailedPrecondition ("unexpected commit digest") for content
+        // that does not match its digest; kubelets and scripts see the same code from us.
+        ErrorKind::DataLoss => tonic::Code::FailedPrecondition,
         ErrorKind::InUse => tonic::Code::FailedPrecondition,
         ErrorKind::Internal => tonic::Code::Internal,
     };

@@ -1,0 +1,228 @@
+//! Harness for end-to-end tests of the `nodus` binary: a real `nodus runtime` daemon on a
+//! private socket and root dir, and CRI clients to it.
+#![allow(dead_code)]
+
+use cri::runtime::v1 as pb;
+use nodus_crictl::Clients;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use testkit::daemon::Daemon;
+
+/// Whether root-only tests can run. In CI (NODUS_TEST_REQUIRE_ROOT=1) not being root is a
+/// failure, never a silent skip.
+pub fn have_root() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        if std::env::var_os("NODUS_TEST_REQUIRE_ROOT").is_some() {
+            panic!("this test needs root and NODUS_TEST_REQUIRE_ROOT is set");
+        }
+        eprintln!("skipping: needs root");
+    }
+    root
+}
+
+pub fn nodus_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nodus"))
+}
+
+/// A `nodus runtime` daemon in its own temp dirs; killed by PID on drop.
+pub struct Runtime {
+    daemon: Option<Daemon>,
+    pub dir: tempfile::TempDir,
+    pub config: Option<PathBuf>,
+    starts: usize,
+}
+
+impl Runtime {
+    pub fn start() -> Runtime {
+        Self::start_with_config(None)
+    }
+
+    /// Starts with a runtime.toml holding `config` (TOML text).
+    pub fn start_with_config(config: Option<&str>) -> Runtime {
+        let dir = tempfile::Builder::new()
+            .prefix("nodus-rt-")
+            .tempdir()
+            .expect("tempdir");
+        let cfg = config.map(|c| {
+            let p = dir.path().join("runtime.toml");
+            std::fs::write(&p, c).expect("write config");
+            p
+        });
+        let mut rt = Runtime {
+            daemon: None,
+            dir,
+            config: cfg,
+            starts: 0,
+        };
+        rt.spawn();
+        rt
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("nodus.sock")
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let mut cmd = Command::new(nodus_bin());
+        cmd.arg("runtime")
+            .arg("--listen")
+            .arg(self.socket())
+            .arg("--root-dir")
+            .arg(self.root())
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
+            .env("NODUS_LOG", "debug");
+        if let Some(c) = &self.config {
+            cmd.arg("--config").arg(c);
+        }
+        let log = self.dir.path().join(format!("runtime-{}.log", self.starts));
+        let mut d = Daemon::spawn("nodus-runtime", cmd, &log, Duration::from_secs(5))
+            .expect("spawn nodus runtime");
+        let sock = self.socket();
+        d.wait_ready(Duration::from_secs(30), || {
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        })
+        .expect("nodus runtime did not come up");
+        self.daemon = Some(d);
+    }
+
+    /// SIGKILL: a crash, not a shutdown.
+    pub fn kill(&mut self) {
+        if let Some(d) = self.daemon.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(d.pid() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            drop(d);
+        }
+    }
+
+    pub fn restart(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+        self.spawn();
+    }
+
+    pub fn start_again(&mut self) {
+        assert!(self.daemon.is_none(), "still running");
+        self.spawn();
+    }
+
+    pub fn log(&self) -> String {
+        self.daemon
+            .as_ref()
+            .map(|d| d.log_tail(200))
+            .unwrap_or_default()
+    }
+
+    pub async fn clients(&self) -> Clients {
+        connect(&self.endpoint()).await
+    }
+
+    /// Files left in the content store's ingest area (must be none when idle).
+    pub fn ingest_leftovers(&self) -> Vec<PathBuf> {
+        list_dir(&self.root().join("content").join("ingest"))
+    }
+}
+
+pub fn list_dir(p: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(p)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+pub async fn connect(endpoint: &str) -> Clients {
+    nodus_crictl::connect(endpoint, None, Duration::from_secs(10))
+        .await
+        .expect("connect to CRI endpoint")
+}
+
+pub fn spec(image: &str) -> Option<pb::ImageSpec> {
+    Some(pb::ImageSpec {
+        image: image.to_string(),
+        ..Default::default()
+    })
+}
+
+pub async fn pull(c: &Clients, image: &str) -> Result<String, tonic::Status> {
+    pull_with(c, image, None).await
+}
+
+pub async fn pull_with(
+    c: &Clients,
+    image: &str,
+    auth: Option<pb::AuthConfig>,
+) -> Result<String, tonic::Status> {
+    c.image
+        .clone()
+        .pull_image(pb::PullImageRequest {
+            image: spec(image),
+            auth,
+            sandbox_config: None,
+        })
+        .await
+        .map(|r| r.into_inner().image_ref)
+}
+
+pub async fn status(c: &Clients, image: &str, verbose: bool) -> pb::ImageStatusResponse {
+    c.image
+        .clone()
+        .image_status(pb::ImageStatusRequest {
+            image: spec(image),
+            verbose,
+        })
+        .await
+        .expect("ImageStatus")
+        .into_inner()
+}
+
+pub async fn list(c: &Clients) -> Vec<pb::Image> {
+    c.image
+        .clone()
+        .list_images(pb::ListImagesRequest { filter: None })
+        .await
+        .expect("ListImages")
+        .into_inner()
+        .images
+}
+
+pub async fn remove(c: &Clients, image: &str) -> Result<(), tonic::Status> {
+    c.image
+        .clone()
+        .remove_image(pb::RemoveImageRequest { image: spec(image) })
+        .await
+        .map(|_| ())
+}
+
+pub fn basic_auth(user: &str, pass: &str) -> pb::AuthConfig {
+    pb::AuthConfig {
+        username: user.into(),
+        password: pass.into(),
+        ..Default::default()
+    }
+}
+
+/// Chain IDs of an image, from ImageStatus's verbose info.
+pub async fn chain_ids(c: &Clients, image: &str) -> Vec<String> {
+    let st = status(c, image, true).await;
+    let info: serde_json::Value =
+        serde_json::from_str(st.info.get("info").expect("verbose info")).expect("info json");
+    info["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| l["chainID"].as_str().expect("chainID").to_string())
+        .collect()
+}

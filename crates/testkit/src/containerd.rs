@@ -1,0 +1,286 @@
+//! A private, throw-away containerd (`/usr/bin/containerd`, 1.6) for comparison tests.
+//!
+//! [`Containerd::start`] writes `config.toml` into a temp dir, with root, state, the gRPC
+//! and ttrpc sockets and the `opt` plugin dir all inside it; the CRI plugin enabled
+//! (stream server on 127.0.0.1, random port; overlayfs snapshotter; sandbox image
+//! `registry.k8s.io/pause:3.8`, never pulled by testkit; CNI dirs empty; registry hosts from
+//! the given `certs.d`); and the snapshotters that probe the machine (btrfs, zfs, aufs,
+//! devmapper) disabled. It waits until `ctr --address SOCK version` succeeds.
+//!
+//! Dropping it SIGTERMs containerd (SIGKILL after 10 s), kills any shim still serving its
+//! socket (by PID), unmounts whatever is still mounted under the temp dir (deepest first,
+//! lazily), and removes the temp dir. The log is `containerd.log` in the temp dir.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use tempfile::TempDir;
+
+use crate::daemon::Daemon;
+
+/// The containerd binary.
+pub const CONTAINERD_BIN: &str = "/usr/bin/containerd";
+/// The ctr binary.
+pub const CTR_BIN: &str = "/usr/bin/ctr";
+
+/// A running private containerd. See the [module docs](self).
+pub struct Containerd {
+    daemon: Option<Daemon>,
+    dir: TempDir,
+}
+
+impl std::fmt::Debug for Containerd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Containerd")
+            .field("dir", &self.dir.path())
+            .field("pid", &self.daemon.as_ref().map(Daemon::pid))
+            .finish()
+    }
+}
+
+fn quote(p: &Path) -> String {
+    toml::Value::String(p.to_string_lossy().into_owned()).to_string()
+}
+
+impl Containerd {
+    /// Starts containerd; `certs_d` becomes the CRI registry `config_path`.
+    pub fn start(certs_d: Option<&Path>) -> Result<Containerd> {
+        let dir = tempfile::Builder::new()
+            .prefix("testkit-containerd-")
+            .tempdir()?;
+        let d = dir.path();
+        for sub in ["root", "state", "opt", "cni/bin", "cni/conf.d"] {
+            std::fs::create_dir_all(d.join(sub))?;
+        }
+        let config = format!(
+            r#"version = 2
+root = {root}
+state = {state}
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = {sock}
+
+[ttrpc]
+  address = {ttrpc}
+
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {opt}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  sandbox_image = "registry.k8s.io/pause:3.8"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = {cni_bin}
+    conf_dir = {cni_conf}
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = {certs}
+"#,
+            root = quote(&d.join("root")),
+            state = quote(&d.join("state")),
+            sock = quote(&d.join("containerd.sock")),
+            ttrpc = quote(&d.join("containerd.sock.ttrpc")),
+            opt = quote(&d.join("opt")),
+            cni_bin = quote(&d.join("cni/bin")),
+            cni_conf = quote(&d.join("cni/conf.d")),
+            certs = quote(certs_d.unwrap_or(Path::new(""))),
+        );
+        let config_path = d.join("config.toml");
+        std::fs::write(&config_path, config)?;
+        let mut cmd = Command::new(CONTAINERD_BIN);
+        cmd.arg("--config").arg(&config_path);
+        let mut daemon = Daemon::spawn(
+            "containerd",
+            cmd,
+            &d.join("containerd.log"),
+            Duration::from_secs(10),
+        )?;
+        let sock = d.join("containerd.sock");
+        let ready = daemon.wait_ready(Duration::from_secs(30), || {
+            sock.exists()
+                && Command::new(CTR_BIN)
+                    .arg("--address")
+                    .arg(&sock)
+                    .arg("version")
+                    .output()
+                    .map(|o| o.status.success())
+                    .unwrap_or(false)
+        });
+        let containerd = Containerd {
+            daemon: Some(daemon),
+            dir,
+        };
+        ready?;
+        Ok(containerd)
+    }
+
+    /// The gRPC socket path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("containerd.sock")
+    }
+
+    /// `unix:///…/containerd.sock`, for CRI clients (`--container-runtime-endpoint`).
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    /// The temp dir holding config, root, state, sockets and log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// containerd's root directory.
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    /// The log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("containerd.log")
+    }
+
+    /// containerd's PID.
+    pub fn pid(&self) -> u32 {
+        self.daemon.as_ref().map(Daemon::pid).unwrap_or(0)
+    }
+
+    /// `ctr --address SOCK` with `args`, ready to run.
+    pub fn ctr<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut cmd = Command::new(CTR_BIN);
+        cmd.arg("--address").arg(self.socket()).args(args);
+        cmd
+    }
+
+    /// Runs `ctr --address SOCK <args>` and returns its stdout; fails with its stderr.
+    pub fn ctr_output<I, S>(&self, args: I) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let out = self.ctr(args).output().context("run ctr")?;
+        ensure!(
+            out.status.success(),
+            "ctr failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Kills shims started for this containerd: processes whose command line names our
+    /// socket after `-address`.
+    fn kill_shims(&self) {
+        let sock = self.socket();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for p in procs.flatten() {
+            let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(p.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let is_shim = args.first().is_some_and(|a| {
+                Path::new(std::ffi::OsStr::from_bytes(a))
+                    .file_name()
+                    .is_some_and(|n| n.as_bytes().starts_with(b"containerd-shim"))
+            });
+            let ours = args
+                .windows(2)
+                .any(|w| w[0] == b"-address" && w[1] == sock.as_os_str().as_bytes());
+            if is_shim && ours {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+/// Mount points at or under `dir`, from `/proc/self/mountinfo`, deepest first.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(unescape_mountinfo(m)))
+        .filter(|m| m.starts_with(dir))
+        .collect();
+    out.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
+    out.dedup();
+    out
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+        self.kill_shims();
+        let dir = self.dir.path().to_path_buf();
+        for _ in 0..3 {
+            let mounts = mounts_under(&dir);
+            if mounts.is_empty() {
+                break;
+            }
+            for m in mounts {
+                let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_unescape() {
+        assert_eq!(unescape_mountinfo(r"/a\040b"), "/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+    }
+}
