@@ -13,7 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(protos, ["proto"])?;
     // Kept for clients that print messages as protobuf JSON (crictl's output format).
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(out.join("cri_descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
+    std::fs::write(
+        out.join("cri_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

@@ -28,4 +28,5 @@ pub mod podresources {
 }
 
 /// The encoded `FileDescriptorSet` of every proto above, for reflection (protobuf JSON output).
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cri_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/cri_descriptor.bin"));

@@ -80,8 +80,9 @@ pub fn table(rows: &[Vec<String>]) -> String {
 fn pool() -> &'static DescriptorPool {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        DescriptorPool::decode(cri::FILE_DESCRIPTOR_SET)
-            .unwrap_or_else(|e| panic!("the CRI descriptor set compiled into nodus is invalid: {e}"))
+        DescriptorPool::decode(cri::FILE_DESCRIPTOR_SET).unwrap_or_else(|e| {
+            panic!("the CRI descriptor set compiled into nodus is invalid: {e}")
+        })
     })
 }
 
@@ -101,10 +102,7 @@ pub fn proto_json<M: prost::Message>(full_name: &str, msg: &M) -> Value {
 }
 
 /// crictl's status + verbose info layout: `{"status": …, "<key>": <parsed JSON value>…}`.
-pub fn status_with_info(
-    status: Value,
-    info: &std::collections::HashMap<String, String>,
-) -> Value {
+pub fn status_with_info(status: Value, info: &std::collections::HashMap<String, String>) -> Value {
     let mut obj = serde_json::Map::new();
     obj.insert("status".into(), status);
     let mut keys: Vec<_> = info.keys().collect();

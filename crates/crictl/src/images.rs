@@ -235,7 +235,11 @@ pub async fn pull(
     writeln!(out, "Image is up to date for {}", resp.image_ref).map_err(io)
 }
 
-async fn status(c: &Clients, image: &str, verbose: bool) -> Result<Option<(Image, std::collections::HashMap<String, String>)>, CrictlError> {
+async fn status(
+    c: &Clients,
+    image: &str,
+    verbose: bool,
+) -> Result<Option<(Image, std::collections::HashMap<String, String>)>, CrictlError> {
     let r = c
         .image
         .clone()
@@ -249,11 +253,7 @@ async fn status(c: &Clients, image: &str, verbose: bool) -> Result<Option<(Image
     Ok(r.image.map(|i| (i, r.info)))
 }
 
-pub async fn rmi(
-    c: &Clients,
-    a: RmiArgs,
-    out: &mut (dyn Write + Send),
-) -> Result<(), CrictlError> {
+pub async fn rmi(c: &Clients, a: RmiArgs, out: &mut (dyn Write + Send)) -> Result<(), CrictlError> {
     let mut targets = a.images.clone();
     if a.all {
         let all = c
@@ -277,7 +277,9 @@ pub async fn rmi(
         match c
             .image
             .clone()
-            .remove_image(RemoveImageRequest { image: spec(&img.id) })
+            .remove_image(RemoveImageRequest {
+                image: spec(&img.id),
+            })
             .await
         {
             Ok(_) => {
@@ -381,7 +383,10 @@ mod tests {
             password: None,
         };
         let auth = auth_config(&a).unwrap().unwrap();
-        assert_eq!((auth.username.as_str(), auth.password.as_str()), ("alice", "s3cret"));
+        assert_eq!(
+            (auth.username.as_str(), auth.password.as_str()),
+            ("alice", "s3cret")
+        );
         let b = PullArgs {
             creds: None,
             auth: Some(base64::engine::general_purpose::STANDARD.encode("bob:pw")),

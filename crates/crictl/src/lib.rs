@@ -58,10 +58,7 @@ pub enum CrictlError {
     #[error("{0}")]
     Connect(String),
     #[error("{context}: {status}")]
-    Rpc {
-        context: String,
-        status: RpcError,
-    },
+    Rpc { context: String, status: RpcError },
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]

@@ -99,6 +99,7 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 
@@ -148,7 +149,10 @@ async fn runtime(cmd: RuntimeCmd) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("nodus: cannot start the async runtime: {e}");

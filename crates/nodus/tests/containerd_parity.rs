@@ -16,7 +16,11 @@ struct Pair {
 }
 
 impl Pair {
-    async fn pull(&self, image: &str, auth: Option<pb::AuthConfig>) -> [Result<String, tonic::Status>; 2] {
+    async fn pull(
+        &self,
+        image: &str,
+        auth: Option<pb::AuthConfig>,
+    ) -> [Result<String, tonic::Status>; 2] {
         [
             pull_with(&self.nodus, image, auth.clone()).await,
             pull_with(&self.containerd, image, auth).await,
@@ -44,17 +48,33 @@ async fn answers_match_containerd() {
     }
     let reg = Registry::start().unwrap();
     let auth_reg = Registry::start_with_basic_auth("alice", "s3cret").unwrap();
-    let flip = FaultyProxy::start(reg.addr(), FaultRule::blobs(Fault::FlipByte { offset: 100 })).unwrap();
-    let trunc = FaultyProxy::start(reg.addr(), FaultRule::blobs(Fault::TruncateBody { after: 100 })).unwrap();
+    let flip = FaultyProxy::start(
+        reg.addr(),
+        FaultRule::blobs(Fault::FlipByte { offset: 100 }),
+    )
+    .unwrap();
+    let trunc = FaultyProxy::start(
+        reg.addr(),
+        FaultRule::blobs(Fault::TruncateBody { after: 100 }),
+    )
+    .unwrap();
     let down = testkit::free_port();
     let img = busybox();
     reg.push("library/busybox", "1", &img).await.unwrap();
     auth_reg.push("private/app", "1", &img).await.unwrap();
     // Fault cases use an image whose blobs no earlier pull has stored.
-    reg.push("fault/img", "1", &testkit::image::whiteout_image()).await.unwrap();
+    reg.push("fault/img", "1", &testkit::image::whiteout_image())
+        .await
+        .unwrap();
 
     let certs = CertsD::new().unwrap();
-    for h in [reg.host(), auth_reg.host(), flip.host(), trunc.host(), format!("127.0.0.1:{down}")] {
+    for h in [
+        reg.host(),
+        auth_reg.host(),
+        flip.host(),
+        trunc.host(),
+        format!("127.0.0.1:{down}"),
+    ] {
         plain_http(&certs, &h);
     }
     let ctrd = Containerd::start(Some(certs.path())).expect("containerd");
@@ -84,12 +104,42 @@ async fn answers_match_containerd() {
     // classifies the failure; where it answers Unknown, nodus names the cause
     // (InvalidArgument, Unavailable, Unauthenticated), which kubelets treat the same way.
     let cases: Vec<(&str, String, Option<pb::AuthConfig>, tonic::Code)> = vec![
-        ("malformed reference", format!("{}/UPPER/case:1", reg.host()), None, InvalidArgument),
-        ("missing repository", format!("{}/library/nope:1", reg.host()), None, NotFound),
-        ("unknown tag", format!("{}/library/busybox:nope", reg.host()), None, NotFound),
-        ("registry down", format!("127.0.0.1:{down}/library/busybox:1"), None, Unavailable),
-        ("wrong digest", format!("{}/fault/img:1", flip.host()), None, FailedPrecondition),
-        ("no credentials", format!("{}/private/app:1", auth_reg.host()), None, Unauthenticated),
+        (
+            "malformed reference",
+            format!("{}/UPPER/case:1", reg.host()),
+            None,
+            InvalidArgument,
+        ),
+        (
+            "missing repository",
+            format!("{}/library/nope:1", reg.host()),
+            None,
+            NotFound,
+        ),
+        (
+            "unknown tag",
+            format!("{}/library/busybox:nope", reg.host()),
+            None,
+            NotFound,
+        ),
+        (
+            "registry down",
+            format!("127.0.0.1:{down}/library/busybox:1"),
+            None,
+            Unavailable,
+        ),
+        (
+            "wrong digest",
+            format!("{}/fault/img:1", flip.host()),
+            None,
+            FailedPrecondition,
+        ),
+        (
+            "no credentials",
+            format!("{}/private/app:1", auth_reg.host()),
+            None,
+            Unauthenticated,
+        ),
         (
             "wrong credentials",
             format!("{}/private/app:1", auth_reg.host()),
@@ -97,7 +147,12 @@ async fn answers_match_containerd() {
             Unauthenticated,
         ),
         // containerd resumes a cut-off blob download with a Range request; so do we.
-        ("truncated layer", format!("{}/fault/img:1", trunc.host()), None, Ok),
+        (
+            "truncated layer",
+            format!("{}/fault/img:1", trunc.host()),
+            None,
+            Ok,
+        ),
     ];
     let mut report = String::new();
     let mut results = Vec::new();
@@ -133,7 +188,12 @@ async fn answers_match_containerd() {
 
     // Absent images: empty status, idempotent removal, in both.
     for c in [&p.nodus, &p.containerd] {
-        assert!(status(c, "docker.io/library/absent:1", false).await.image.is_none());
+        assert!(
+            status(c, "docker.io/library/absent:1", false)
+                .await
+                .image
+                .is_none()
+        );
         remove(c, "docker.io/library/absent:1").await.unwrap();
     }
 }

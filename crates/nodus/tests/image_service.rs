@@ -57,13 +57,20 @@ async fn pull_list_status_remove_busybox() {
     }
     let reg = Registry::start().expect("registry");
     let img = busybox();
-    let manifest_digest = reg.push("library/busybox", "1.36", &img).await.expect("push");
+    let manifest_digest = reg
+        .push("library/busybox", "1.36", &img)
+        .await
+        .expect("push");
     let rt = Runtime::start();
     let c = rt.clients().await;
     let name = format!("{}/library/busybox:1.36", reg.host());
 
     let id = pull(&c, &name).await.expect("pull");
-    assert_eq!(id, config_digest(&img), "PullImage answers the image id (config digest)");
+    assert_eq!(
+        id,
+        config_digest(&img),
+        "PullImage answers the image id (config digest)"
+    );
 
     let images = list(&c).await;
     assert_eq!(images.len(), 1);
@@ -89,11 +96,19 @@ async fn pull_list_status_remove_busybox() {
         assert_eq!(st.image.map(|i| i.id), Some(id.clone()), "status by {key}");
     }
     // An absent image is an empty answer, not an error.
-    assert!(status(&c, "docker.io/library/nothing:here", false).await.image.is_none());
+    assert!(
+        status(&c, "docker.io/library/nothing:here", false)
+            .await
+            .image
+            .is_none()
+    );
 
     let verbose = status(&c, &name, true).await;
     let info: serde_json::Value = serde_json::from_str(&verbose.info["info"]).unwrap();
-    assert_eq!(info["imageSpec"]["config"]["Cmd"], serde_json::json!(["sh"]));
+    assert_eq!(
+        info["imageSpec"]["config"]["Cmd"],
+        serde_json::json!(["sh"])
+    );
     assert_eq!(info["imageSpec"]["architecture"], "amd64");
 
     // The unpacked root filesystem is the image's: applets are hard links of busybox.
@@ -113,14 +128,19 @@ async fn pull_list_status_remove_busybox() {
     let before = fs_used(&c).await;
     remove(&c, &name).await.expect("remove");
     assert!(list(&c).await.is_empty());
-    remove(&c, &name).await.expect("removing an absent image succeeds");
+    remove(&c, &name)
+        .await
+        .expect("removing an absent image succeeds");
     let after = fs_used(&c).await;
     assert!(
         after + 500_000 < before,
         "ImageFsInfo drops after removal: {before} -> {after}"
     );
     assert!(
-        !rt.root().join("snapshots/sha256").join(chains[0].trim_start_matches("sha256:")).exists(),
+        !rt.root()
+            .join("snapshots/sha256")
+            .join(chains[0].trim_start_matches("sha256:"))
+            .exists(),
         "the snapshot is garbage-collected"
     );
 }
@@ -167,19 +187,35 @@ async fn users_docker_schema2_zstd_and_platform_indexes() {
     let c = rt.clients().await;
 
     // config.User → uid or username, as containerd reports them.
-    reg.push("u/numeric", "1", &busybox_with_user("1000:1000")).await.unwrap();
-    reg.push("u/named", "1", &busybox_with_user("app")).await.unwrap();
-    pull(&c, &format!("{}/u/numeric:1", reg.host())).await.unwrap();
-    pull(&c, &format!("{}/u/named:1", reg.host())).await.unwrap();
-    let n = status(&c, &format!("{}/u/numeric:1", reg.host()), false).await.image.unwrap();
+    reg.push("u/numeric", "1", &busybox_with_user("1000:1000"))
+        .await
+        .unwrap();
+    reg.push("u/named", "1", &busybox_with_user("app"))
+        .await
+        .unwrap();
+    pull(&c, &format!("{}/u/numeric:1", reg.host()))
+        .await
+        .unwrap();
+    pull(&c, &format!("{}/u/named:1", reg.host()))
+        .await
+        .unwrap();
+    let n = status(&c, &format!("{}/u/numeric:1", reg.host()), false)
+        .await
+        .image
+        .unwrap();
     assert_eq!(n.uid.map(|u| u.value), Some(1000));
-    let a = status(&c, &format!("{}/u/named:1", reg.host()), false).await.image.unwrap();
+    let a = status(&c, &format!("{}/u/named:1", reg.host()), false)
+        .await
+        .image
+        .unwrap();
     assert_eq!((a.uid, a.username.as_str()), (None, "app"));
 
     // Docker schema 2 manifests.
     let docker = busybox().with_format(ManifestFormat::Docker);
     reg.push("fmt/docker", "1", &docker).await.unwrap();
-    let id = pull(&c, &format!("{}/fmt/docker:1", reg.host())).await.unwrap();
+    let id = pull(&c, &format!("{}/fmt/docker:1", reg.host()))
+        .await
+        .unwrap();
     assert_eq!(id, config_digest(&docker));
 
     // zstd layers.
@@ -203,11 +239,19 @@ async fn users_docker_schema2_zstd_and_platform_indexes() {
         let name = format!("{}/{repo}:1", reg.host());
         let id = pull(&c, &name).await.unwrap();
         let amd64 = idx.image_for("amd64").expect("amd64 image");
-        assert_eq!(id, config_digest(amd64), "{fmt:?}: the amd64 image was chosen");
+        assert_eq!(
+            id,
+            config_digest(amd64),
+            "{fmt:?}: the amd64 image was chosen"
+        );
         let st = status(&c, &name, false).await.image.unwrap();
         // The same config pulled under other names is one image with several digests.
         let want = format!("{}/{repo}@{idx_digest}", reg.host());
-        assert!(st.repo_digests.contains(&want), "{want} in {:?}", st.repo_digests);
+        assert!(
+            st.repo_digests.contains(&want),
+            "{want} in {:?}",
+            st.repo_digests
+        );
     }
 }
 
@@ -218,7 +262,9 @@ async fn shared_layers_survive_removal_of_one_image() {
     }
     let reg = Registry::start().expect("registry");
     reg.push("s/a", "1", &busybox()).await.unwrap();
-    reg.push("s/b", "1", &busybox_with_user("1000")).await.unwrap();
+    reg.push("s/b", "1", &busybox_with_user("1000"))
+        .await
+        .unwrap();
     let rt = Runtime::start();
     let c = rt.clients().await;
     let a = format!("{}/s/a:1", reg.host());
@@ -229,7 +275,10 @@ async fn shared_layers_survive_removal_of_one_image() {
     assert_eq!(ca, cb, "same layers, different configs");
     remove(&c, &a).await.unwrap();
     let view = rootfs(&rt, &cb);
-    assert!(view.path.join("bin/busybox").exists(), "b's layers are kept");
+    assert!(
+        view.path.join("bin/busybox").exists(),
+        "b's layers are kept"
+    );
     drop(view);
     assert_eq!(list(&c).await.len(), 1);
 }
@@ -270,7 +319,11 @@ async fn tags_move_and_concurrent_pulls_share_one_download() {
     let new = pull(&c, &name).await.unwrap();
     assert_ne!(new, old);
     let old_img = status(&c, &old, false).await.image.expect("old image kept");
-    assert!(old_img.repo_tags.is_empty(), "tag moved: {:?}", old_img.repo_tags);
+    assert!(
+        old_img.repo_tags.is_empty(),
+        "tag moved: {:?}",
+        old_img.repo_tags
+    );
     assert_eq!(status(&c, &name, false).await.image.unwrap().id, new);
 }
 
@@ -321,7 +374,10 @@ async fn state_survives_restart_and_crash_mid_pull_leaves_nothing() {
     let images = list(&c).await;
     assert_eq!(images.len(), 1, "only the completed image is visible");
     assert!(status(&c, &big_name, false).await.image.is_none());
-    assert!(rt.ingest_leftovers().is_empty(), "half-written blobs are cleaned at start");
+    assert!(
+        rt.ingest_leftovers().is_empty(),
+        "half-written blobs are cleaned at start"
+    );
     assert!(list_dir(&rt.root().join("snapshots/staging")).is_empty());
 
     // And the same pull completes once the registry behaves.
@@ -348,7 +404,11 @@ async fn basic_and_token_auth_from_the_cri_auth_config() {
             .await
             .unwrap_err();
         assert_eq!(wrong.code(), tonic::Code::Unauthenticated, "{wrong:?}");
-        assert!(wrong.message().contains(&name), "names the image: {}", wrong.message());
+        assert!(
+            wrong.message().contains(&name),
+            "names the image: {}",
+            wrong.message()
+        );
         let ok = pull_with(&c, &name, Some(basic_auth("alice", "s3cret"))).await;
         assert_eq!(ok.unwrap(), config_digest(&busybox()));
         // `auth` (base64 user:pass) works too.
@@ -384,7 +444,9 @@ async fn mirrors_from_hosts_toml_serve_docker_io_names() {
         certs.path().display()
     )));
     let c = rt.clients().await;
-    let id = pull(&c, "busybox").await.expect("pull busybox via the mirror");
+    let id = pull(&c, "busybox")
+        .await
+        .expect("pull busybox via the mirror");
     assert_eq!(id, config_digest(&img));
     let st = status(&c, "busybox", false).await.image.unwrap();
     assert_eq!(st.repo_tags, vec!["docker.io/library/busybox:latest"]);
@@ -417,7 +479,10 @@ async fn import_an_oci_archive_while_the_daemon_runs() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("docker.io/library/busybox:offline"));
     // The running daemon sees what the import wrote.
-    let st = status(&c, "busybox:offline", false).await.image.expect("imported");
+    let st = status(&c, "busybox:offline", false)
+        .await
+        .image
+        .expect("imported");
     assert_eq!(st.id, config_digest(&img));
     let view = rootfs(&rt, &chain_ids(&c, "busybox:offline").await);
     assert!(view.path.join("bin/sh").exists());
@@ -439,4 +504,82 @@ async fn import_an_oci_archive_while_the_daemon_runs() {
     assert_eq!(list(&c).await.len(), 1);
 }
 
-fn _unused(_: &Path) {}
+/// Every path under `dir` named `name`.
+fn find_named(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if e.file_name() == name {
+            out.push(p.clone());
+        }
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            find_named(&p, name, out);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malicious_layers_never_write_outside_the_rootfs() {
+    use testkit::image::{Malice, malicious_layer_image};
+    if !have_root() {
+        return;
+    }
+    let reg = Registry::start().expect("registry");
+    let rt = Runtime::start();
+    let c = rt.clients().await;
+    let good = format!("{}/ok/busybox:1", reg.host());
+    reg.push("ok/busybox", "1", &busybox()).await.unwrap();
+    pull(&c, &good).await.unwrap();
+    for (i, kind) in [
+        Malice::DotDotPath,
+        Malice::AbsolutePath,
+        Malice::SymlinkEscape,
+        Malice::SymlinkChainEscape,
+        Malice::RelativeSymlinkEscape,
+        Malice::HardlinkEscape,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("victim"), "original\n").unwrap();
+        let img = malicious_layer_image(kind, outside.path());
+        let repo = format!("evil/case{i}");
+        reg.push(&repo, "1", &img).await.unwrap();
+        let name = format!("{}/{repo}:1", reg.host());
+        match pull(&c, &name).await {
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Internal, "{kind:?}: {e:?}");
+                assert!(
+                    e.message().contains("failed to extract layer"),
+                    "{kind:?}: {}",
+                    e.message()
+                );
+                assert!(status(&c, &name, false).await.image.is_none());
+            }
+            Ok(_) => {
+                // Accepted only if every write stayed inside the image's own rootfs.
+                remove(&c, &name).await.unwrap();
+            }
+        }
+        let escaped: Vec<_> = common::list_dir(outside.path())
+            .into_iter()
+            .filter(|p| !p.ends_with("victim"))
+            .collect();
+        assert!(escaped.is_empty(), "{kind:?} wrote outside: {escaped:?}");
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("victim")).unwrap(),
+            "original\n",
+            "{kind:?} changed a file outside"
+        );
+        let mut stray = Vec::new();
+        find_named(rt.dir.path(), "escape", &mut stray);
+        assert!(stray.is_empty(), "{kind:?}: ../ escaped to {stray:?}");
+    }
+    // Other images are untouched by the failures.
+    assert_eq!(list(&c).await.len(), 1);
+    let view = rootfs(&rt, &chain_ids(&c, &good).await);
+    assert!(view.path.join("bin/sh").exists());
+}

@@ -103,7 +103,10 @@ mod tests {
             "registry-config-dir = \"/etc/nodus/certs.d\"\n[runtime-handlers]\nkata = \"/usr/bin/kata\"\n",
         )
         .unwrap();
-        assert_eq!(c.registry_config_dir.unwrap(), PathBuf::from("/etc/nodus/certs.d"));
+        assert_eq!(
+            c.registry_config_dir.unwrap(),
+            PathBuf::from("/etc/nodus/certs.d")
+        );
         assert!(c.runtime_handlers.contains_key("kata"));
         assert_eq!(c.max_concurrent_downloads, 3);
     }

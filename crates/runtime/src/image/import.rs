@@ -34,8 +34,12 @@ fn invalid(path: &Path, msg: impl std::fmt::Display) -> ImageError {
 
 /// Streams every blob of the archive into the content store; returns index.json's bytes.
 async fn load_blobs(mgr: &Arc<ImageManager>, path: &Path) -> Result<Vec<u8>, ImageError> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| ImageError::new(ErrorKind::NotFound, format!("opening {}: {e}", path.display())))?;
+    let file = std::fs::File::open(path).map_err(|e| {
+        ImageError::new(
+            ErrorKind::NotFound,
+            format!("opening {}: {e}", path.display()),
+        )
+    })?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Entry>(4);
     let p = path.to_path_buf();
     // The tar is read on a blocking thread; each blob's bytes are handed to the async
@@ -69,7 +73,14 @@ async fn load_blobs(mgr: &Arc<ImageManager>, path: &Path) -> Result<Vec<u8>, Ima
                 let digest = Digest::from_hex(hex).map_err(|e| invalid(&p, e))?;
                 let size = entry.size();
                 let (ctx, crx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
-                if tx.blocking_send(Entry { digest, size, chunks: crx }).is_err() {
+                if tx
+                    .blocking_send(Entry {
+                        digest,
+                        size,
+                        chunks: crx,
+                    })
+                    .is_err()
+                {
                     return Ok(None);
                 }
                 let mut buf = vec![0u8; 1 << 20];
@@ -78,7 +89,10 @@ async fn load_blobs(mgr: &Arc<ImageManager>, path: &Path) -> Result<Vec<u8>, Ima
                         Ok(0) => break,
                         Ok(n) => {
                             // A closed channel means the store already had this blob.
-                            if ctx.blocking_send(Ok(Bytes::copy_from_slice(&buf[..n]))).is_err() {
+                            if ctx
+                                .blocking_send(Ok(Bytes::copy_from_slice(&buf[..n])))
+                                .is_err()
+                            {
                                 break;
                             }
                         }
@@ -91,7 +105,10 @@ async fn load_blobs(mgr: &Arc<ImageManager>, path: &Path) -> Result<Vec<u8>, Ima
             }
         }
         if !saw_layout && index.is_none() {
-            return Err(invalid(&p, "no oci-layout or index.json inside (docker-save archives are not supported; convert with `skopeo copy docker-archive:F oci-archive:G`)"));
+            return Err(invalid(
+                &p,
+                "no oci-layout or index.json inside (docker-save archives are not supported; convert with `skopeo copy docker-archive:F oci-archive:G`)",
+            ));
         }
         index
             .map(Some)
@@ -102,7 +119,9 @@ async fn load_blobs(mgr: &Arc<ImageManager>, path: &Path) -> Result<Vec<u8>, Ima
         mgr.content()
             .ingest(&e.digest, Some(e.size), stream)
             .await
-            .map_err(|err| ImageError::from(err).context(format!("importing {}", path.display())))?;
+            .map_err(|err| {
+                ImageError::from(err).context(format!("importing {}", path.display()))
+            })?;
     }
     reader
         .await
@@ -116,7 +135,11 @@ struct Entry {
     chunks: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
 }
 
-fn names_of(desc: &Descriptor, fallback: Option<&str>, path: &Path) -> Result<Vec<Reference>, ImageError> {
+fn names_of(
+    desc: &Descriptor,
+    fallback: Option<&str>,
+    path: &Path,
+) -> Result<Vec<Reference>, ImageError> {
     let mut names = Vec::new();
     let candidates = [
         desc.annotations.get(CONTAINERD_NAME).map(String::as_str),

@@ -337,8 +337,7 @@ impl ImageManager {
             lease.hold(&layer.digest);
             lease.hold(chain);
             // A layer whose snapshot already exists needs no download (shared base layers).
-            let download = if self.snapshots.exists(chain) || self.content.contains(&layer.digest)
-            {
+            let download = if self.snapshots.exists(chain) || self.content.contains(&layer.digest) {
                 None
             } else {
                 let me = Arc::clone(self);
@@ -383,10 +382,7 @@ impl ImageManager {
             config: config_desc.digest.clone(),
             layers,
             size,
-            user: config
-                .config
-                .and_then(|c| c.user)
-                .unwrap_or_default(),
+            user: config.config.and_then(|c| c.user).unwrap_or_default(),
             pinned: false,
             created: config.created,
             annotations: Default::default(),
@@ -605,7 +601,11 @@ impl ImageManager {
             }
         }
         if removed != (0, 0) {
-            tracing::info!(blobs = removed.0, snapshots = removed.1, "garbage collected");
+            tracing::info!(
+                blobs = removed.0,
+                snapshots = removed.1,
+                "garbage collected"
+            );
         }
         Ok(())
     }

@@ -26,7 +26,9 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error("image store index {path} is corrupt: {source}; move it aside to start with an empty store")]
+    #[error(
+        "image store index {path} is corrupt: {source}; move it aside to start with an empty store"
+    )]
     Corrupt {
         path: PathBuf,
         #[source]
@@ -284,7 +286,11 @@ impl ImageStore {
 
     /// Blobs and snapshots still referenced by some image: what garbage collection keeps.
     pub fn referenced(&self) -> (HashSet<Digest>, HashSet<Digest>) {
-        let blobs = self.images.iter().flat_map(|i| i.blobs().cloned()).collect();
+        let blobs = self
+            .images
+            .iter()
+            .flat_map(|i| i.blobs().cloned())
+            .collect();
         let snaps = self.images.iter().flat_map(|i| i.chain_ids()).collect();
         (blobs, snaps)
     }
@@ -300,7 +306,10 @@ mod tests {
         ImageRecord {
             id: id.clone(),
             repo_tags: vec![tag.to_string()],
-            repo_digests: vec![format!("docker.io/library/x@{}", Digest::of(tag.as_bytes()))],
+            repo_digests: vec![format!(
+                "docker.io/library/x@{}",
+                Digest::of(tag.as_bytes())
+            )],
             manifests: vec![Digest::of(b"manifest")],
             config: id,
             layers: vec![LayerRecord {

@@ -77,7 +77,10 @@ async fn shutdown_signal() {
 /// Runs the CRI server until SIGTERM or SIGINT.
 pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&opts.state_dir).map_err(|e| {
-        ServeError::Setup(format!("creating state dir {}: {e}", opts.state_dir.display()))
+        ServeError::Setup(format!(
+            "creating state dir {}: {e}",
+            opts.state_dir.display()
+        ))
     })?;
     let images = ImageManager::open(ImageManagerConfig::new(&opts.root_dir, &opts.config))
         .map_err(|e| ServeError::Setup(format!("opening image store: {e}")))?;

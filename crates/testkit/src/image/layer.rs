@@ -338,11 +338,13 @@ fn set_raw(slot: &mut [u8], value: &[u8]) {
 /// The mode an entry without an explicit one gets.
 fn inode_mode(e: &Entry) -> Result<u32> {
     Ok(match &e.kind {
-        EntryKind::File(Content::Host(p)) => std::fs::metadata(p)
-            .with_context(|| format!("stat host file {}", p.display()))?
-            .permissions()
-            .mode()
-            & 0o7777,
+        EntryKind::File(Content::Host(p)) => {
+            std::fs::metadata(p)
+                .with_context(|| format!("stat host file {}", p.display()))?
+                .permissions()
+                .mode()
+                & 0o7777
+        }
         EntryKind::File(Content::Bytes(_)) => 0o644,
         EntryKind::Dir => 0o755,
         EntryKind::Symlink(_) | EntryKind::Hardlink(_) => 0o777,

@@ -261,7 +261,26 @@ impl Http {
         suffix: &str,
         accept: &str,
     ) -> Result<(reqwest::Response, String), DistributionError> {
+        self.get_with(host, ctx, suffix, accept, &HeaderMap::new())
+            .await
+    }
+
+    /// [`get`](Self::get) with `extra` headers (e.g. `Range`) on every request it sends to
+    /// `host` (not on token requests).
+    pub(crate) async fn get_with(
+        &self,
+        host: &RegistryHost,
+        ctx: &RepoCtx<'_>,
+        suffix: &str,
+        accept: &str,
+        extra: &HeaderMap,
+    ) -> Result<(reqwest::Response, String), DistributionError> {
         let client = self.client_for(host)?;
+        let mut headers = extra.clone();
+        let accept = HeaderValue::from_str(accept).map_err(|_| {
+            DistributionError::InvalidConfig(format!("invalid Accept header {accept:?}"))
+        })?;
+        headers.insert(ACCEPT, accept);
         let secret = ctx
             .creds
             .secret_for(&host.host, ctx.registry)
@@ -280,7 +299,7 @@ impl Http {
                 )
                 .await?;
             let (resp, url) = self
-                .send(&client, host, ctx, suffix, accept, authz.as_deref())
+                .send(&client, host, ctx, suffix, &headers, authz.as_deref())
                 .await?;
             if resp.status() != StatusCode::UNAUTHORIZED {
                 return Ok((resp, url));
@@ -499,15 +518,15 @@ impl Http {
         host: &RegistryHost,
         ctx: &RepoCtx<'_>,
         suffix: &str,
-        accept: &str,
+        headers: &HeaderMap,
         authz: Option<&str>,
     ) -> Result<(reqwest::Response, String), DistributionError> {
         loop {
             let url = self.url(host, ctx, suffix);
-            let mut req = client
-                .get(&url)
-                .headers(self.host_headers(host))
-                .header(ACCEPT, accept);
+            let mut req = client.get(&url).headers(self.host_headers(host));
+            for (name, value) in headers {
+                req = req.header(name, value);
+            }
             if let Some(a) = authz {
                 req = req.header(AUTHORIZATION, a);
             }

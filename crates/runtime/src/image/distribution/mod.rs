@@ -16,9 +16,14 @@
 //! * redirects are followed (10 at most); `Authorization` is dropped when a redirect leaves
 //!   the host (registries send blobs to object storage).
 //!
+//! * a blob's first request is retried on connection errors, 5xx and 429 before moving on
+//!   to the next host, and a blob download that breaks off part way is resumed on the same
+//!   host with a `Range` request, as containerd's fetcher does (see [`RetryPolicy`]).
+//!
 //! Blob contents are verified by the content store; this module only streams them.
 
 mod auth;
+mod blob;
 mod client;
 pub mod manifest;
 
@@ -136,6 +141,8 @@ pub struct ClientOptions {
     /// default 5 minutes, as containerd CRI's `image_pull_progress_timeout`. There is no
     /// limit on a whole transfer.
     pub read_timeout: Duration,
+    /// Retries of blob requests and resumption of interrupted blob downloads.
+    pub retry: RetryPolicy,
 }
 
 impl Default for ClientOptions {
@@ -144,6 +151,43 @@ impl Default for ClientOptions {
             platform: Platform::host(),
             user_agent: format!("nodus/{}", env!("CARGO_PKG_VERSION")),
             read_timeout: Duration::from_secs(300),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// How blob fetches ride out flaky connections.
+///
+/// A blob body that fails part way (connection reset, "end of file before message length
+/// reached") is resumed on the same host with `Range: bytes=<offset>-`, with the same
+/// authentication, after a delay of `backoff_initial` doubling with each attempt in a row
+/// that brought no new byte (at most `backoff_max`). An attempt that delivers bytes resets
+/// the run: as containerd's fetcher, only attempts without progress are limited, so a
+/// connection that keeps breaking after a few bytes still gets the whole blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries of a blob's first request after a connection error, 5xx or 429, before the
+    /// next host is tried (default 3).
+    pub request_retries: u32,
+    /// The download fails after this many attempts in a row that delivered no byte
+    /// (default 5).
+    pub max_stalled_in_a_row: u32,
+    /// ... or after this many attempts without progress in all (default 20).
+    pub max_stalled_total: u32,
+    /// Delay before the first retry (default 100ms).
+    pub backoff_initial: Duration,
+    /// Longest delay between retries (default 2s).
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            request_retries: 3,
+            max_stalled_in_a_row: 5,
+            max_stalled_total: 20,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(2),
         }
     }
 }
@@ -234,12 +278,14 @@ impl Resolved {
     }
 }
 
-/// A blob being downloaded. Yields the bytes as they arrive; errors are
-/// [`DistributionError::Unavailable`].
+/// A blob being downloaded. Yields the blob's bytes in order, each once, resuming on the
+/// same host when the connection breaks (see [`RetryPolicy`]); errors are
+/// [`DistributionError::Unavailable`] (or `NotFound`, `Unauthorized`, `DigestMismatch` when
+/// a resumed request is answered so), naming the blob, the host and the cause.
 pub struct BlobStream {
     /// The host serving it.
     pub host: String,
-    /// `Content-Length`, when the server sent one.
+    /// `Content-Length` of the first response, when the server sent one.
     pub content_length: Option<u64>,
     inner: Pin<Box<dyn Stream<Item = Result<Bytes, DistributionError>> + Send>>,
 }
@@ -567,7 +613,9 @@ impl RegistryClient {
     }
 
     /// Streams blob `digest` (expected `size` bytes) of a resolved image from its pull hosts
-    /// in order, moving on when a host fails or lacks it before the first byte.
+    /// in order, moving on when a host lacks it or still fails after
+    /// [`RetryPolicy::request_retries`] retries; once the body flows, interruptions are
+    /// resumed on that host.
     pub async fn fetch_blob(
         &self,
         resolved: &Resolved,
@@ -576,14 +624,16 @@ impl RegistryClient {
     ) -> Result<BlobStream, DistributionError> {
         let source = &resolved.source;
         let refstr = resolved.reference.to_string();
-        let rctx = RepoCtx {
-            registry: &source.registry,
-            repository: &source.repository,
-            creds: &source.creds,
-        };
         let mut first_err = None;
         for host in &source.pull_hosts {
-            match self.open_blob(host, &rctx, digest, size).await {
+            let req = blob::BlobRequest {
+                http: Arc::clone(&self.http),
+                source: Arc::clone(source),
+                host: host.clone(),
+                digest: digest.clone(),
+                size,
+            };
+            match req.open().await {
                 Ok(Some(stream)) => return Ok(stream),
                 Ok(None) => {
                     tracing::info!(reference = %refstr, host = %host.host, digest = %digest, "blob not found on host, trying next host");
@@ -633,41 +683,6 @@ impl RegistryClient {
             )));
         }
         Ok(Bytes::from(buf))
-    }
-
-    async fn open_blob(
-        &self,
-        host: &RegistryHost,
-        rctx: &RepoCtx<'_>,
-        digest: &Digest,
-        size: u64,
-    ) -> Result<Option<BlobStream>, DistributionError> {
-        let (resp, url) = self
-            .http
-            .get(host, rctx, &format!("blobs/{digest}"), "*/*")
-            .await?;
-        let status = resp.status();
-        if !status.is_success() {
-            return status_error(resp, &url).await.map(|()| None);
-        }
-        let content_length = resp.content_length();
-        if let Some(n) = content_length
-            && n != size
-        {
-            return Err(DistributionError::DigestMismatch(format!(
-                "blob {digest} from {url}: Content-Length {n} does not match the expected size {size}"
-            )));
-        }
-        let host_name = host.host.clone();
-        let what = format!("reading blob {digest} from {}", host.host);
-        let inner = resp.bytes_stream().map(move |r| {
-            r.map_err(|e| DistributionError::Unavailable(format!("{what}: {}", describe(&e))))
-        });
-        Ok(Some(BlobStream {
-            host: host_name,
-            content_length,
-            inner: Box::pin(inner),
-        }))
     }
 }
 

@@ -40,6 +40,15 @@ struct Resp {
     status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    /// Send the whole body's `Content-Length` but only this many body bytes, then close.
+    cut: Option<usize>,
+}
+
+impl Resp {
+    fn cut(mut self, after: usize) -> Resp {
+        self.cut = Some(after);
+        self
+    }
 }
 
 fn resp(status: u16, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Resp {
@@ -50,6 +59,7 @@ fn resp(status: u16, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Resp
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect(),
         body: body.into(),
+        cut: None,
     }
 }
 
@@ -148,7 +158,8 @@ fn serve(listener: TcpListener, handler: Handler) -> Server {
                 }
                 out.push_str("\r\n");
                 let mut bytes = out.into_bytes();
-                bytes.extend_from_slice(&r.body);
+                let sent = r.cut.unwrap_or(r.body.len()).min(r.body.len());
+                bytes.extend_from_slice(&r.body[..sent]);
                 let _ = sock.write_all(&bytes).await;
                 let _ = sock.shutdown().await;
             });
@@ -384,6 +395,12 @@ async fn registry(img: &Image, auth: Auth) -> Server {
 fn amd64() -> ClientOptions {
     ClientOptions {
         platform: Platform::new("linux", "amd64", None),
+        // Retries as in production, without the waiting.
+        retry: RetryPolicy {
+            backoff_initial: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(4),
+            ..RetryPolicy::default()
+        },
         ..ClientOptions::default()
     }
 }
@@ -976,4 +993,285 @@ async fn unusable_hosts_configuration_is_reported() {
         msg.contains("hosts.toml") && msg.contains("unknown field `mirrors`"),
         "{msg}"
     );
+}
+
+/// Bytes that differ from their neighbours, so a misplaced or repeated piece shows.
+fn patterned(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+/// The start of a `Range: bytes=<start>-` header.
+fn range_start(req: &Req) -> Option<usize> {
+    req.header("range")?
+        .strip_prefix("bytes=")?
+        .strip_suffix('-')?
+        .parse()
+        .ok()
+}
+
+/// A registry serving `img` as [`registry_handler`] does, whose answers to GETs of blob
+/// `digest` come from `blob` instead.
+async fn registry_with_blob(
+    img: &Image,
+    digest: Digest,
+    blob: impl Fn(&Req) -> Resp + Send + Sync + 'static,
+) -> Server {
+    registry_with_blob_auth(img, Auth::None, digest, blob).await
+}
+
+/// [`registry_with_blob`] behind `auth`.
+async fn registry_with_blob_auth(
+    img: &Image,
+    auth: Auth,
+    digest: Digest,
+    blob: impl Fn(&Req) -> Resp + Send + Sync + 'static,
+) -> Server {
+    let l = bind().await;
+    let inner = registry_handler(img, auth, l.local_addr().unwrap());
+    let path = format!("/v2/single/blobs/{digest}");
+    serve(
+        l,
+        Arc::new(move |req: &Req| {
+            let r = inner(req);
+            if req.path() == path && r.status != 401 {
+                blob(req)
+            } else {
+                r
+            }
+        }),
+    )
+}
+
+async fn resolve_single(c: &RegistryClient, srv: &Server) -> Resolved {
+    c.resolve(
+        &r(&format!("{}/single:v1", srv.host())),
+        &Credentials::default(),
+    )
+    .await
+    .unwrap()
+}
+
+fn blob_requests(srv: &Server, digest: &Digest) -> Vec<Req> {
+    srv.requests()
+        .into_iter()
+        .filter(|q| q.path().ends_with(&format!("/blobs/{digest}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn interrupted_blob_is_resumed_with_range_requests() {
+    let img = image();
+    // 30 pieces: more resumes than the no-progress limits, all making progress.
+    let blob = patterned(3000);
+    let digest = Digest::of(&blob);
+    let served = blob.clone();
+    let srv = registry_with_blob(&img, digest.clone(), move |req| {
+        let start = range_start(req).unwrap_or(0);
+        let r = if req.header("range").is_some() {
+            let range = format!("bytes {start}-{}/{}", served.len() - 1, served.len());
+            resp(206, &[("Content-Range", &range)], served[start..].to_vec())
+        } else {
+            resp(200, &[], served.clone())
+        };
+        r.cut(100)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = client(&dir, &srv.host(), None);
+    let res = resolve_single(&c, &srv).await;
+    let s = c.fetch_blob(&res, &digest, 3000).await.unwrap();
+    assert_eq!(s.content_length, Some(3000));
+    assert!(read_all(s).await == blob, "the exact blob, in order");
+    let reqs = blob_requests(&srv, &digest);
+    assert_eq!(reqs.len(), 30);
+    assert!(reqs[0].header("range").is_none());
+    for (i, q) in reqs.iter().enumerate().skip(1) {
+        assert_eq!(
+            q.header("range"),
+            Some(format!("bytes={}-", i * 100).as_str())
+        );
+    }
+}
+
+#[tokio::test]
+async fn resumed_blob_skips_what_a_range_ignoring_server_resends() {
+    let img = image();
+    let blob = patterned(1000);
+    let digest = Digest::of(&blob);
+    let served = blob.clone();
+    let count = Arc::new(Mutex::new(0usize));
+    let srv = registry_with_blob(&img, digest.clone(), move |_req| {
+        // Always the whole blob from the start, each time a little more of it.
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        resp(200, &[], served.clone()).cut(150 * *n)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = client(&dir, &srv.host(), None);
+    let res = resolve_single(&c, &srv).await;
+    let s = c.fetch_blob(&res, &digest, 1000).await.unwrap();
+    assert!(read_all(s).await == blob, "the exact blob, in order");
+    let reqs = blob_requests(&srv, &digest);
+    assert_eq!(reqs.len(), 7, "cut at 150, 300, ... 900, then whole");
+    assert_eq!(reqs[1].header("range"), Some("bytes=150-"));
+}
+
+#[tokio::test]
+async fn resuming_without_progress_gives_up() {
+    let img = image();
+    let blob = patterned(1000);
+    let digest = Digest::of(&blob);
+    let served = blob.clone();
+    let srv = registry_with_blob(&img, digest.clone(), move |req| {
+        let start = range_start(req).unwrap_or(0);
+        let range = format!("bytes {start}-999/1000");
+        if req.header("range").is_some() {
+            // Headers, then the connection drops before the first byte.
+            resp(206, &[("Content-Range", &range)], served[start..].to_vec()).cut(0)
+        } else {
+            resp(200, &[], served.clone()).cut(100)
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = client(&dir, &srv.host(), None);
+    let res = resolve_single(&c, &srv).await;
+    let mut s = c.fetch_blob(&res, &digest, 1000).await.unwrap();
+    let mut got = Vec::new();
+    let err = loop {
+        match s.next().await {
+            Some(Ok(b)) => got.extend_from_slice(&b),
+            Some(Err(e)) => break e,
+            None => panic!("the stream ended without an error"),
+        }
+    };
+    assert!(s.next().await.is_none(), "nothing after the error");
+    assert_eq!(got, blob[..100]);
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("blob {digest} from {}", srv.host())),
+        "{msg}"
+    );
+    assert!(msg.contains("offset 100"), "{msg}");
+    let reqs = blob_requests(&srv, &digest);
+    assert_eq!(
+        reqs.len(),
+        6,
+        "the first request and 5 resumes without progress"
+    );
+    assert!(
+        reqs[1..]
+            .iter()
+            .all(|q| q.header("range") == Some("bytes=100-"))
+    );
+}
+
+#[tokio::test]
+async fn resume_answered_with_an_error_fails() {
+    let img = image();
+    let blob = patterned(1000);
+    let digest = Digest::of(&blob);
+    let served = blob.clone();
+    let srv = registry_with_blob(&img, digest.clone(), move |req| {
+        if req.header("range").is_some() {
+            resp(416, &[("Content-Range", "bytes */1000")], "")
+        } else {
+            resp(200, &[], served.clone()).cut(100)
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = client(&dir, &srv.host(), None);
+    let res = resolve_single(&c, &srv).await;
+    let mut s = c.fetch_blob(&res, &digest, 1000).await.unwrap();
+    let mut err = None;
+    while let Some(r) = s.next().await {
+        if let Err(e) = r {
+            err = Some(e);
+        }
+    }
+    let err = err.expect("an error");
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    let msg = err.to_string();
+    assert!(msg.contains(&digest.to_string()), "{msg}");
+    assert!(msg.contains("416"), "{msg}");
+    assert_eq!(blob_requests(&srv, &digest).len(), 2, "no retry of a 416");
+}
+
+#[tokio::test]
+async fn blob_requests_are_retried_before_the_next_host() {
+    let img = image();
+    let blob = patterned(500);
+    let digest = Digest::of(&blob);
+    // The registry fails twice, then serves.
+    let served = blob.clone();
+    let count = Arc::new(Mutex::new(0usize));
+    let main = registry_with_blob(&img, digest.clone(), move |_req| {
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        if *n <= 2 {
+            resp(503, &[], "")
+        } else {
+            resp(200, &[], served.clone())
+        }
+    })
+    .await;
+    // A mirror that is always down for blobs.
+    let mirror = serve(bind().await, Arc::new(|_: &Req| resp(502, &[], "")));
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "server = \"http://{m}\"\n\n[host.\"http://{x}\"]\n  capabilities = [\"pull\"]\n",
+        m = main.host(),
+        x = mirror.host()
+    );
+    let c = client(&dir, &main.host(), Some(toml));
+    let res = resolve_single(&c, &main).await;
+    let s = c.fetch_blob(&res, &digest, 500).await.unwrap();
+    assert_eq!(s.host, main.host());
+    assert!(read_all(s).await == blob);
+    assert_eq!(
+        blob_requests(&mirror, &digest).len(),
+        4,
+        "the first request and 3 retries"
+    );
+    assert_eq!(blob_requests(&main, &digest).len(), 3);
+}
+
+#[tokio::test]
+async fn resumes_are_authenticated_like_the_first_request() {
+    let img = image();
+    let blob = patterned(1000);
+    let digest = Digest::of(&blob);
+    let served = blob.clone();
+    let auth = Auth::Bearer {
+        token: "tok",
+        creds: None,
+        field: "token",
+    };
+    let srv = registry_with_blob_auth(&img, auth, digest.clone(), move |req| {
+        let start = range_start(req).unwrap_or(0);
+        let range = format!("bytes {start}-999/1000");
+        resp(206, &[("Content-Range", &range)], served[start..].to_vec()).cut(300)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = client(&dir, &srv.host(), None);
+    let res = resolve_single(&c, &srv).await;
+    let s = c.fetch_blob(&res, &digest, 1000).await.unwrap();
+    assert!(read_all(s).await == blob);
+    let reqs = blob_requests(&srv, &digest);
+    assert_eq!(reqs.len(), 4);
+    assert!(
+        reqs.iter()
+            .all(|q| q.header("authorization") == Some("Bearer tok")),
+        "{reqs:?}"
+    );
+    let tokens = srv
+        .requests()
+        .iter()
+        .filter(|q| q.path() == "/token")
+        .count();
+    assert_eq!(tokens, 1, "the cached token serves the resumes");
 }

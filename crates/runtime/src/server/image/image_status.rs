@@ -12,7 +12,10 @@ pub fn image_status(
     req: pb::ImageStatusRequest,
 ) -> Result<pb::ImageStatusResponse, Status> {
     let name = image_name("ImageStatus", req.image.as_ref())?;
-    let Some(rec) = images.resolve(&name).map_err(|e| status("ImageStatus", e))? else {
+    let Some(rec) = images
+        .resolve(&name)
+        .map_err(|e| status("ImageStatus", e))?
+    else {
         return Ok(pb::ImageStatusResponse::default());
     };
     let mut info = HashMap::new();

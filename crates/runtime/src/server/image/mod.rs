@@ -78,7 +78,10 @@ fn image_name(rpc: &str, spec: Option<&pb::ImageSpec>) -> Result<String, Status>
     match spec.map(|s| s.image.trim()) {
         Some(s) if !s.is_empty() => Ok(s.to_string()),
         _ => {
-            let e = ImageError::new(ErrorKind::InvalidArgument, "image spec is empty: an image name is required");
+            let e = ImageError::new(
+                ErrorKind::InvalidArgument,
+                "image spec is empty: an image name is required",
+            );
             Err(status(rpc, e))
         }
     }

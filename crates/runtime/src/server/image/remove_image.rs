@@ -11,8 +11,6 @@ pub fn remove_image(
     req: pb::RemoveImageRequest,
 ) -> Result<pb::RemoveImageResponse, Status> {
     let name = image_name("RemoveImage", req.image.as_ref())?;
-    images
-        .remove(&name)
-        .map_err(|e| status("RemoveImage", e))?;
+    images.remove(&name).map_err(|e| status("RemoveImage", e))?;
     Ok(pb::RemoveImageResponse {})
 }
