@@ -145,12 +145,8 @@ async fn main() -> Result<()> {
     let bin =
         PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
     let image = testkit::image::large_image();
-    let compressed: u64 = image.layers.iter().map(|l| l.size() as u64).sum();
-    let uncompressed: u64 = image
-        .layers
-        .iter()
-        .map(|l| l.uncompressed_size as u64)
-        .sum();
+    let compressed: u64 = image.layers.iter().map(|l| l.size()).sum();
+    let uncompressed: u64 = image.layers.iter().map(|l| l.uncompressed_size).sum();
     let reg = Registry::start()?;
     reg.push("bench/large", "1", &image).await?;
     let certs = CertsD::new()?;
