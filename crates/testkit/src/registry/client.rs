@@ -1,7 +1,9 @@
 //! A minimal async client of the distribution HTTP API, for pushing test images and reading
 //! them back. Handles anonymous, basic and bearer-token registries (it follows the
 //! `WWW-Authenticate` challenge of a `401`, fetching a token from the realm with the
-//! client's basic credentials when the challenge is `Bearer`).
+//! client's basic credentials when the challenge is `Bearer`). Speaks plain HTTP
+//! ([`RegistryClient::new`]) or HTTPS with a test CA and client certificate
+//! ([`RegistryClient::with_tls`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,6 +14,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use reqwest::{Method, StatusCode};
 
+use super::tls::ClientTls;
 use crate::image::{Image, ImageIndex, media_types};
 
 /// A manifest fetched from a registry.
@@ -24,7 +27,7 @@ pub struct FetchedManifest {
     pub body: Bytes,
 }
 
-/// A client of one registry (`host` = `127.0.0.1:PORT`), optionally with credentials.
+/// A client of one registry (`host` = `127.0.0.1:PORT`), optionally with credentials and TLS.
 #[derive(Debug)]
 pub struct RegistryClient {
     http: reqwest::Client,
@@ -99,19 +102,40 @@ impl RegistryClient {
     /// A client for `http://{host}`, with `credentials` used for basic auth and to obtain
     /// bearer tokens.
     pub fn new(host: &str, credentials: Option<(&str, &str)>) -> RegistryClient {
-        RegistryClient {
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .build()
-                .expect("reqwest client"),
-            base: url::Url::parse(&format!("http://{host}/")).expect("registry URL"),
-            credentials: credentials.map(|(u, p)| (u.to_string(), p.to_string())),
-            auth: Mutex::new(HashMap::new()),
-        }
+        RegistryClient::build(&format!("http://{host}/"), credentials, None)
+            .expect("plain HTTP registry client")
     }
 
-    /// The base URL (`http://127.0.0.1:PORT/`).
+    /// A client for `https://{host}` trusting `tls.ca_pem` (besides the built-in roots) and
+    /// presenting `tls.identity_pem` when the registry asks for a client certificate.
+    pub fn with_tls(
+        host: &str,
+        credentials: Option<(&str, &str)>,
+        tls: &ClientTls,
+    ) -> Result<RegistryClient> {
+        RegistryClient::build(&format!("https://{host}/"), credentials, Some(tls))
+    }
+
+    fn build(
+        base: &str,
+        credentials: Option<(&str, &str)>,
+        tls: Option<&ClientTls>,
+    ) -> Result<RegistryClient> {
+        let mut b = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy();
+        if let Some(tls) = tls {
+            b = tls.apply(b)?;
+        }
+        Ok(RegistryClient {
+            http: b.build().context("build the registry HTTP client")?,
+            base: url::Url::parse(base).with_context(|| format!("registry URL {base}"))?,
+            credentials: credentials.map(|(u, p)| (u.to_string(), p.to_string())),
+            auth: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The base URL (`http://127.0.0.1:PORT/`, or `https://` for a TLS client).
     pub fn base(&self) -> &url::Url {
         &self.base
     }

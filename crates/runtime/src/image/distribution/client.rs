@@ -231,6 +231,13 @@ impl Http {
         Ok(client)
     }
 
+    /// Forgets that `host` fell back to plain HTTP, so the next pull tries HTTPS first
+    /// again (containerd keeps the fallback for one pull only: a registry restarted with TLS
+    /// must not stay unreachable until the runtime restarts).
+    pub(crate) fn forget_fallback(&self, host: &str) {
+        lock(&self.fell_back).remove(host);
+    }
+
     /// The URL of `suffix` (e.g. `manifests/latest`) under `repository` on `host`, in the
     /// scheme currently used for the host.
     pub(crate) fn url(&self, host: &RegistryHost, ctx: &RepoCtx<'_>, suffix: &str) -> String {
@@ -533,9 +540,12 @@ impl Http {
             match req.send().await {
                 Ok(r) => return Ok((r, url)),
                 Err(e) => {
-                    let fallback_possible = host.http_fallback
-                        && url.starts_with("https://")
-                        && (e.is_connect() || e.is_timeout());
+                    // As containerd's httpFallback: only when the server answered the TLS
+                    // hello in plain HTTP, or the handshake timed out. A certificate that
+                    // fails verification or a refused connection is reported as it is,
+                    // never papered over by trying plain HTTP.
+                    let fallback_possible =
+                        host.http_fallback && url.starts_with("https://") && speaks_plain_http(&e);
                     if fallback_possible {
                         tracing::info!(
                             host = %host.host,
@@ -554,6 +564,16 @@ impl Http {
             }
         }
     }
+}
+
+/// Whether a failed HTTPS request hit a server speaking plain HTTP (rustls sees an HTTP
+/// response where a TLS record should be) or a TLS handshake that timed out.
+fn speaks_plain_http(e: &reqwest::Error) -> bool {
+    if e.is_connect() && e.is_timeout() {
+        return true;
+    }
+    let chain = describe(e);
+    chain.contains("InvalidContentType") || chain.contains("corrupt message")
 }
 
 /// `": CODE: message"` from a registry error body, or nothing.

@@ -364,6 +364,9 @@ impl RegistryClient {
             .hosts
             .hosts(&reference.domain)
             .map_err(|e| DistributionError::InvalidConfig(e.to_string()).context(&ctx_msg))?;
+        for h in &hosts {
+            self.http.forget_fallback(&h.host);
+        }
         let (object, caps) = match &reference.digest {
             Some(d) => (d.to_string(), Capabilities::PULL),
             None => (
