@@ -135,6 +135,32 @@ fn parse_config(image: &str, bytes: &[u8]) -> Result<ConfigView, ImageError> {
     Ok(c)
 }
 
+impl ImageManager {
+    /// Reads the config blob of `manifest` and checks it lists one diffID per layer.
+    fn load_config(
+        &self,
+        image: &str,
+        manifest: &super::distribution::Manifest,
+    ) -> Result<ConfigView, ImageError> {
+        let bytes = self
+            .content
+            .read(&manifest.config.digest)
+            .map_err(ImageError::from)?;
+        let config = parse_config(image, &bytes)?;
+        if config.rootfs.diff_ids.len() != manifest.layers.len() {
+            return Err(ImageError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "image {image}: manifest has {} layers but the config lists {} diff_ids",
+                    manifest.layers.len(),
+                    config.rootfs.diff_ids.len()
+                ),
+            ));
+        }
+        Ok(config)
+    }
+}
+
 /// A layer to unpack: its descriptor and, for pulls, the download that produces its blob.
 struct PendingLayer {
     digest: Digest,
@@ -315,21 +341,9 @@ impl ImageManager {
         self.fetch_into_store(&resolved, &config_desc.digest, config_desc.size)
             .await
             .map_err(|e| e.context(&ctx))?;
-        let config_bytes = self
-            .content
-            .read(&config_desc.digest)
-            .map_err(|e| ImageError::from(e).context(&ctx))?;
-        let config = parse_config(&name, &config_bytes).map_err(|e| e.context(&ctx))?;
-        if config.rootfs.diff_ids.len() != manifest.layers.len() {
-            return Err(ImageError::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "{ctx}: manifest has {} layers but the config lists {} diff_ids",
-                    manifest.layers.len(),
-                    config.rootfs.diff_ids.len()
-                ),
-            ));
-        }
+        let config = self
+            .load_config(&name, manifest)
+            .map_err(|e| e.context(&ctx))?;
         let chains = chain_ids(&config.rootfs.diff_ids);
         let sem = Arc::new(tokio::sync::Semaphore::new(self.max_concurrent_downloads));
         let mut pending = Vec::new();
@@ -658,21 +672,7 @@ impl ImageManager {
         for d in &manifests {
             lease.hold(d);
         }
-        let config_bytes = self
-            .content
-            .read(&manifest.config.digest)
-            .map_err(ImageError::from)?;
-        let config = parse_config(&display, &config_bytes)?;
-        if config.rootfs.diff_ids.len() != manifest.layers.len() {
-            return Err(ImageError::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "image {display}: manifest has {} layers but the config lists {} diff_ids",
-                    manifest.layers.len(),
-                    config.rootfs.diff_ids.len()
-                ),
-            ));
-        }
+        let config = self.load_config(&display, manifest)?;
         let chains = chain_ids(&config.rootfs.diff_ids);
         let mut pending = Vec::new();
         for (l, c) in manifest.layers.iter().zip(&chains) {

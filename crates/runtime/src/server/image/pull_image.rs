@@ -12,17 +12,7 @@ pub async fn pull_image(
     req: pb::PullImageRequest,
 ) -> Result<pb::PullImageResponse, Status> {
     let name = image_name("PullImage", req.image.as_ref())?;
-    let creds = req
-        .auth
-        .map(|a| Credentials {
-            username: a.username,
-            password: a.password,
-            auth: a.auth,
-            server_address: a.server_address,
-            identity_token: a.identity_token,
-            registry_token: a.registry_token,
-        })
-        .unwrap_or_default();
+    let creds = req.auth.map(Credentials::from).unwrap_or_default();
     let rec = images
         .pull(&name, creds)
         .await
