@@ -8,5 +8,8 @@
 //! metadata) and `--state-dir` (volatile). It never touches the kubelet's directories.
 
 pub mod config;
+pub mod container;
 pub mod image;
+pub mod sandbox;
+pub mod shim;
 pub mod server;

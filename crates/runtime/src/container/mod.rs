@@ -1,0 +1,4 @@
+//! Containers: the OCI bundle built from a CRI ContainerConfig ([`spec`]), and their
+//! lifecycle and persisted state.
+
+pub mod spec;

@@ -1,0 +1,1 @@
+//! OCI runtime spec from a CRI ContainerConfig. Being written.

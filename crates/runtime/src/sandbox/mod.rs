@@ -1,0 +1,1 @@
+//! Pod sandboxes: pinned namespaces, CNI networking, hostname/resolv.conf/hosts. Being written.

@@ -1,0 +1,1 @@
+//! The per-container shim. Being written.
