@@ -10,6 +10,8 @@
 pub mod config;
 pub mod container;
 pub mod image;
+pub mod oci;
 pub mod sandbox;
-pub mod shim;
 pub mod server;
+pub mod shim;
+pub mod state;

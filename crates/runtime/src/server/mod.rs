@@ -95,7 +95,14 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let image_svc = ImageServiceServer::new(image::ImageService::new(Arc::clone(&images)))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new())
+    let inner = runtime::Inner::open(
+        Arc::clone(&images),
+        &opts.config,
+        &opts.root_dir,
+        &opts.state_dir,
+    )
+    .map_err(|e| ServeError::Setup(format!("loading runtime state: {e}")))?;
+    let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(Arc::new(inner)))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let result = tonic::transport::Server::builder()

@@ -1,43 +1,79 @@
 //! Status: the RuntimeReady and NetworkReady conditions the kubelet turns into the node's
-//! Ready condition.
+//! Ready condition, the handlers (RuntimeClasses) and features this runtime offers.
 
-use cri::runtime::v1::{RuntimeCondition, RuntimeStatus, StatusRequest, StatusResponse};
+use super::Inner;
+use cri::runtime::v1 as pb;
 use std::collections::HashMap;
 
-pub fn status(req: StatusRequest) -> Result<StatusResponse, tonic::Status> {
-    // Honest about what exists: the image service is up, the container side is not yet, so
-    // a kubelet must not schedule pods here (it would report "container runtime is down").
-    let conditions = vec![
-        RuntimeCondition {
+pub async fn status(
+    inner: &Inner,
+    req: pb::StatusRequest,
+) -> Result<pb::StatusResponse, tonic::Status> {
+    let runtime_ready = match inner.handlers.get("") {
+        Ok(_) => pb::RuntimeCondition {
+            r#type: "RuntimeReady".into(),
+            status: true,
+            reason: String::new(),
+            message: String::new(),
+        },
+        Err(e) => pb::RuntimeCondition {
             r#type: "RuntimeReady".into(),
             status: false,
-            reason: "ContainersNotImplemented".into(),
-            message: "nodus runtime serves the image service only; pod sandboxes and \
-                      containers are not implemented yet"
-                .into(),
+            reason: "OCIRuntimeNotInstalled".into(),
+            message: e.to_string(),
         },
-        RuntimeCondition {
-            r#type: "NetworkReady".into(),
-            status: false,
-            reason: "NetworkPluginNotReady".into(),
-            message: "Network plugin returns error: cni plugin not initialized".into(),
-        },
-    ];
+    };
+    let network = inner.network_condition();
     let mut info = HashMap::new();
     if req.verbose {
+        let mut handlers = serde_json::Map::new();
+        for name in inner.handlers.names() {
+            if let Ok(rt) = inner.handlers.get(name) {
+                handlers.insert(
+                    name.to_string(),
+                    serde_json::json!({
+                        "binary": rt.binary,
+                        "root": rt.root,
+                        "version": rt.version().await,
+                    }),
+                );
+            }
+        }
         info.insert(
             "config".to_string(),
             serde_json::json!({
                 "runtimeName": super::version::RUNTIME_NAME,
                 "runtimeVersion": env!("CARGO_PKG_VERSION"),
+                "rootDir": inner.root_dir,
+                "stateDir": inner.state_dir,
+                "runtimeHandlers": handlers,
             })
             .to_string(),
         );
     }
-    Ok(StatusResponse {
-        status: Some(RuntimeStatus { conditions }),
+    let runtime_handlers = inner
+        .handlers
+        .names()
+        .map(|name| pb::RuntimeHandler {
+            name: if name == crate::oci::DEFAULT_HANDLER {
+                String::new()
+            } else {
+                name.to_string()
+            },
+            features: Some(pb::RuntimeHandlerFeatures {
+                recursive_read_only_mounts: true,
+                user_namespaces: false,
+            }),
+        })
+        .collect();
+    Ok(pb::StatusResponse {
+        status: Some(pb::RuntimeStatus {
+            conditions: vec![runtime_ready, network],
+        }),
         info,
-        runtime_handlers: Vec::new(),
-        features: None,
+        runtime_handlers,
+        features: Some(pb::RuntimeFeatures {
+            supplemental_groups_policy: true,
+        }),
     })
 }

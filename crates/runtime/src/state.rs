@@ -1,0 +1,279 @@
+//! Sandbox and container records: what the runtime knows about each, persisted one JSON
+//! file per object so a restarted daemon finds every sandbox and container again.
+//!
+//! The CRI configs are kept as their protobuf encoding (base64 in the JSON): lossless, and
+//! immune to our own struct changes. Each file is replaced atomically (write, fsync,
+//! rename), so a crash leaves the old or the new record, never a torn one.
+
+use prost::Message as _;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("state record {path} is corrupt: {message}")]
+    Corrupt { path: PathBuf, message: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+mod b64 {
+    use base64::Engine as _;
+    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Nanoseconds since the epoch, the CRI's timestamp unit.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    /// `PodSandboxConfig`, protobuf-encoded.
+    #[serde(with = "b64")]
+    pub config: Vec<u8>,
+    pub handler: String,
+    pub created_at: i64,
+    pub state: SandboxState,
+    /// The reserved name: `<name>_<namespace>_<uid>_<attempt>`.
+    pub name: String,
+    pub netns: Option<PathBuf>,
+    pub ipc_ns: Option<PathBuf>,
+    pub uts_ns: Option<PathBuf>,
+    pub pid_ns: Option<PathBuf>,
+    pub pid_init: Option<u32>,
+    pub ip: Option<String>,
+    pub additional_ips: Vec<String>,
+    /// Whether CNI ADD succeeded, so stop knows a DEL is owed.
+    pub network_ready: bool,
+    pub dir: PathBuf,
+}
+
+impl SandboxRecord {
+    pub fn config(&self) -> cri::runtime::v1::PodSandboxConfig {
+        cri::runtime::v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub id: String,
+    pub sandbox_id: String,
+    /// `ContainerConfig`, protobuf-encoded.
+    #[serde(with = "b64")]
+    pub config: Vec<u8>,
+    /// The reserved name: `<name>_<sandbox name>_<namespace>_<uid>_<attempt>`.
+    pub name: String,
+    /// The image as the client named it, and its resolved id.
+    pub image_ref: String,
+    pub image_id: String,
+    pub handler: String,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    pub state: ContainerState,
+    pub log_path: String,
+    /// The bundle (config.json + rootfs mount point) and the writable layer.
+    pub bundle: PathBuf,
+    pub layer_dir: PathBuf,
+    /// The shim's state dir (shim.sock, exit.json).
+    pub shim_dir: PathBuf,
+    pub shim_pid: Option<u32>,
+    pub init_pid: Option<u32>,
+}
+
+impl ContainerRecord {
+    pub fn config(&self) -> cri::runtime::v1::ContainerConfig {
+        cri::runtime::v1::ContainerConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+}
+
+/// Encodes a CRI message for a record.
+pub fn encode<M: prost::Message>(m: &M) -> Vec<u8> {
+    m.encode_to_vec()
+}
+
+/// A directory of JSON records, one per id.
+#[derive(Debug, Clone)]
+pub struct RecordDir {
+    dir: PathBuf,
+}
+
+impl RecordDir {
+    pub fn open(dir: &Path) -> Result<Self, StateError> {
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    pub fn save<T: Serialize>(&self, id: &str, rec: &T) -> Result<(), StateError> {
+        let path = self.path(id);
+        let tmp = self.dir.join(format!(".{id}.json.tmp"));
+        let body =
+            serde_json::to_vec_pretty(rec).map_err(|e| io(&path)(std::io::Error::other(e)))?;
+        {
+            let mut f = File::create(&tmp).map_err(io(&tmp))?;
+            f.write_all(&body).map_err(io(&tmp))?;
+            f.sync_all().map_err(io(&tmp))?;
+        }
+        fs::rename(&tmp, &path).map_err(io(&path))
+    }
+
+    pub fn delete(&self, id: &str) -> Result<(), StateError> {
+        match fs::remove_file(self.path(id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&self.path(id))(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every record; a corrupt one is reported and skipped, never fatal for the others.
+    pub fn load_all<T: for<'de> Deserialize<'de>>(&self) -> Result<Vec<T>, StateError> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.dir).map_err(io(&self.dir))?.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                let _ = fs::remove_file(&p);
+                continue;
+            }
+            if !name.ends_with(".json") {
+                continue;
+            }
+            match fs::read(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<T>(&b).map_err(|e| e.to_string()))
+            {
+                Ok(r) => out.push(r),
+                Err(message) => tracing::error!(
+                    path = %p.display(),
+                    error = %message,
+                    "skipping corrupt state record"
+                ),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Name reservation: one sandbox or container per name, as the CRI requires.
+#[derive(Debug, Default)]
+pub struct Names {
+    by_name: HashMap<String, String>,
+}
+
+impl Names {
+    /// Reserves `name` for `id`; Err(holder) when another id has it.
+    pub fn reserve(&mut self, name: &str, id: &str) -> Result<(), String> {
+        match self.by_name.get(name) {
+            Some(holder) if holder != id => Err(holder.clone()),
+            _ => {
+                self.by_name.insert(name.to_string(), id.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    pub fn release(&mut self, name: &str) {
+        self.by_name.remove(name);
+    }
+}
+
+/// A fresh 64-hex id, as containerd generates them.
+pub fn new_id() -> String {
+    let bytes: [u8; 32] = rand::random();
+    hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_corrupt_ones_are_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = RecordDir::open(d.path()).unwrap();
+        let cfg = cri::runtime::v1::PodSandboxConfig {
+            hostname: "h".into(),
+            ..Default::default()
+        };
+        let rec = SandboxRecord {
+            id: "a".into(),
+            config: encode(&cfg),
+            handler: "runc".into(),
+            created_at: 1,
+            state: SandboxState::Ready,
+            name: "n".into(),
+            netns: None,
+            ipc_ns: None,
+            uts_ns: None,
+            pid_ns: None,
+            pid_init: None,
+            ip: Some("10.0.0.2".into()),
+            additional_ips: vec![],
+            network_ready: true,
+            dir: "/x".into(),
+        };
+        dir.save("a", &rec).unwrap();
+        std::fs::write(d.path().join("b.json"), b"{garbage").unwrap();
+        let all: Vec<SandboxRecord> = dir.load_all().unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].config().hostname, "h");
+    }
+
+    #[test]
+    fn names_are_exclusive() {
+        let mut n = Names::default();
+        n.reserve("x", "1").unwrap();
+        assert_eq!(n.reserve("x", "2").unwrap_err(), "1");
+        n.reserve("x", "1").unwrap();
+        n.release("x");
+        n.reserve("x", "2").unwrap();
+    }
+}
