@@ -37,6 +37,9 @@ enum Role {
     ControlPlane(Unbuilt),
     /// A crictl-compatible client of any CRI endpoint.
     Crictl(nodus_crictl::Crictl),
+    /// Internal: the per-container shim the runtime starts (not for direct use).
+    #[command(hide = true)]
+    Shim(nodus_runtime::shim::ShimArgs),
 }
 
 /// Accepts any arguments so the message below is what the user sees, not a parse error.
@@ -148,6 +151,11 @@ async fn runtime(cmd: RuntimeCmd) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The shim must stay single-threaded and small: it runs before any async runtime.
+    let cli = match cli.role {
+        Role::Shim(args) => return nodus_runtime::shim::main(args),
+        role => Cli { role },
+    };
     init_logging();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -171,6 +179,7 @@ fn main() -> ExitCode {
             Role::Kubelet(_) => not_built("kubelet", "the kubelet sync engine issue"),
             Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
             Role::ControlPlane(_) => not_built("control-plane", "the API server issue"),
+            Role::Shim(_) => unreachable!("handled before the async runtime starts"),
         }
     });
     match result {

@@ -28,6 +28,7 @@ pub mod containerd;
 pub mod daemon;
 pub mod faulty_proxy;
 pub mod image;
+pub mod netns;
 pub mod port;
 pub mod registry;
 
@@ -37,5 +38,6 @@ pub use certs_d::{CertsD, HostEntry};
 pub use containerd::Containerd;
 pub use faulty_proxy::{Fault, FaultRule, FaultTarget, FaultyProxy};
 pub use image::{Compression, Entry, Image, ImageIndex, Layer, LayerBuilder, ManifestFormat};
+pub use netns::{CgroupParent, Netns};
 pub use port::free_port;
 pub use registry::{Registry, RegistryClient};

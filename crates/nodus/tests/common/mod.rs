@@ -29,6 +29,7 @@ pub fn nodus_bin() -> PathBuf {
 /// A `nodus runtime` daemon in its own temp dirs; killed by PID on drop.
 pub struct Runtime {
     daemon: Option<Daemon>,
+    netns: Option<std::sync::Arc<testkit::Netns>>,
     pub dir: tempfile::TempDir,
     pub config: Option<PathBuf>,
     starts: usize,
@@ -41,6 +42,14 @@ impl Runtime {
 
     /// Starts with a runtime.toml holding `config` (TOML text).
     pub fn start_with_config(config: Option<&str>) -> Runtime {
+        Self::start_full(config, None)
+    }
+
+    /// Starts inside a private network namespace (a test node), with `config`.
+    pub fn start_full(
+        config: Option<&str>,
+        netns: Option<std::sync::Arc<testkit::Netns>>,
+    ) -> Runtime {
         let dir = tempfile::Builder::new()
             .prefix("nodus-rt-")
             .tempdir()
@@ -52,6 +61,7 @@ impl Runtime {
         });
         let mut rt = Runtime {
             daemon: None,
+            netns,
             dir,
             config: cfg,
             starts: 0,
@@ -74,7 +84,10 @@ impl Runtime {
 
     fn spawn(&mut self) {
         self.starts += 1;
-        let mut cmd = Command::new(nodus_bin());
+        let mut cmd = match &self.netns {
+            Some(ns) => ns.command(nodus_bin()).expect("command in netns"),
+            None => Command::new(nodus_bin()),
+        };
         cmd.arg("runtime")
             .arg("--listen")
             .arg(self.socket())

@@ -1,4 +1,5 @@
 //! Containers: the OCI bundle built from a CRI ContainerConfig ([`spec`]), and their
 //! lifecycle and persisted state.
 
+pub mod monitor;
 pub mod spec;

@@ -275,11 +275,20 @@ impl OciRuntime {
     }
 
     /// A `runc exec` command for `process.json`, stdio left for the caller to wire up.
-    pub fn exec_command(&self, id: &str, process_json: &Path, tty: bool) -> Command {
+    pub fn exec_command(
+        &self,
+        id: &str,
+        process_json: &Path,
+        tty: bool,
+        pid_file: Option<&Path>,
+    ) -> Command {
         let mut c = Command::new(&self.binary);
         c.arg("--root").arg(&self.root).arg("exec");
         if tty {
             c.arg("--tty");
+        }
+        if let Some(p) = pid_file {
+            c.arg("--pid-file").arg(p);
         }
         c.arg("--process").arg(process_json).arg(id);
         c.kill_on_drop(true);

@@ -102,7 +102,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         &opts.state_dir,
     )
     .map_err(|e| ServeError::Setup(format!("loading runtime state: {e}")))?;
-    let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(Arc::new(inner)))
+    let inner = Arc::new(inner);
+    inner.recover();
+    let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(inner))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let result = tonic::transport::Server::builder()

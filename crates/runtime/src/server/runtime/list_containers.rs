@@ -30,6 +30,6 @@ pub fn list_containers(
             image_id: c.image_id.clone(),
         })
         .collect();
-    containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
     Ok(pb::ListContainersResponse { containers })
 }

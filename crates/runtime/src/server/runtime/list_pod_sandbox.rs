@@ -26,6 +26,6 @@ pub fn list_pod_sandbox(
             runtime_handler: s.runtime_handler,
         })
         .collect();
-    items.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    items.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     Ok(pb::ListPodSandboxResponse { items })
 }

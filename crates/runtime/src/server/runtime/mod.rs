@@ -2,12 +2,21 @@
 //! server is laid out). The shared state — records, name reservations, the event feed —
 //! lives in [`Inner`]; each RPC file holds that RPC's behaviour.
 
+mod container_exit;
 mod container_status;
+mod create_container;
+mod exec_sync;
 mod get_container_events;
 mod list_containers;
 mod list_pod_sandbox;
 mod pod_sandbox_status;
+mod remove_container;
+mod remove_pod_sandbox;
+mod run_pod_sandbox;
+mod start_container;
 mod status;
+mod stop_container;
+mod stop_pod_sandbox;
 mod version;
 
 use crate::image::manager::ImageManager;
@@ -31,6 +40,9 @@ pub struct Inner {
     pub sandboxes: Mutex<HashMap<String, SandboxRecord>>,
     pub containers: Mutex<HashMap<String, ContainerRecord>>,
     pub names: Mutex<Names>,
+    pub cni: crate::sandbox::cni::Cni,
+    /// The nodus binary, run as `nodus shim` for each container.
+    pub exe: PathBuf,
     /// The GetContainerEvents feed (the kubelet's evented PLEG).
     pub events: broadcast::Sender<pb::ContainerEventResponse>,
 }
@@ -69,6 +81,23 @@ impl Inner {
             "runtime state loaded"
         );
         let (events, _) = broadcast::channel(1024);
+        let cni = crate::sandbox::cni::Cni::new(crate::sandbox::cni::CniConfig::new(
+            config.cni_bin_dirs.clone(),
+            config.cni_conf_dir.clone(),
+            root_dir.join("cni").join("cache"),
+        ));
+        match cni.ensure_default_config(None) {
+            Ok(true) => tracing::info!(
+                dir = %config.cni_conf_dir.display(),
+                "no CNI configuration found; wrote nodus's default bridge network"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot write the default CNI configuration"),
+        }
+        let exe = std::env::current_exe().map_err(|source| crate::state::StateError::Io {
+            path: "/proc/self/exe".into(),
+            source,
+        })?;
         Ok(Self {
             images,
             handlers: Handlers::new(&config.runtime_handlers, state_dir),
@@ -79,6 +108,8 @@ impl Inner {
             sandboxes: Mutex::new(sandboxes),
             containers: Mutex::new(containers),
             names: Mutex::new(names),
+            cni,
+            exe,
             events,
         })
     }
@@ -118,11 +149,25 @@ impl Inner {
 
     /// NetworkReady as the CNI configuration allows.
     pub fn network_condition(&self) -> pb::RuntimeCondition {
-        pb::RuntimeCondition {
-            r#type: "NetworkReady".into(),
-            status: false,
-            reason: "NetworkPluginNotReady".into(),
-            message: "Network plugin returns error: cni plugin not initialized".into(),
+        self.cni.status().condition()
+    }
+
+    /// After a restart: watch the shims of live containers again and record the exits
+    /// that happened while the daemon was down.
+    pub fn recover(self: &Arc<Self>) {
+        let live: Vec<(String, Option<u32>)> = self
+            .containers()
+            .values()
+            .filter(|c| c.state != crate::state::ContainerState::Exited)
+            .map(|c| (c.id.clone(), c.shim_pid))
+            .collect();
+        for (id, shim_pid) in live {
+            match shim_pid {
+                Some(pid) if crate::container::monitor::alive(pid) => {
+                    container_exit::spawn_monitor(self, &id, pid)
+                }
+                _ => container_exit::record_exit(self, &id),
+            }
         }
     }
 
@@ -228,6 +273,78 @@ impl pb::runtime_service_server::RuntimeService for RuntimeService {
         req: Request<pb::ContainerStatusRequest>,
     ) -> Result<Response<pb::ContainerStatusResponse>, Status> {
         container_status::container_status(&self.inner, req.into_inner()).map(Response::new)
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        req: Request<pb::RunPodSandboxRequest>,
+    ) -> Result<Response<pb::RunPodSandboxResponse>, Status> {
+        run_pod_sandbox::run_pod_sandbox(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        req: Request<pb::StopPodSandboxRequest>,
+    ) -> Result<Response<pb::StopPodSandboxResponse>, Status> {
+        stop_pod_sandbox::stop_pod_sandbox(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        req: Request<pb::RemovePodSandboxRequest>,
+    ) -> Result<Response<pb::RemovePodSandboxResponse>, Status> {
+        remove_pod_sandbox::remove_pod_sandbox(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn create_container(
+        &self,
+        req: Request<pb::CreateContainerRequest>,
+    ) -> Result<Response<pb::CreateContainerResponse>, Status> {
+        create_container::create_container(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn start_container(
+        &self,
+        req: Request<pb::StartContainerRequest>,
+    ) -> Result<Response<pb::StartContainerResponse>, Status> {
+        start_container::start_container(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn stop_container(
+        &self,
+        req: Request<pb::StopContainerRequest>,
+    ) -> Result<Response<pb::StopContainerResponse>, Status> {
+        stop_container::stop_container(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn remove_container(
+        &self,
+        req: Request<pb::RemoveContainerRequest>,
+    ) -> Result<Response<pb::RemoveContainerResponse>, Status> {
+        remove_container::remove_container(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn exec_sync(
+        &self,
+        req: Request<pb::ExecSyncRequest>,
+    ) -> Result<Response<pb::ExecSyncResponse>, Status> {
+        exec_sync::exec_sync(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn get_container_events(

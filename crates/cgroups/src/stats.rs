@@ -1,0 +1,216 @@
+//! Usage statistics of one cgroup: CPU time and throttling, memory usage and working set
+//! (usage − inactive file, the figure the kubelet evicts on), OOM kills.
+
+use crate::hierarchy::Hierarchy;
+use std::collections::HashMap;
+use std::path::Path;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuStats {
+    /// Cumulative CPU time in nanoseconds.
+    pub usage_ns: u64,
+    pub throttled_periods: u64,
+    pub throttled_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub usage_bytes: u64,
+    pub working_set_bytes: u64,
+    pub rss_bytes: u64,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+    /// The limit, when one is set (None for "max"/unlimited).
+    pub limit_bytes: Option<u64>,
+    pub oom_kills: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub cpu: CpuStats,
+    pub memory: MemoryStats,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("cgroup {0} does not exist")]
+    NotFound(String),
+    #[error("reading {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+fn read(p: &Path) -> Result<String, StatsError> {
+    std::fs::read_to_string(p).map_err(|source| StatsError::Io {
+        path: p.display().to_string(),
+        source,
+    })
+}
+
+fn read_u64(p: &Path) -> Result<u64, StatsError> {
+    Ok(read(p)?.trim().parse().unwrap_or(0))
+}
+
+/// `key value` lines (memory.stat, cpu.stat, memory.events, memory.oom_control).
+fn kv(text: &str) -> HashMap<&str, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?, it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// v1 reports "no limit" as a huge page-aligned number.
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// Reads the statistics of cgroup `path` in `h`.
+pub fn read_stats(h: &Hierarchy, path: &str) -> Result<Stats, StatsError> {
+    match h {
+        Hierarchy::V1 { .. } => {
+            let mem = h.dir("memory", path);
+            if !mem.exists() {
+                return Err(StatsError::NotFound(path.to_string()));
+            }
+            let ms = read(&mem.join("memory.stat"))?;
+            let m = kv(&ms);
+            let usage = read_u64(&mem.join("memory.usage_in_bytes"))?;
+            let inactive = m.get("total_inactive_file").copied().unwrap_or(0);
+            let limit = read_u64(&mem.join("memory.limit_in_bytes"))?;
+            let oom = read(&mem.join("memory.oom_control"))
+                .map(|t| kv(&t).get("oom_kill").copied().unwrap_or(0))
+                .unwrap_or(0);
+            let acct = h.dir("cpuacct", path);
+            let cpu_dir = h.dir("cpu", path);
+            let cs = read(&cpu_dir.join("cpu.stat")).unwrap_or_default();
+            let c = kv(&cs);
+            Ok(Stats {
+                cpu: CpuStats {
+                    usage_ns: read_u64(&acct.join("cpuacct.usage")).unwrap_or(0),
+                    throttled_periods: c.get("nr_throttled").copied().unwrap_or(0),
+                    throttled_ns: c.get("throttled_time").copied().unwrap_or(0),
+                },
+                memory: MemoryStats {
+                    usage_bytes: usage,
+                    working_set_bytes: usage.saturating_sub(inactive),
+                    rss_bytes: m.get("total_rss").copied().unwrap_or(0),
+                    page_faults: m.get("total_pgfault").copied().unwrap_or(0),
+                    major_page_faults: m.get("total_pgmajfault").copied().unwrap_or(0),
+                    limit_bytes: (limit < V1_UNLIMITED).then_some(limit),
+                    oom_kills: oom,
+                },
+            })
+        }
+        Hierarchy::V2 { .. } => {
+            let dir = h.dir("", path);
+            if !dir.exists() {
+                return Err(StatsError::NotFound(path.to_string()));
+            }
+            let ms = read(&dir.join("memory.stat")).unwrap_or_default();
+            let m = kv(&ms);
+            let usage = read_u64(&dir.join("memory.current")).unwrap_or(0);
+            let inactive = m.get("inactive_file").copied().unwrap_or(0);
+            let max = read(&dir.join("memory.max")).unwrap_or_default();
+            let events = read(&dir.join("memory.events")).unwrap_or_default();
+            let cs = read(&dir.join("cpu.stat")).unwrap_or_default();
+            let c = kv(&cs);
+            Ok(Stats {
+                cpu: CpuStats {
+                    usage_ns: c.get("usage_usec").copied().unwrap_or(0) * 1000,
+                    throttled_periods: c.get("nr_throttled").copied().unwrap_or(0),
+                    throttled_ns: c.get("throttled_usec").copied().unwrap_or(0) * 1000,
+                },
+                memory: MemoryStats {
+                    usage_bytes: usage,
+                    working_set_bytes: usage.saturating_sub(inactive),
+                    rss_bytes: m.get("anon").copied().unwrap_or(0),
+                    page_faults: m.get("pgfault").copied().unwrap_or(0),
+                    major_page_faults: m.get("pgmajfault").copied().unwrap_or(0),
+                    limit_bytes: max.trim().parse().ok(),
+                    oom_kills: kv(&events).get("oom_kill").copied().unwrap_or(0),
+                },
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(p: &Path, s: &str) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, s).unwrap();
+    }
+
+    #[test]
+    fn v1_working_set_is_usage_minus_inactive_file() {
+        let d = tempfile::tempdir().unwrap();
+        let h = Hierarchy::V1 {
+            root: d.path().to_path_buf(),
+        };
+        let mem = d.path().join("memory/kubepods/c1");
+        write(
+            &mem.join("memory.stat"),
+            "total_inactive_file 100\ntotal_rss 300\ntotal_pgfault 7\n",
+        );
+        write(&mem.join("memory.usage_in_bytes"), "1000\n");
+        write(&mem.join("memory.limit_in_bytes"), "9223372036854771712\n");
+        write(
+            &mem.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        );
+        write(
+            &d.path().join("cpuacct/kubepods/c1/cpuacct.usage"),
+            "5000\n",
+        );
+        write(
+            &d.path().join("cpu/kubepods/c1/cpu.stat"),
+            "nr_periods 4\nnr_throttled 1\nthrottled_time 9\n",
+        );
+        let s = read_stats(&h, "/kubepods/c1").unwrap();
+        assert_eq!(s.memory.working_set_bytes, 900);
+        assert_eq!(s.memory.rss_bytes, 300);
+        assert_eq!(s.memory.limit_bytes, None);
+        assert_eq!(s.memory.oom_kills, 2);
+        assert_eq!(s.cpu.usage_ns, 5000);
+        assert_eq!(s.cpu.throttled_periods, 1);
+    }
+
+    #[test]
+    fn v2_reads_the_unified_files() {
+        let d = tempfile::tempdir().unwrap();
+        write(&d.path().join("cgroup.controllers"), "cpu memory\n");
+        let h = Hierarchy::detect_at(d.path());
+        assert!(h.is_v2());
+        let c = d.path().join("kubepods/c1");
+        write(&c.join("memory.stat"), "anon 50\ninactive_file 20\n");
+        write(&c.join("memory.current"), "200\n");
+        write(&c.join("memory.max"), "1048576\n");
+        write(&c.join("memory.events"), "oom 1\noom_kill 1\n");
+        write(
+            &c.join("cpu.stat"),
+            "usage_usec 3\nnr_throttled 2\nthrottled_usec 4\n",
+        );
+        let s = read_stats(&h, "kubepods/c1").unwrap();
+        assert_eq!(s.memory.working_set_bytes, 180);
+        assert_eq!(s.memory.limit_bytes, Some(1048576));
+        assert_eq!(s.cpu.usage_ns, 3000);
+        assert_eq!(s.cpu.throttled_ns, 4000);
+        assert_eq!(s.memory.oom_kills, 1);
+    }
+
+    #[test]
+    fn missing_cgroup_is_not_found() {
+        let d = tempfile::tempdir().unwrap();
+        let h = Hierarchy::V1 {
+            root: d.path().to_path_buf(),
+        };
+        assert!(matches!(
+            read_stats(&h, "nope"),
+            Err(StatsError::NotFound(_))
+        ));
+    }
+}

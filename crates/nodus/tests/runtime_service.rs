@@ -1,0 +1,715 @@
+//! The CRI RuntimeService of `nodus runtime` with real containers: each test is a node in
+//! its own network namespace and cgroup parent, with runc, the CNI plugins and busybox
+//! images imported from an OCI archive (no registry inside the namespace).
+
+mod common;
+
+use common::*;
+use cri::runtime::v1 as pb;
+use nodus_crictl::Clients;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::{CgroupParent, Netns};
+
+/// A test node: netns, cgroup parent, CNI config, runtime, busybox imported.
+struct Node {
+    rt: Runtime,
+    c: Clients,
+    cgroup: CgroupParent,
+    logs: tempfile::TempDir,
+    _netns: Arc<Netns>,
+    netns: Arc<Netns>,
+}
+
+const SUBNET: &str = "10.99.0.0/24";
+const GATEWAY: &str = "10.99.0.1";
+
+fn conflist(data_dir: &Path) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "nodus-test",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": true,
+                "ipMasq": true,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": data_dir,
+                }
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}}
+        ]
+    })
+    .to_string()
+}
+
+async fn node() -> Node {
+    let netns = Arc::new(Netns::new("nodus-rt").expect("netns"));
+    let base = tempfile::Builder::new()
+        .prefix("nodus-node-")
+        .tempdir()
+        .expect("tempdir");
+    let net_d = base.path().join("net.d");
+    std::fs::create_dir_all(&net_d).unwrap();
+    std::fs::write(
+        net_d.join("10-test.conflist"),
+        conflist(&base.path().join("ipam")),
+    )
+    .unwrap();
+    let cfg = format!(
+        "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+        net_d.display()
+    );
+    let rt = Runtime::start_full(Some(&cfg), Some(Arc::clone(&netns)));
+    // The runtime's dir holds config and state; keep the CNI files alive with it.
+    std::mem::forget(base);
+    let archive = rt.dir.path().join("busybox.tar");
+    testkit::image::busybox()
+        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
+        .unwrap();
+    let out = std::process::Command::new(nodus_bin())
+        .args(["runtime", "import"])
+        .arg(&archive)
+        .arg("--root-dir")
+        .arg(rt.root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = rt.clients().await;
+    Node {
+        rt,
+        c,
+        cgroup: CgroupParent::new("nodus-test"),
+        logs: tempfile::tempdir().unwrap(),
+        _netns: Arc::clone(&netns),
+        netns,
+    }
+}
+
+impl Node {
+    fn sandbox_config(&self, name: &str) -> pb::PodSandboxConfig {
+        let log_dir = self.logs.path().join(name);
+        std::fs::create_dir_all(&log_dir).unwrap();
+        pb::PodSandboxConfig {
+            metadata: Some(pb::PodSandboxMetadata {
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            hostname: name.into(),
+            log_directory: log_dir.display().to_string(),
+            labels: HashMap::from([("app".to_string(), name.to_string())]),
+            linux: Some(pb::LinuxPodSandboxConfig {
+                cgroup_parent: self.cgroup.path(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn run_sandbox(&self, cfg: &pb::PodSandboxConfig) -> String {
+        self.c
+            .runtime
+            .clone()
+            .run_pod_sandbox(pb::RunPodSandboxRequest {
+                config: Some(cfg.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("RunPodSandbox")
+            .into_inner()
+            .pod_sandbox_id
+    }
+
+    fn container_config(&self, name: &str, cmd: &[&str]) -> pb::ContainerConfig {
+        pb::ContainerConfig {
+            metadata: Some(pb::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: spec("busybox"),
+            command: cmd.iter().map(|s| s.to_string()).collect(),
+            log_path: format!("{name}.log"),
+            ..Default::default()
+        }
+    }
+
+    async fn create(
+        &self,
+        sandbox: &str,
+        sb: &pb::PodSandboxConfig,
+        cfg: pb::ContainerConfig,
+    ) -> Result<String, tonic::Status> {
+        self.c
+            .runtime
+            .clone()
+            .create_container(pb::CreateContainerRequest {
+                pod_sandbox_id: sandbox.into(),
+                config: Some(cfg),
+                sandbox_config: Some(sb.clone()),
+            })
+            .await
+            .map(|r| r.into_inner().container_id)
+    }
+
+    async fn start(&self, id: &str) {
+        self.c
+            .runtime
+            .clone()
+            .start_container(pb::StartContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .expect("StartContainer");
+    }
+
+    async fn status(&self, id: &str) -> pb::ContainerStatus {
+        self.c
+            .runtime
+            .clone()
+            .container_status(pb::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner()
+            .status
+            .expect("status")
+    }
+
+    async fn wait_state(&self, id: &str, state: pb::ContainerState) -> pb::ContainerStatus {
+        for _ in 0..200 {
+            let s = self.status(id).await;
+            if s.state == state as i32 {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "container {id} never reached {state:?}: {:?}",
+            self.status(id).await
+        );
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        cmd: &[&str],
+        timeout: i64,
+    ) -> Result<pb::ExecSyncResponse, tonic::Status> {
+        self.c
+            .runtime
+            .clone()
+            .exec_sync(pb::ExecSyncRequest {
+                container_id: id.into(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout,
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    async fn sandbox_status(&self, id: &str) -> pb::PodSandboxStatus {
+        self.c
+            .runtime
+            .clone()
+            .pod_sandbox_status(pb::PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .expect("PodSandboxStatus")
+            .into_inner()
+            .status
+            .expect("status")
+    }
+
+    async fn stop_and_remove_sandbox(&self, id: &str) {
+        let mut r = self.c.runtime.clone();
+        r.stop_pod_sandbox(pb::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        })
+        .await
+        .expect("StopPodSandbox");
+        r.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        })
+        .await
+        .expect("RemovePodSandbox");
+    }
+
+    fn log(&self, sandbox: &str, container: &str) -> String {
+        std::fs::read_to_string(
+            self.logs
+                .path()
+                .join(sandbox)
+                .join(format!("{container}.log")),
+        )
+        .unwrap_or_default()
+    }
+}
+
+/// Mount points under `dir` still mounted (must be none after cleanup).
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    testkit::containerd::mounts_under(dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_and_container_lifecycle_with_logs_exec_and_events() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let mut events =
+        n.c.runtime
+            .clone()
+            .get_container_events(pb::GetEventsRequest {})
+            .await
+            .expect("GetContainerEvents")
+            .into_inner();
+    let sb_cfg = n.sandbox_config("web");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let st = n.sandbox_status(&sb).await;
+    assert_eq!(st.state, pb::PodSandboxState::SandboxReady as i32);
+    let ip = st
+        .network
+        .as_ref()
+        .map(|n| n.ip.clone())
+        .unwrap_or_default();
+    assert!(
+        ip.starts_with("10.99.0."),
+        "pod IP from the bridge network: {ip:?}"
+    );
+
+    let id = n
+        .create(
+            &sb,
+            &sb_cfg,
+            n.container_config(
+                "main",
+                &[
+                    "sh",
+                    "-c",
+                    "trap '' TERM; echo hello; echo oops >&2; hostname; while :; do sleep 1; done",
+                ],
+            ),
+        )
+        .await
+        .expect("CreateContainer");
+    assert_eq!(
+        n.status(&id).await.state,
+        pb::ContainerState::ContainerCreated as i32
+    );
+    n.start(&id).await;
+    let s = n.status(&id).await;
+    assert_eq!(s.state, pb::ContainerState::ContainerRunning as i32);
+    assert!(s.started_at >= s.created_at && s.created_at > 0);
+
+    // CRI log format: <RFC3339Nano> <stream> <F|P> <line>.
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = n.log("web", "main");
+        if log.lines().count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lines: Vec<Vec<&str>> = log.lines().map(|l| l.splitn(4, ' ').collect()).collect();
+    assert!(
+        lines.iter().any(|l| l[1..] == ["stdout", "F", "hello"]),
+        "{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l[1..] == ["stderr", "F", "oops"]),
+        "{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l[1..] == ["stdout", "F", "web"]),
+        "hostname is the pod's: {log}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l[0].ends_with('Z') && l[0].contains('T')),
+        "{log}"
+    );
+
+    // ExecSync: output, exit codes, timeout.
+    let r = n.exec(&id, &["cat", "/etc/hostname"], 10).await.unwrap();
+    assert_eq!(
+        (String::from_utf8_lossy(&r.stdout).trim(), r.exit_code),
+        ("web", 0)
+    );
+    let r = n
+        .exec(&id, &["sh", "-c", "echo e >&2; exit 7"], 10)
+        .await
+        .unwrap();
+    assert_eq!((r.exit_code, r.stderr.as_slice()), (7, &b"e\n"[..]));
+    let t = n.exec(&id, &["sleep", "30"], 1).await.unwrap_err();
+    assert_eq!(t.code(), tonic::Code::DeadlineExceeded, "{t:?}");
+    let ps = n.exec(&id, &["ps"], 10).await.unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ps.stdout).contains("sleep 30"),
+        "timed-out exec was killed"
+    );
+
+    // A container that exits on its own: exit code, reason, times.
+    let short = n
+        .create(
+            &sb,
+            &sb_cfg,
+            n.container_config("short", &["sh", "-c", "exit 3"]),
+        )
+        .await
+        .unwrap();
+    n.start(&short).await;
+    let s = n
+        .wait_state(&short, pb::ContainerState::ContainerExited)
+        .await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (3, "Error"));
+    assert!(s.finished_at >= s.started_at);
+
+    // StopContainer: the shell ignores SIGTERM, so the grace period ends in SIGKILL.
+    n.c.runtime
+        .clone()
+        .stop_container(pb::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 1,
+        })
+        .await
+        .unwrap();
+    let s = n.status(&id).await;
+    assert_eq!(s.state, pb::ContainerState::ContainerExited as i32);
+    assert_eq!(s.exit_code, 137);
+
+    // Listing and filters.
+    let all =
+        n.c.runtime
+            .clone()
+            .list_containers(pb::ListContainersRequest { filter: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert_eq!(all.len(), 2);
+    let pods =
+        n.c.runtime
+            .clone()
+            .list_pod_sandbox(pb::ListPodSandboxRequest {
+                filter: Some(pb::PodSandboxFilter {
+                    label_selector: HashMap::from([("app".into(), "web".into())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+    assert_eq!(pods.len(), 1);
+
+    // Remove: idempotent; the sandbox's removal takes everything with it.
+    n.c.runtime
+        .clone()
+        .remove_container(pb::RemoveContainerRequest {
+            container_id: short.clone(),
+        })
+        .await
+        .unwrap();
+    n.c.runtime
+        .clone()
+        .remove_container(pb::RemoveContainerRequest {
+            container_id: short.clone(),
+        })
+        .await
+        .expect("removing an absent container succeeds");
+    n.stop_and_remove_sandbox(&sb).await;
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(
+        mounts_under(n.rt.dir.path()).is_empty(),
+        "{:?}",
+        mounts_under(n.rt.dir.path())
+    );
+
+    // Events: created → started → stopped → deleted for the short container.
+    let mut seen = Vec::new();
+    while let Ok(Some(Ok(ev))) = tokio::time::timeout(
+        Duration::from_millis(200),
+        futures::StreamExt::next(&mut events),
+    )
+    .await
+    {
+        if ev.container_id == short {
+            seen.push(ev.container_event_type);
+        }
+    }
+    use pb::ContainerEventType::*;
+    assert_eq!(
+        seen,
+        vec![
+            ContainerCreatedEvent as i32,
+            ContainerStartedEvent as i32,
+            ContainerStoppedEvent as i32,
+            ContainerDeletedEvent as i32
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oom_kill_pod_to_pod_traffic_and_host_ports() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    // Pod A serves HTTP on 8080, published on hostPort 18080.
+    let mut a_cfg = n.sandbox_config("a");
+    a_cfg.port_mappings = vec![pb::PortMapping {
+        protocol: pb::Protocol::Tcp as i32,
+        container_port: 8080,
+        host_port: 18080,
+        host_ip: String::new(),
+    }];
+    let a = n.run_sandbox(&a_cfg).await;
+    let a_ip = n.sandbox_status(&a).await.network.unwrap().ip;
+    let web = n
+        .create(
+            &a,
+            &a_cfg,
+            n.container_config(
+                "web",
+                &["sh", "-c", "mkdir -p /www && echo hi-from-a > /www/index.html && exec httpd -f -p 8080 -h /www"],
+            ),
+        )
+        .await
+        .unwrap();
+    n.start(&web).await;
+
+    let b_cfg = n.sandbox_config("b");
+    let b = n.run_sandbox(&b_cfg).await;
+    let client = n
+        .create(&b, &b_cfg, n.container_config("client", &["sleep", "3600"]))
+        .await
+        .unwrap();
+    n.start(&client).await;
+
+    // busybox-static's wget crashes without NSS libraries in the image; nc does not.
+    let fetch = format!("printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc {a_ip} 8080");
+    let mut body = String::new();
+    for _ in 0..50 {
+        let r = n.exec(&client, &["sh", "-c", &fetch], 10).await.unwrap();
+        body = String::from_utf8_lossy(&r.stdout).into_owned();
+        if body.contains("hi-from-a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        body.contains("hi-from-a"),
+        "pod B reaches pod A across the bridge: {body:?}"
+    );
+
+    // hostPort: from the node (the test netns) to the node's own address.
+    let out = n
+        .netns
+        .run(
+            "sh",
+            &[
+                "-c",
+                &format!(
+                    "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | busybox nc {GATEWAY} 18080"
+                ),
+            ],
+        )
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        body.contains("hi-from-a"),
+        "hostPort 18080 → pod A:8080: {body:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // OOM kill: a 16 MiB limit and a shell that wants 64 MiB.
+    let mut hog = n.container_config(
+        "hog",
+        &[
+            "sh",
+            "-c",
+            "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived",
+        ],
+    );
+    hog.linux = Some(pb::LinuxContainerConfig {
+        resources: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: 16 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let hog = n.create(&b, &b_cfg, hog).await.unwrap();
+    n.start(&hog).await;
+    let s = n
+        .wait_state(&hog, pb::ContainerState::ContainerExited)
+        .await;
+    assert_eq!(s.reason, "OOMKilled", "{s:?}");
+    assert_eq!(s.exit_code, 137);
+
+    n.stop_and_remove_sandbox(&a).await;
+    n.stop_and_remove_sandbox(&b).await;
+    // No IP allocations left behind by host-local.
+    let leftover: Vec<_> = std::fs::read_dir(n.rt.dir.path().parent().unwrap())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("10.99."))
+        .collect();
+    assert!(leftover.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_survive_a_daemon_restart_and_exits_meanwhile_are_recorded() {
+    if !have_root() {
+        return;
+    }
+    let mut n = node().await;
+    let sb_cfg = n.sandbox_config("survivor");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let long = n
+        .create(&sb, &sb_cfg, n.container_config("long", &["sleep", "3600"]))
+        .await
+        .unwrap();
+    n.start(&long).await;
+    let soon = n
+        .create(
+            &sb,
+            &sb_cfg,
+            n.container_config("soon", &["sh", "-c", "sleep 2; exit 5"]),
+        )
+        .await
+        .unwrap();
+    n.start(&soon).await;
+
+    n.rt.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    n.rt.start_again();
+    n.c = n.rt.clients().await;
+
+    let s = n.status(&long).await;
+    assert_eq!(
+        s.state,
+        pb::ContainerState::ContainerRunning as i32,
+        "still running: {s:?}"
+    );
+    let r = n.exec(&long, &["echo", "alive"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "alive");
+    let s = n
+        .wait_state(&soon, pb::ContainerState::ContainerExited)
+        .await;
+    assert_eq!(
+        s.exit_code, 5,
+        "the exit that happened while the daemon was down"
+    );
+    assert_eq!(
+        n.sandbox_status(&sb).await.state,
+        pb::PodSandboxState::SandboxReady as i32
+    );
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(mounts_under(n.rt.dir.path()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_clear_errors_and_leave_nothing_behind() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let mut r = n.c.runtime.clone();
+    // Missing metadata.
+    let e = r
+        .run_pod_sandbox(pb::RunPodSandboxRequest {
+            config: Some(pb::PodSandboxConfig::default()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    // Unknown handler.
+    let e = r
+        .run_pod_sandbox(pb::RunPodSandboxRequest {
+            config: Some(n.sandbox_config("x")),
+            runtime_handler: "kata".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("kata"), "{e:?}");
+
+    let sb_cfg = n.sandbox_config("ok");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    // Duplicate sandbox name.
+    let e = r
+        .run_pod_sandbox(pb::RunPodSandboxRequest {
+            config: Some(sb_cfg.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+    // Image not present.
+    let mut cfg = n.container_config("c", &["true"]);
+    cfg.image = spec("docker.io/library/absent:1");
+    let e = n.create(&sb, &sb_cfg, cfg).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    // Duplicate container name.
+    let id = n
+        .create(&sb, &sb_cfg, n.container_config("c", &["sleep", "60"]))
+        .await
+        .unwrap();
+    let e = n
+        .create(&sb, &sb_cfg, n.container_config("c", &["sleep", "60"]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+    // A binary that does not exist: runc's own message, nothing left behind.
+    let before = std::fs::read_dir(n.rt.dir.path().join("state/containers"))
+        .unwrap()
+        .count();
+    let e = n
+        .create(
+            &sb,
+            &sb_cfg,
+            n.container_config("bad", &["/no/such/binary"]),
+        )
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("/no/such/binary"), "{e:?}");
+    let after = std::fs::read_dir(n.rt.dir.path().join("state/containers"))
+        .unwrap()
+        .count();
+    assert_eq!(before, after, "no half-created container directory");
+    // Unknown sandbox / container ids.
+    let e = n
+        .create("nope", &sb_cfg, n.container_config("z", &["true"]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    r.stop_container(pb::StopContainerRequest {
+        container_id: "nope".into(),
+        timeout: 0,
+    })
+    .await
+    .expect("stopping an absent container succeeds");
+    let _ = id;
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(mounts_under(n.rt.dir.path()).is_empty());
+}

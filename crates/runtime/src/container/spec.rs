@@ -1,1 +1,0 @@
-//! OCI runtime spec from a CRI ContainerConfig. Being written.

@@ -1,0 +1,368 @@
+//! CreateContainer: a writable overlay over the image's snapshots, an OCI bundle built from
+//! the CRI config, and a shim that runs `runc create`. Anything half-made is undone when a
+//! step fails, so a failed create leaves no mount, directory, name or shim behind.
+
+use super::Inner;
+use crate::container::spec::{
+    ImageMount, NamespaceRef, SandboxFiles, SandboxNamespaces, SpecInput,
+};
+use crate::state::{ContainerRecord, ContainerState, SandboxRecord, SandboxState, encode, new_id};
+use cri::runtime::v1 as pb;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tonic::Status;
+
+/// Undo actions run in reverse order unless the create succeeds.
+#[derive(Default)]
+struct Undo {
+    steps: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+impl Undo {
+    fn push(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.steps.push(Box::new(f));
+    }
+    fn disarm(mut self) {
+        self.steps.clear();
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        while let Some(f) = self.steps.pop() {
+            f();
+        }
+    }
+}
+
+/// The namespace mode of the pod's security context (POD when unset).
+fn ns_mode(
+    sb: &pb::PodSandboxConfig,
+    pick: impl Fn(&pb::NamespaceOption) -> i32,
+) -> pb::NamespaceMode {
+    sb.linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .map(pick)
+        .and_then(|m| pb::NamespaceMode::try_from(m).ok())
+        .unwrap_or(pb::NamespaceMode::Pod)
+}
+
+pub(crate) fn sandbox_namespaces(
+    rec: &SandboxRecord,
+    sb: &pb::PodSandboxConfig,
+    container_pid_mode: Option<pb::NamespaceMode>,
+) -> SandboxNamespaces {
+    let net = ns_mode(sb, |o| o.network);
+    let ipc = ns_mode(sb, |o| o.ipc);
+    let pid = container_pid_mode.unwrap_or_else(|| ns_mode(sb, |o| o.pid));
+    SandboxNamespaces {
+        network: rec.netns.clone(),
+        ipc: rec.ipc_ns.clone(),
+        uts: rec.uts_ns.clone(),
+        pid: match pid {
+            pb::NamespaceMode::Pod => rec.pid_ns.clone().map(NamespaceRef::Path),
+            _ => None,
+        },
+        target_pid: None,
+        host_network: net == pb::NamespaceMode::Node,
+        host_ipc: ipc == pb::NamespaceMode::Node,
+        host_pid: pid == pb::NamespaceMode::Node,
+    }
+}
+
+pub(crate) fn sandbox_files(rec: &SandboxRecord) -> SandboxFiles {
+    let existing = |p: PathBuf| p.exists().then_some(p);
+    SandboxFiles {
+        hostname: existing(rec.dir.join("hostname")),
+        resolv_conf: existing(rec.dir.join("resolv.conf")),
+        hosts: existing(rec.dir.join("hosts")),
+        dev_shm: existing(rec.dir.join("shm")),
+    }
+}
+
+/// The runtime's own oom_score_adj: containers may not go below it (this machine kind
+/// cannot lower it at all).
+fn own_oom_score_adj() -> i32 {
+    std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn remove_tree(p: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(p)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %p.display(), error = %e, "cleanup failed");
+    }
+}
+
+pub async fn create_container(
+    inner: &Arc<Inner>,
+    req: pb::CreateContainerRequest,
+) -> Result<pb::CreateContainerResponse, Status> {
+    let cfg = req
+        .config
+        .ok_or_else(|| Status::invalid_argument("container config is required"))?;
+    let meta = cfg
+        .metadata
+        .clone()
+        .filter(|m| !m.name.is_empty())
+        .ok_or_else(|| {
+            Status::invalid_argument("container config must include metadata with a name")
+        })?;
+    let sandbox = inner.find_sandbox(&req.pod_sandbox_id)?;
+    if sandbox.state != SandboxState::Ready {
+        return Err(Status::failed_precondition(format!(
+            "sandbox {} is not ready: create containers only in a ready sandbox",
+            sandbox.id
+        )));
+    }
+    let sb_cfg = req
+        .sandbox_config
+        .clone()
+        .unwrap_or_else(|| sandbox.config());
+    let sb_meta = sandbox.config().metadata.unwrap_or_default();
+    let name = format!(
+        "{}_{}_{}_{}_{}",
+        meta.name, sb_meta.name, sb_meta.namespace, sb_meta.uid, meta.attempt
+    );
+    let image_name = cfg
+        .image
+        .as_ref()
+        .map(|i| i.image.clone())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| Status::invalid_argument("container config must name an image"))?;
+    let image = inner
+        .images
+        .resolve(&image_name)
+        .map_err(|e| super::super::image::status("CreateContainer", e))?
+        .ok_or_else(|| {
+            Status::not_found(format!(
+                "failed to get image {image_name:?}: image not found; pull it first"
+            ))
+        })?;
+    let rt = inner
+        .handlers
+        .get(&sandbox.handler)
+        .map_err(|e| Status::failed_precondition(e.to_string()))?
+        .clone();
+
+    let id = new_id();
+    {
+        let mut names = inner.names.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(holder) = names.reserve(&name, &id) {
+            return Err(Status::already_exists(format!(
+                "failed to reserve container name {name:?}: name {name:?} is reserved for {holder:?}"
+            )));
+        }
+    }
+    let mut undo = Undo::default();
+    {
+        let inner = Arc::clone(inner);
+        let name = name.clone();
+        undo.push(move || {
+            inner
+                .names
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release(&name)
+        });
+    }
+
+    let dir = inner.state_dir.join("containers").join(&id);
+    let bundle = dir.join("bundle");
+    let rootfs = bundle.join("rootfs");
+    let shim_dir = dir.join("shim");
+    let layer_dir = inner.root_dir.join("layers").join(&id);
+    for d in [
+        &rootfs,
+        &shim_dir,
+        &layer_dir.join("upper"),
+        &layer_dir.join("work"),
+    ] {
+        std::fs::create_dir_all(d)
+            .map_err(|e| Status::internal(format!("creating {}: {e}", d.display())))?;
+    }
+    {
+        let (dir, layer_dir) = (dir.clone(), layer_dir.clone());
+        undo.push(move || {
+            remove_tree(&dir);
+            remove_tree(&layer_dir);
+        });
+    }
+    let chain = image.chain_ids();
+    inner
+        .images
+        .snapshotter()
+        .mount_rw(
+            &chain,
+            &layer_dir.join("upper"),
+            &layer_dir.join("work"),
+            &rootfs,
+        )
+        .map_err(|e| Status::internal(format!("mounting the rootfs of {id}: {e}")))?
+        .keep();
+    {
+        let rootfs = rootfs.clone();
+        undo.push(move || {
+            let _ = crate::image::snapshot::unmount(&rootfs);
+        });
+    }
+
+    // Image volumes: a read-only view of another image's root filesystem.
+    let mut image_mounts = Vec::new();
+    for (i, m) in cfg.mounts.iter().enumerate() {
+        let Some(spec) = m.image.as_ref().filter(|s| !s.image.is_empty()) else {
+            continue;
+        };
+        let img = inner
+            .images
+            .resolve(&spec.image)
+            .map_err(|e| super::super::image::status("CreateContainer", e))?
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "image volume {:?}: image {:?} not found; pull it first",
+                    m.container_path, spec.image
+                ))
+            })?;
+        let target = dir.join("image-volumes").join(i.to_string());
+        std::fs::create_dir_all(&target)
+            .map_err(|e| Status::internal(format!("creating {}: {e}", target.display())))?;
+        inner
+            .images
+            .snapshotter()
+            .mount_view(&img.chain_ids(), &target)
+            .map_err(|e| Status::internal(format!("mounting image volume {}: {e}", spec.image)))?
+            .keep();
+        let t = target.clone();
+        undo.push(move || {
+            let _ = crate::image::snapshot::unmount(&t);
+        });
+        image_mounts.push(ImageMount {
+            container_path: m.container_path.clone(),
+            host_path: target,
+        });
+    }
+
+    let image_config = inner
+        .images
+        .config_json(&image)
+        .map_err(|e| super::super::image::status("CreateContainer", e))?;
+    let container_pid_mode = cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .and_then(|o| pb::NamespaceMode::try_from(o.pid).ok());
+    let namespaces = sandbox_namespaces(&sandbox, &sb_cfg, container_pid_mode);
+    let files = sandbox_files(&sandbox);
+    let cgroup_parent = sb_cfg
+        .linux
+        .as_ref()
+        .map(|l| l.cgroup_parent.clone())
+        .unwrap_or_default();
+    let spec = {
+        let (cfg, sb_cfg, image_config, rootfs) = (
+            cfg.clone(),
+            sb_cfg.clone(),
+            image_config.clone(),
+            rootfs.clone(),
+        );
+        let (id, sandbox_id) = (id.clone(), sandbox.id.clone());
+        tokio::task::spawn_blocking(move || {
+            let all = ["*".to_string()];
+            crate::container::spec::build(&SpecInput {
+                container_id: &id,
+                sandbox_id: &sandbox_id,
+                config: &cfg,
+                sandbox_config: &sb_cfg,
+                image_config: &image_config,
+                rootfs: &rootfs,
+                namespaces,
+                sandbox_files: files,
+                cgroup_parent: &cgroup_parent,
+                seccomp_profile_root: None,
+                oom_score_adj_floor: own_oom_score_adj(),
+                image_mounts,
+                pod_annotations: &all,
+                container_annotations: &all,
+            })
+        })
+        .await
+        .map_err(|e| Status::internal(format!("spec task failed: {e}")))??
+    };
+    let config_path = bundle.join("config.json");
+    let body = serde_json::to_vec_pretty(&spec)
+        .map_err(|e| Status::internal(format!("encoding the OCI spec: {e}")))?;
+    std::fs::write(&config_path, body)
+        .map_err(|e| Status::internal(format!("writing {}: {e}", config_path.display())))?;
+
+    let log_path = match (sb_cfg.log_directory.as_str(), cfg.log_path.as_str()) {
+        (d, p) if !d.is_empty() && !p.is_empty() => Path::new(d).join(p),
+        _ => PathBuf::new(),
+    };
+    let args = crate::shim::ShimArgs {
+        id: id.clone(),
+        bundle: bundle.clone(),
+        runtime: rt.binary.clone(),
+        runtime_root: rt.root.clone(),
+        state_dir: shim_dir.clone(),
+        log_path: (!log_path.as_os_str().is_empty()).then_some(log_path.clone()),
+        tty: cfg.tty,
+        stdin: cfg.stdin,
+        stdin_once: cfg.stdin_once,
+    };
+    let exe = inner.exe.clone();
+    let spawned = tokio::task::spawn_blocking(move || crate::shim::spawn(&exe, &args))
+        .await
+        .map_err(|e| Status::internal(format!("shim task failed: {e}")))?
+        .map_err(|e| Status::unknown(format!("failed to create containerd task: {e}")))?;
+    {
+        let (rt, id) = (rt.clone(), id.clone());
+        undo.push(move || {
+            let _ = std::process::Command::new(&rt.binary)
+                .arg("--root")
+                .arg(&rt.root)
+                .args(["delete", "--force", &id])
+                .output();
+        });
+    }
+
+    let rec = ContainerRecord {
+        id: id.clone(),
+        sandbox_id: sandbox.id.clone(),
+        config: encode(&cfg),
+        name,
+        image_ref: image_name,
+        image_id: image.id.to_string(),
+        handler: sandbox.handler.clone(),
+        created_at: crate::state::now_ns(),
+        started_at: 0,
+        finished_at: 0,
+        exit_code: 0,
+        reason: String::new(),
+        message: String::new(),
+        state: ContainerState::Created,
+        log_path: log_path.display().to_string(),
+        bundle,
+        layer_dir,
+        shim_dir,
+        shim_pid: Some(spawned.shim_pid as u32),
+        init_pid: Some(spawned.init_pid as u32),
+    };
+    inner.save_container(&rec)?;
+    undo.disarm();
+    inner.images.acquire(&image.id);
+    super::container_exit::spawn_monitor(inner, &id, spawned.shim_pid as u32);
+    tracing::info!(container = %id, sandbox = %sandbox.id, name = %rec.name, "container created");
+    inner.emit(
+        &id,
+        pb::ContainerEventType::ContainerCreatedEvent,
+        Some(super::pod_sandbox_status::to_status(&sandbox)),
+        vec![super::container_status::to_status(&rec)],
+    );
+    Ok(pb::CreateContainerResponse { container_id: id })
+}

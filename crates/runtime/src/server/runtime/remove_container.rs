@@ -1,0 +1,99 @@
+//! RemoveContainer: a running container is killed first (the CRI contract); then the OCI
+//! runtime's state, the rootfs mount, the writable layer, the name and the record go.
+//! Removing an absent container succeeds.
+
+use super::Inner;
+use crate::state::ContainerState;
+use cri::runtime::v1 as pb;
+use std::time::Duration;
+use tonic::Status;
+
+/// Whether `p` is a mount point (per this process's mountinfo).
+pub(crate) fn is_mounted(p: &std::path::Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = p.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .any(|mp| mp.replace("\\040", " ") == want)
+}
+
+/// Unmounts `p` if something is mounted there (idempotent, for cleanup after crashes).
+pub(crate) fn unmount_if_mounted(p: &std::path::Path) -> Result<(), String> {
+    if is_mounted(p) {
+        crate::image::snapshot::unmount(p).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
+    let rec = match inner.find_container(id) {
+        Ok(r) => r,
+        Err(s) if s.code() == tonic::Code::NotFound => return Ok(()),
+        Err(s) => return Err(s),
+    };
+    if rec.state != ContainerState::Exited {
+        super::stop_container::stop(inner, &rec.id, Duration::ZERO).await?;
+    }
+    if let Ok(rt) = inner.handlers.get(&rec.handler) {
+        rt.delete(&rec.id, true)
+            .await
+            .map_err(|e| Status::unknown(format!("failed to delete container {}: {e}", rec.id)))?;
+    }
+    let dir = rec.bundle.parent().map(|p| p.to_path_buf());
+    let rootfs = rec.bundle.join("rootfs");
+    let layer_dir = rec.layer_dir.clone();
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        if let Some(dir) = &dir {
+            let vols = dir.join("image-volumes");
+            for v in std::fs::read_dir(&vols).into_iter().flatten().flatten() {
+                unmount_if_mounted(&v.path())?;
+            }
+        }
+        unmount_if_mounted(&rootfs)?;
+        for d in dir.iter().chain(std::iter::once(&layer_dir)) {
+            match std::fs::remove_dir_all(d) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(format!("removing {}: {e}", d.display()));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| Status::internal(format!("cleanup task failed: {e}")))?
+    .map_err(|e| Status::internal(format!("removing container {}: {e}", rec.id)))?;
+    inner
+        .container_records
+        .delete(&rec.id)
+        .map_err(|e| Status::internal(e.to_string()))?;
+    inner.containers().remove(&rec.id);
+    inner
+        .names
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .release(&rec.name);
+    if let Ok(img) = rec.image_id.parse() {
+        inner.images.release(&img);
+    }
+    tracing::info!(container = %rec.id, "container removed");
+    let mut status = super::container_status::to_status(&rec);
+    status.state = pb::ContainerState::ContainerExited as i32;
+    inner.emit(
+        &rec.id,
+        pb::ContainerEventType::ContainerDeletedEvent,
+        None,
+        vec![status],
+    );
+    Ok(())
+}
+
+pub async fn remove_container(
+    inner: &Inner,
+    req: pb::RemoveContainerRequest,
+) -> Result<pb::RemoveContainerResponse, Status> {
+    remove(inner, &req.container_id).await?;
+    Ok(pb::RemoveContainerResponse {})
+}

@@ -1,0 +1,173 @@
+//! The daemon's side of starting a shim: a detached `exe shim …` and a wait for its report.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{READY_FD_ENV, SHIM_LOG_FILE, ShimArgs, ShimError, sys};
+
+/// How long [`spawn`] waits for the shim to report the container created.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A shim that reported its container created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnedShim {
+    pub shim_pid: i32,
+    pub init_pid: i32,
+}
+
+/// The one line the shim writes on the readiness pipe.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct ReadyMsg {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shim_pid: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_pid: Option<i32>,
+    /// Set when the create failed (runtime errors are prefixed `create: `).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub create_failed: bool,
+}
+
+/// Starts `exe shim <args>` fully detached and waits until it reports the container
+/// created (returns the pids) or failed (returns the OCI runtime's own error message).
+///
+/// The shim is the grandchild of the caller: the intermediate process exits at once and
+/// is reaped here, the shim runs in a session of its own with stdio on `/dev/null`, so it
+/// survives the caller being killed and the caller never has to reap it. Blocking: call it
+/// from a blocking-capable thread.
+pub fn spawn(exe: &Path, args: &ShimArgs) -> Result<SpawnedShim, ShimError> {
+    std::fs::create_dir_all(&args.state_dir).map_err(|e| {
+        ShimError::io(
+            format!("creating shim state dir {}", args.state_dir.display()),
+            e,
+        )
+    })?;
+    for stale in [
+        super::INIT_PID_FILE,
+        super::EXIT_FILE,
+        super::SOCKET_FILE,
+        super::SHIM_PID_FILE,
+    ] {
+        let _ = std::fs::remove_file(args.state_dir.join(stale));
+    }
+    let (rd, wr) = sys::pipe().map_err(|e| ShimError::io("creating the shim's ready pipe", e))?;
+    let wr_fd = wr.as_raw_fd();
+
+    let mut cmd = Command::new(exe);
+    cmd.arg("shim")
+        .args(args.to_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env(READY_FD_ENV, wr_fd.to_string())
+        .current_dir("/");
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe calls (fork, _exit, setsid, fcntl).
+    unsafe {
+        cmd.pre_exec(move || {
+            match libc::fork() {
+                -1 => return Err(std::io::Error::last_os_error()),
+                0 => {}
+                _ => libc::_exit(0),
+            }
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let flags = libc::fcntl(wr_fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(wr_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ShimError::io(format!("starting {} shim", exe.display()), e))?;
+    drop(wr);
+    // The intermediate process exits right after forking the shim.
+    let _ = child.wait();
+
+    let msg = read_ready(rd, CREATE_TIMEOUT).map_err(|e| {
+        ShimError::Start(format!(
+            "{e}; {}",
+            log_tail(&args.state_dir.join(SHIM_LOG_FILE))
+        ))
+    })?;
+    if let Some(err) = msg.error {
+        return Err(if msg.create_failed {
+            ShimError::Create(err)
+        } else {
+            ShimError::Start(err)
+        });
+    }
+    match (msg.shim_pid, msg.init_pid) {
+        (Some(shim_pid), Some(init_pid)) => {
+            tracing::debug!(
+                container = %args.id,
+                shim_pid,
+                init_pid,
+                "shim reported the container created"
+            );
+            Ok(SpawnedShim { shim_pid, init_pid })
+        }
+        _ => Err(ShimError::Protocol(
+            "shim's ready message lacks its pids".into(),
+        )),
+    }
+}
+
+fn read_ready(rd: OwnedFd, timeout: Duration) -> Result<ReadyMsg, String> {
+    sys::set_nonblocking(rd.as_raw_fd()).map_err(|e| e.to_string())?;
+    let mut file = std::fs::File::from(rd);
+    let deadline = Instant::now() + timeout;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no report from the shim within {}s",
+                timeout.as_secs()
+            ));
+        }
+        let mut pfd = [sys::pollfd(file.as_raw_fd(), libc::POLLIN)];
+        sys::poll(&mut pfd, left.as_millis().min(i32::MAX as u128) as i32)
+            .map_err(|e| format!("waiting for the shim: {e}"))?;
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.contains(&b'\n') {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading the shim's report: {e}")),
+        }
+    }
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    if line.is_empty() {
+        return Err("the shim exited without reporting".into());
+    }
+    serde_json::from_slice(line).map_err(|e| format!("bad report from the shim: {e}"))
+}
+
+/// The last lines of the shim's own log, for error messages.
+fn log_tail(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(5)..];
+            format!("{}: {}", path.display(), tail.join(" | "))
+        }
+        Err(e) => format!("{}: {e}", path.display()),
+    }
+}

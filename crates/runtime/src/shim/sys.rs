@@ -1,0 +1,320 @@
+//! Thin, safe wrappers over the few system calls the shim needs that std does not offer:
+//! pipes, poll, signalfd, subreaper, fd passing, terminal size, and Unix socket paths longer
+//! than `sun_path`.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A pipe whose two ends are close-on-exec: `(read, write)`.
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid two-element array for pipe2 to fill.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor has no memory-safety requirements.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) })?;
+    Ok(())
+}
+
+pub(crate) fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: as above.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    let flags = if on {
+        flags | libc::FD_CLOEXEC
+    } else {
+        flags & !libc::FD_CLOEXEC
+    };
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, flags) })?;
+    Ok(())
+}
+
+/// `read(2)` on a raw descriptor, retrying on EINTR.
+pub(crate) fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// `write(2)` on a raw descriptor, retrying on EINTR.
+pub(crate) fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// `poll(2)`, retrying on EINTR. `timeout_ms < 0` waits forever.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    loop {
+        // SAFETY: `fds` is a valid slice of pollfd structures.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+pub(crate) fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// Blocks SIGCHLD for this (single-threaded) process and returns a non-blocking signalfd
+/// that becomes readable when a child changes state.
+pub(crate) fn sigchld_fd() -> io::Result<OwnedFd> {
+    // SAFETY: sigset_t is plain data; the calls only read/write the local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        cvt(libc::sigprocmask(
+            libc::SIG_BLOCK,
+            &set,
+            std::ptr::null_mut(),
+        ))?;
+        let fd = cvt(libc::signalfd(
+            -1,
+            &set,
+            libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
+        ))?;
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Empties a signalfd (its content is not needed: the caller reaps with waitpid).
+pub(crate) fn drain_signalfd(fd: RawFd) {
+    let mut buf = [0u8; std::mem::size_of::<libc::signalfd_siginfo>() * 4];
+    while matches!(read(fd, &mut buf), Ok(n) if n > 0) {}
+}
+
+pub(crate) fn ignore_sigpipe() {
+    // SAFETY: installing SIG_IGN has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants (the container's init, whose
+/// parent `runc create` exits, is re-parented here).
+pub(crate) fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })?;
+    Ok(())
+}
+
+/// Receives one file descriptor sent with SCM_RIGHTS (runc's `--console-socket` protocol:
+/// the payload is the terminal's name, the ancillary data the pty master).
+pub(crate) fn recv_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
+    let mut data = [0u8; 4096];
+    // Room for one cmsghdr carrying up to 4 fds (runc sends one; extras are closed).
+    let mut cmsg = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain data; every pointer in it refers to live local buffers.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cmsg.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
+        let n = loop {
+            let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n >= 0 {
+                break n;
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        };
+        let mut received: Vec<OwnedFd> = Vec::new();
+        let mut hdr = libc::CMSG_FIRSTHDR(&msg);
+        while !hdr.is_null() {
+            if (*hdr).cmsg_level == libc::SOL_SOCKET && (*hdr).cmsg_type == libc::SCM_RIGHTS {
+                let payload = (*hdr).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let count = payload / std::mem::size_of::<libc::c_int>();
+                let ptr = libc::CMSG_DATA(hdr) as *const libc::c_int;
+                for i in 0..count {
+                    received.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(ptr.add(i))));
+                }
+            }
+            hdr = libc::CMSG_NXTHDR(&msg, hdr);
+        }
+        if received.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("console socket message ({n} bytes) carried no file descriptor"),
+            ));
+        }
+        Ok(received.swap_remove(0))
+    }
+}
+
+/// Sets the window size of a terminal (`TIOCSWINSZ`).
+pub(crate) fn set_winsize(fd: RawFd, width: u16, height: u16) -> io::Result<()> {
+    let ws = libc::winsize {
+        ws_row: height,
+        ws_col: width,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a winsize structure, which `ws` is.
+    cvt(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) })?;
+    Ok(())
+}
+
+/// The longest path `sockaddr_un` holds (108 bytes including the terminating NUL).
+const SUN_PATH_MAX: usize = 107;
+
+/// Runs `f` with a path naming the same file as `path` but short enough for `sockaddr_un`:
+/// the path itself when it fits, else `/proc/self/fd/<dirfd>/<name>` through an `O_PATH`
+/// descriptor of the parent directory (which lives as long as `f` runs).
+fn with_socket_path<T>(path: &Path, f: impl FnOnce(&Path) -> io::Result<T>) -> io::Result<T> {
+    if path.as_os_str().len() <= SUN_PATH_MAX {
+        return f(path);
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return f(path);
+    };
+    let dir = File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)?;
+    let mut short = OsString::from(format!("/proc/self/fd/{}/", dir.as_raw_fd())).into_vec();
+    short.extend_from_slice(name.as_bytes());
+    let short = PathBuf::from(OsString::from_vec(short));
+    f(&short)
+}
+
+pub(crate) fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    with_socket_path(path, |p| UnixListener::bind(p))
+}
+
+pub(crate) fn connect_unix(path: &Path) -> io::Result<UnixStream> {
+    with_socket_path(path, |p| UnixStream::connect(p))
+}
+
+/// The number of threads of this process (0 when unknown).
+pub(crate) fn thread_count() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Whether `pid` names a live (not zombie) process.
+pub(crate) fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the parenthesised command name, which may itself hold ") ".
+    match stat.rfind(')') {
+        Some(i) => !matches!(
+            stat[i + 1..].trim_start().chars().next(),
+            Some('Z' | 'X') | None
+        ),
+        None => false,
+    }
+}
+
+/// Drops this process's page-table entries for its read-only file mappings that hold no
+/// private copy of any page (program and library text, read-only data; not the relocated
+/// RELRO pages, which are private copies). The pages stay in the page cache, shared with
+/// every process that maps them, and read back unchanged from the file when touched again:
+/// nothing is lost, and an idle shim's RSS is what its loop uses rather than everything
+/// that start-up and the kernel's fault-around mapped.
+pub(crate) fn trim_file_rss() {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return;
+    };
+    let mut candidates: Vec<(usize, usize)> = Vec::new();
+    let mut current: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let Some(first) = f.next() else {
+            continue;
+        };
+        if let Some((start, end)) = first.split_once('-') {
+            // A mapping header: "start-end perms offset dev inode [path]".
+            current = None;
+            let perms = f.next().unwrap_or("");
+            let path = f.nth(3).unwrap_or("");
+            let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            ) else {
+                continue;
+            };
+            if perms.starts_with('r')
+                && !perms.contains('w')
+                && perms.ends_with('p')
+                && path.starts_with('/')
+            {
+                current = Some((start, end));
+            }
+        } else if first == "Anonymous:"
+            && let Some(range) = current.take()
+            && f.next() == Some("0")
+        {
+            candidates.push(range);
+        }
+    }
+    for (start, end) in candidates {
+        // SAFETY: the range is a private, read-only file mapping of this process without
+        // any anonymous (copied-on-write) page; MADV_DONTNEED only drops page-table
+        // entries, and every page reads back unchanged from the file on the next access.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+        }
+    }
+}
