@@ -713,3 +713,118 @@ async fn bad_requests_get_clear_errors_and_leave_nothing_behind() {
     n.stop_and_remove_sandbox(&sb).await;
     assert!(mounts_under(n.rt.dir.path()).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_resource_updates_and_log_rotation() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let sb_cfg = n.sandbox_config("busy");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let id = n
+        .create(
+            &sb,
+            &sb_cfg,
+            n.container_config(
+                "ticker",
+                &["sh", "-c", "while :; do echo tick; i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; sleep 0.1; done"],
+            ),
+        )
+        .await
+        .unwrap();
+    n.start(&id).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut r = n.c.runtime.clone();
+    let st = r
+        .container_stats(pb::ContainerStatsRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    let cpu = st.cpu.unwrap().usage_core_nano_seconds.unwrap().value;
+    let ws = st.memory.unwrap().working_set_bytes.unwrap().value;
+    assert!(cpu > 0 && ws > 0, "cpu {cpu} ns, working set {ws} bytes");
+    assert!(st.writable_layer.unwrap().inodes_used.is_some());
+
+    // Pod stats: the pod's eth0 counters from inside its network namespace.
+    let _ = n
+        .exec(&id, &["ping", "-c", "1", "-W", "1", GATEWAY], 5)
+        .await;
+    let ps = r
+        .pod_sandbox_stats(pb::PodSandboxStatsRequest {
+            pod_sandbox_id: sb.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    let linux = ps.linux.unwrap();
+    let eth0 = linux
+        .network
+        .unwrap()
+        .default_interface
+        .expect("eth0 counters");
+    assert!(eth0.tx_bytes.unwrap().value > 0);
+    assert_eq!(linux.containers.len(), 1);
+    let listed = r
+        .list_container_stats(pb::ListContainerStatsRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats;
+    assert_eq!(listed.len(), 1);
+
+    // UpdateContainerResources reaches the container's cgroup.
+    r.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: 64 << 20,
+            cpu_shares: 256,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let h = nodus_cgroups_dir(&format!("{}/{id}", n.cgroup.path()));
+    let limit = std::fs::read_to_string(h.join("memory.limit_in_bytes"))
+        .or_else(|_| std::fs::read_to_string(h.join("memory.max")))
+        .unwrap();
+    assert_eq!(limit.trim(), (64u64 << 20).to_string());
+
+    // Log rotation: rename, reopen, new lines land in a fresh file.
+    let log = n.logs.path().join("busy").join("ticker.log");
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    r.reopen_container_log(pb::ReopenContainerLogRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    let mut fresh = String::new();
+    for _ in 0..50 {
+        fresh = std::fs::read_to_string(&log).unwrap_or_default();
+        if fresh.contains("tick") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(fresh.contains("stdout F tick"), "{fresh:?}");
+    assert!(std::fs::read_to_string(&rotated).unwrap().contains("tick"));
+    n.stop_and_remove_sandbox(&sb).await;
+}
+
+/// The memory cgroup directory of a cgroup path, v1 or v2.
+fn nodus_cgroups_dir(path: &str) -> PathBuf {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        root.join(path.trim_start_matches('/'))
+    } else {
+        root.join("memory").join(path.trim_start_matches('/'))
+    }
+}

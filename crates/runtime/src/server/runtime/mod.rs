@@ -12,11 +12,15 @@ mod list_pod_sandbox;
 mod pod_sandbox_status;
 mod remove_container;
 mod remove_pod_sandbox;
+mod reopen_container_log;
 mod run_pod_sandbox;
 mod start_container;
+mod stats;
 mod status;
 mod stop_container;
 mod stop_pod_sandbox;
+mod update_container_resources;
+mod update_runtime_config;
 mod version;
 
 use crate::image::manager::ImageManager;
@@ -41,6 +45,7 @@ pub struct Inner {
     pub containers: Mutex<HashMap<String, ContainerRecord>>,
     pub names: Mutex<Names>,
     pub cni: crate::sandbox::cni::Cni,
+    pub cpu_samples: stats::CpuSamples,
     /// The nodus binary, run as `nodus shim` for each container.
     pub exe: PathBuf,
     /// The GetContainerEvents feed (the kubelet's evented PLEG).
@@ -109,6 +114,7 @@ impl Inner {
             containers: Mutex::new(containers),
             names: Mutex::new(names),
             cni,
+            cpu_samples: Default::default(),
             exe,
             events,
         })
@@ -335,6 +341,80 @@ impl pb::runtime_service_server::RuntimeService for RuntimeService {
     ) -> Result<Response<pb::RemoveContainerResponse>, Status> {
         remove_container::remove_container(&self.inner, req.into_inner())
             .await
+            .map(Response::new)
+    }
+
+    async fn update_container_resources(
+        &self,
+        req: Request<pb::UpdateContainerResourcesRequest>,
+    ) -> Result<Response<pb::UpdateContainerResourcesResponse>, Status> {
+        update_container_resources::update_container_resources(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn reopen_container_log(
+        &self,
+        req: Request<pb::ReopenContainerLogRequest>,
+    ) -> Result<Response<pb::ReopenContainerLogResponse>, Status> {
+        reopen_container_log::reopen_container_log(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn update_runtime_config(
+        &self,
+        req: Request<pb::UpdateRuntimeConfigRequest>,
+    ) -> Result<Response<pb::UpdateRuntimeConfigResponse>, Status> {
+        update_runtime_config::update_runtime_config(&self.inner, req.into_inner())
+            .map(Response::new)
+    }
+
+    async fn container_stats(
+        &self,
+        req: Request<pb::ContainerStatsRequest>,
+    ) -> Result<Response<pb::ContainerStatsResponse>, Status> {
+        let inner = Arc::clone(&self.inner);
+        let req = req.into_inner();
+        tokio::task::spawn_blocking(move || stats::container_stats(&inner, req))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map(Response::new)
+    }
+
+    async fn list_container_stats(
+        &self,
+        req: Request<pb::ListContainerStatsRequest>,
+    ) -> Result<Response<pb::ListContainerStatsResponse>, Status> {
+        let inner = Arc::clone(&self.inner);
+        let req = req.into_inner();
+        tokio::task::spawn_blocking(move || stats::list_container_stats(&inner, req))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map(Response::new)
+    }
+
+    async fn pod_sandbox_stats(
+        &self,
+        req: Request<pb::PodSandboxStatsRequest>,
+    ) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
+        let inner = Arc::clone(&self.inner);
+        let req = req.into_inner();
+        tokio::task::spawn_blocking(move || stats::pod_sandbox_stats(&inner, req))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map(Response::new)
+    }
+
+    async fn list_pod_sandbox_stats(
+        &self,
+        req: Request<pb::ListPodSandboxStatsRequest>,
+    ) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
+        let inner = Arc::clone(&self.inner);
+        let req = req.into_inner();
+        tokio::task::spawn_blocking(move || stats::list_pod_sandbox_stats(&inner, req))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
             .map(Response::new)
     }
 

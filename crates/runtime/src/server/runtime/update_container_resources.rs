@@ -1,0 +1,80 @@
+//! UpdateContainerResources: new limits applied to the running container's cgroup with
+//! `runc update`, and kept in the record so status and a restart see them.
+
+use super::Inner;
+use crate::state::ContainerState;
+use cri::runtime::v1 as pb;
+use tonic::Status;
+
+/// The OCI `LinuxResources` JSON `runc update --resources` reads.
+fn oci_resources(r: &pb::LinuxContainerResources) -> serde_json::Value {
+    let mut cpu = serde_json::Map::new();
+    if r.cpu_shares > 0 {
+        cpu.insert("shares".into(), r.cpu_shares.into());
+    }
+    if r.cpu_quota != 0 {
+        cpu.insert("quota".into(), r.cpu_quota.into());
+    }
+    if r.cpu_period > 0 {
+        cpu.insert("period".into(), r.cpu_period.into());
+    }
+    if !r.cpuset_cpus.is_empty() {
+        cpu.insert("cpus".into(), r.cpuset_cpus.clone().into());
+    }
+    if !r.cpuset_mems.is_empty() {
+        cpu.insert("mems".into(), r.cpuset_mems.clone().into());
+    }
+    let mut out = serde_json::json!({ "cpu": cpu });
+    if r.memory_limit_in_bytes > 0 {
+        out["memory"] = serde_json::json!({ "limit": r.memory_limit_in_bytes });
+    }
+    if !r.unified.is_empty() {
+        out["unified"] = serde_json::json!(r.unified);
+    }
+    out
+}
+
+pub async fn update_container_resources(
+    inner: &Inner,
+    req: pb::UpdateContainerResourcesRequest,
+) -> Result<pb::UpdateContainerResourcesResponse, Status> {
+    let mut rec = inner.find_container(&req.container_id)?;
+    let Some(res) = req.linux else {
+        return Ok(pb::UpdateContainerResourcesResponse {});
+    };
+    if matches!(rec.state, ContainerState::Created | ContainerState::Running) {
+        let rt = inner
+            .handlers
+            .get(&rec.handler)
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let path = rec.bundle.join("resources.json");
+        std::fs::write(&path, oci_resources(&res).to_string())
+            .map_err(|e| Status::internal(format!("writing {}: {e}", path.display())))?;
+        rt.update(&rec.id, &path).await.map_err(|e| {
+            Status::unknown(format!("failed to update resources of {}: {e}", rec.id))
+        })?;
+    }
+    let mut cfg = rec.config();
+    cfg.linux.get_or_insert_with(Default::default).resources = Some(res);
+    rec.config = crate::state::encode(&cfg);
+    inner.save_container(&rec)?;
+    Ok(pb::UpdateContainerResourcesResponse {})
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn resources_map_to_oci_names() {
+        let r = cri::runtime::v1::LinuxContainerResources {
+            cpu_shares: 512,
+            cpu_quota: 50_000,
+            cpu_period: 100_000,
+            memory_limit_in_bytes: 64 << 20,
+            ..Default::default()
+        };
+        let v = super::oci_resources(&r);
+        assert_eq!(v["cpu"]["shares"], 512);
+        assert_eq!(v["cpu"]["quota"], 50_000);
+        assert_eq!(v["memory"]["limit"], 64 << 20);
+    }
+}
