@@ -45,9 +45,30 @@ fn quote(p: &Path) -> String {
     toml::Value::String(p.to_string_lossy().into_owned()).to_string()
 }
 
+/// Where a test containerd runs and what its CRI plugin uses.
+#[derive(Default)]
+pub struct ContainerdOptions<'a> {
+    /// The CRI registry `config_path` (certs.d layout).
+    pub certs_d: Option<&'a Path>,
+    /// Run it inside this network namespace (a test node), keeping the mount namespace.
+    pub netns: Option<&'a crate::Netns>,
+    /// CNI plugin and configuration directories (defaults: empty dirs of its own).
+    pub cni_bin_dir: Option<&'a Path>,
+    pub cni_conf_dir: Option<&'a Path>,
+}
+
 impl Containerd {
     /// Starts containerd; `certs_d` becomes the CRI registry `config_path`.
     pub fn start(certs_d: Option<&Path>) -> Result<Containerd> {
+        Self::start_with(ContainerdOptions {
+            certs_d,
+            ..Default::default()
+        })
+    }
+
+    /// Starts containerd with `opts`.
+    pub fn start_with(opts: ContainerdOptions<'_>) -> Result<Containerd> {
+        let certs_d = opts.certs_d;
         let dir = tempfile::Builder::new()
             .prefix("testkit-containerd-")
             .tempdir()?;
@@ -84,6 +105,9 @@ disabled_plugins = [
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   sandbox_image = "registry.k8s.io/pause:3.8"
+  # This machine kind cannot lower oom_score_adj (no CAP_SYS_RESOURCE in the bounding
+  # set); without this, runc fails on containerd's -998 for sandboxes.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -97,13 +121,16 @@ disabled_plugins = [
             sock = quote(&d.join("containerd.sock")),
             ttrpc = quote(&d.join("containerd.sock.ttrpc")),
             opt = quote(&d.join("opt")),
-            cni_bin = quote(&d.join("cni/bin")),
-            cni_conf = quote(&d.join("cni/conf.d")),
+            cni_bin = quote(opts.cni_bin_dir.unwrap_or(&d.join("cni/bin"))),
+            cni_conf = quote(opts.cni_conf_dir.unwrap_or(&d.join("cni/conf.d"))),
             certs = quote(certs_d.unwrap_or(Path::new(""))),
         );
         let config_path = d.join("config.toml");
         std::fs::write(&config_path, config)?;
-        let mut cmd = Command::new(CONTAINERD_BIN);
+        let mut cmd = match opts.netns {
+            Some(ns) => ns.command(CONTAINERD_BIN)?,
+            None => Command::new(CONTAINERD_BIN),
+        };
         cmd.arg("--config").arg(&config_path);
         let mut daemon = Daemon::spawn(
             "containerd",

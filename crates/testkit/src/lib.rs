@@ -35,7 +35,7 @@ pub mod registry;
 mod http_server;
 
 pub use certs_d::{CertsD, HostEntry};
-pub use containerd::Containerd;
+pub use containerd::{Containerd, ContainerdOptions};
 pub use faulty_proxy::{Fault, FaultRule, FaultTarget, FaultyProxy};
 pub use image::{Compression, Entry, Image, ImageIndex, Layer, LayerBuilder, ManifestFormat};
 pub use netns::{CgroupParent, Netns};

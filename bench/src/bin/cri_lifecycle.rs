@@ -1,0 +1,514 @@
+//! The CRI pod lifecycle, nodus vs containerd, with the same client on the same machine in
+//! the same run: RunPodSandbox; CreateContainer + StartContainer; StopContainer +
+//! RemoveContainer; StopPodSandbox + RemovePodSandbox — for 1 pod (repeated), 50 pods in a
+//! row and 50 in parallel, p50/p99 per phase; and memory at 50 running containers: the
+//! daemon's RSS growth plus every per-pod process (shims, and containerd's pause
+//! containers), as PSS.
+//!
+//! Each runtime is a test node in its own network namespace and cgroup parent, with the
+//! real CNI bridge plugin; images are imported from OCI archives (no registry needed).
+
+use anyhow::{Context, Result, bail};
+use cri::runtime::v1 as pb;
+use nodus_crictl::Clients;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testkit::daemon::Daemon;
+use testkit::{CgroupParent, Containerd, ContainerdOptions, Netns};
+
+/// Pods in the "50" modes; `BENCH_PODS` overrides it for a quick smoke run.
+fn pod_count() -> usize {
+    std::env::var("BENCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50)
+}
+const SINGLE_RUNS: usize = 10;
+const PHASES: [&str; 4] = [
+    "RunPodSandbox",
+    "Create+StartContainer",
+    "Stop+RemoveContainer",
+    "StopPodSandbox+RemovePodSandbox",
+];
+
+fn conflist(data_dir: &Path) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"bench","plugins":[{{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":true,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.98.0.0/16"}}]],"dataDir":"{}"}}}},{{"type":"portmap","capabilities":{{"portMappings":true}}}}]}}"#,
+        data_dir.display()
+    )
+}
+
+/// A runtime under test with everything it needs kept alive.
+struct Target {
+    name: String,
+    c: Clients,
+    daemon_pid: u32,
+    /// Matches the per-pod processes of this runtime (shims, pause), by /proc cmdline.
+    per_pod: Box<dyn Fn(&str) -> bool>,
+    cgroup: CgroupParent,
+    logs: PathBuf,
+    _keep: Vec<Box<dyn std::any::Any>>,
+}
+
+fn write_archives(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let busybox = dir.join("busybox.tar");
+    testkit::image::busybox().write_oci_archive(&busybox, "docker.io/library/busybox:latest")?;
+    let pause = dir.join("pause.tar");
+    testkit::image::busybox_builder()
+        .entrypoint(["/bin/sleep", "inf"])
+        .build()?
+        .write_oci_archive(&pause, "registry.k8s.io/pause:3.8")?;
+    Ok((busybox, pause))
+}
+
+async fn nodus(bin: &Path) -> Result<Target> {
+    let netns = Netns::new("nodus-bench")?;
+    let dir = tempfile::Builder::new().prefix("bench-nodus-").tempdir()?;
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("net.d"))?;
+    std::fs::write(d.join("net.d/10-bench.conflist"), conflist(&d.join("ipam")))?;
+    std::fs::write(
+        d.join("runtime.toml"),
+        format!(
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+            d.join("net.d").display()
+        ),
+    )?;
+    let (busybox, _) = write_archives(d)?;
+    let out = Command::new(bin)
+        .args(["runtime", "import"])
+        .arg(&busybox)
+        .arg("--root-dir")
+        .arg(d.join("root"))
+        .output()?;
+    if !out.status.success() {
+        bail!("import: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let sock = d.join("nodus.sock");
+    let mut cmd = netns.command(bin)?;
+    cmd.arg("runtime")
+        .arg("--listen")
+        .arg(&sock)
+        .arg("--root-dir")
+        .arg(d.join("root"))
+        .arg("--state-dir")
+        .arg(d.join("state"))
+        .arg("--config")
+        .arg(d.join("runtime.toml"))
+        .env("NODUS_LOG", "warn");
+    let mut daemon = Daemon::spawn(
+        "nodus-runtime",
+        cmd,
+        &d.join("log"),
+        Duration::from_secs(10),
+    )?;
+    daemon.wait_ready(Duration::from_secs(30), || {
+        std::os::unix::net::UnixStream::connect(&sock).is_ok()
+    })?;
+    let c = nodus_crictl::connect(
+        &format!("unix://{}", sock.display()),
+        None,
+        Duration::from_secs(10),
+    )
+    .await?;
+    let state = d.join("state").display().to_string();
+    Ok(Target {
+        name: "nodus runtime".into(),
+        c,
+        daemon_pid: daemon.pid(),
+        per_pod: Box::new(move |cmdline| cmdline.contains(" shim ") && cmdline.contains(&state)),
+        cgroup: CgroupParent::new("nodus-bench"),
+        logs: d.join("logs"),
+        _keep: vec![Box::new(daemon), Box::new(dir), Box::new(netns)],
+    })
+}
+
+async fn containerd() -> Result<Target> {
+    let netns = Netns::new("ctrd-bench")?;
+    let dir = tempfile::Builder::new().prefix("bench-ctrd-").tempdir()?;
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("net.d"))?;
+    std::fs::write(d.join("net.d/10-bench.conflist"), conflist(&d.join("ipam")))?;
+    let ctrd = Containerd::start_with(ContainerdOptions {
+        netns: Some(&netns),
+        cni_bin_dir: Some(Path::new("/usr/lib/cni")),
+        cni_conf_dir: Some(&d.join("net.d")),
+        ..Default::default()
+    })?;
+    let (busybox, pause) = write_archives(d)?;
+    for a in [&busybox, &pause] {
+        let out = ctrd
+            .ctr(["-n", "k8s.io", "images", "import"])
+            .arg(a)
+            .output()?;
+        if !out.status.success() {
+            bail!("ctr import: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let c = nodus_crictl::connect(&ctrd.endpoint(), None, Duration::from_secs(10)).await?;
+    let sock = ctrd.socket().display().to_string();
+    let version = Command::new("containerd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .nth(2)
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    // containerd-shim-runc-v2 processes of this containerd, and the pause processes (the
+    // sandbox containers), which the app containers ("sleep 3600") are not.
+    Ok(Target {
+        name: format!("containerd {version}"),
+        c,
+        daemon_pid: ctrd.pid(),
+        per_pod: Box::new(move |cmdline| {
+            (cmdline.contains("containerd-shim") && cmdline.contains(&sock))
+                || cmdline.starts_with("/bin/sleep inf")
+        }),
+        cgroup: CgroupParent::new("ctrd-bench"),
+        logs: d.join("logs"),
+        _keep: vec![Box::new(ctrd), Box::new(dir), Box::new(netns)],
+    })
+}
+
+fn sandbox_config(t: &Target, i: usize, tag: &str) -> pb::PodSandboxConfig {
+    let name = format!("{tag}-{i}");
+    let log_dir = t.logs.join(&name);
+    let _ = std::fs::create_dir_all(&log_dir);
+    pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: name.clone(),
+            uid: format!("uid-{name}"),
+            namespace: "bench".into(),
+            attempt: 0,
+        }),
+        hostname: name,
+        log_directory: log_dir.display().to_string(),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            cgroup_parent: t.cgroup.path(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn container_config() -> pb::ContainerConfig {
+    pb::ContainerConfig {
+        metadata: Some(pb::ContainerMetadata {
+            name: "app".into(),
+            attempt: 0,
+        }),
+        image: Some(pb::ImageSpec {
+            image: "docker.io/library/busybox:latest".into(),
+            ..Default::default()
+        }),
+        command: vec!["sleep".into(), "3600".into()],
+        log_path: "app.log".into(),
+        ..Default::default()
+    }
+}
+
+#[derive(Default)]
+struct Pod {
+    sandbox: String,
+    container: String,
+    cfg: pb::PodSandboxConfig,
+}
+
+async fn phase(c: &Clients, p: usize, pod: &mut Pod) -> Result<Duration> {
+    let mut r = c.runtime.clone();
+    let t0 = Instant::now();
+    match p {
+        0 => {
+            pod.sandbox = r
+                .run_pod_sandbox(pb::RunPodSandboxRequest {
+                    config: Some(pod.cfg.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .context("RunPodSandbox")?
+                .into_inner()
+                .pod_sandbox_id;
+        }
+        1 => {
+            pod.container = r
+                .create_container(pb::CreateContainerRequest {
+                    pod_sandbox_id: pod.sandbox.clone(),
+                    config: Some(container_config()),
+                    sandbox_config: Some(pod.cfg.clone()),
+                })
+                .await
+                .context("CreateContainer")?
+                .into_inner()
+                .container_id;
+            r.start_container(pb::StartContainerRequest {
+                container_id: pod.container.clone(),
+            })
+            .await
+            .context("StartContainer")?;
+        }
+        2 => {
+            r.stop_container(pb::StopContainerRequest {
+                container_id: pod.container.clone(),
+                timeout: 0,
+            })
+            .await
+            .context("StopContainer")?;
+            r.remove_container(pb::RemoveContainerRequest {
+                container_id: pod.container.clone(),
+            })
+            .await
+            .context("RemoveContainer")?;
+        }
+        _ => {
+            r.stop_pod_sandbox(pb::StopPodSandboxRequest {
+                pod_sandbox_id: pod.sandbox.clone(),
+            })
+            .await
+            .context("StopPodSandbox")?;
+            r.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+                pod_sandbox_id: pod.sandbox.clone(),
+            })
+            .await
+            .context("RemovePodSandbox")?;
+        }
+    }
+    Ok(t0.elapsed())
+}
+
+fn kib(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    kib(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default(),
+        "VmRSS:",
+    )
+}
+
+/// (count, sum of PSS KiB, sum of RSS KiB) of the runtime's per-pod processes.
+fn per_pod_memory(t: &Target) -> (usize, u64, u64) {
+    let mut n = 0;
+    let (mut pss, mut rss) = (0, 0);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        if cmdline.is_empty() || !(t.per_pod)(&cmdline) {
+            continue;
+        }
+        n += 1;
+        if std::env::var_os("BENCH_VERBOSE").is_some() {
+            eprintln!("per-pod process {pid}: {cmdline}");
+        }
+        pss += kib(
+            &std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default(),
+            "Pss:",
+        );
+        rss += rss_kib(pid);
+    }
+    (n, pss, rss)
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let idx = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[idx.min(v.len() - 1)]
+}
+
+struct Results {
+    /// mode → phase → samples (ms)
+    lat: HashMap<&'static str, Vec<Vec<f64>>>,
+    daemon_idle_kib: u64,
+    daemon_50_kib: u64,
+    per_pod: (usize, u64, u64),
+}
+
+async fn measure(t: &Target) -> Result<Results> {
+    let mut lat: HashMap<&'static str, Vec<Vec<f64>>> = HashMap::new();
+    // Warm-up cycle (first-use costs: CNI bridge creation, image metadata caches).
+    let mut warm = Pod {
+        cfg: sandbox_config(t, 0, "warm"),
+        ..Default::default()
+    };
+    for p in 0..4 {
+        phase(&t.c, p, &mut warm).await?;
+    }
+    // One pod at a time, repeated.
+    let mut single = vec![Vec::new(); 4];
+    for i in 0..SINGLE_RUNS {
+        let mut pod = Pod {
+            cfg: sandbox_config(t, i, "single"),
+            ..Default::default()
+        };
+        for (p, samples) in single.iter_mut().enumerate() {
+            samples.push(phase(&t.c, p, &mut pod).await?.as_secs_f64() * 1e3);
+        }
+    }
+    lat.insert("1 pod", single);
+    // 50 in a row: each phase for every pod, one after the other.
+    let daemon_idle_kib = rss_kib(t.daemon_pid);
+    let mut pods: Vec<Pod> = (0..pod_count())
+        .map(|i| Pod {
+            cfg: sandbox_config(t, i, "row"),
+            ..Default::default()
+        })
+        .collect();
+    let mut row = vec![Vec::new(); 4];
+    let mut daemon_50_kib = 0;
+    let mut per_pod = (0, 0, 0);
+    for (p, samples) in row.iter_mut().enumerate() {
+        for pod in pods.iter_mut() {
+            samples.push(phase(&t.c, p, pod).await?.as_secs_f64() * 1e3);
+        }
+        if p == 1 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            daemon_50_kib = rss_kib(t.daemon_pid);
+            per_pod = per_pod_memory(t);
+        }
+    }
+    lat.insert("50 in a row", row);
+    // 50 in parallel: each phase for all pods at once.
+    let mut pods: Vec<Pod> = (0..pod_count())
+        .map(|i| Pod {
+            cfg: sandbox_config(t, i, "par"),
+            ..Default::default()
+        })
+        .collect();
+    let mut par = vec![Vec::new(); 4];
+    for (p, samples) in par.iter_mut().enumerate() {
+        let futs = pods.iter_mut().map(|pod| {
+            let c = t.c.clone();
+            async move { phase(&c, p, pod).await }
+        });
+        for r in futures::future::join_all(futs).await {
+            samples.push(r?.as_secs_f64() * 1e3);
+        }
+    }
+    lat.insert("50 in parallel", par);
+    Ok(Results {
+        lat,
+        daemon_idle_kib,
+        daemon_50_kib,
+        per_pod,
+    })
+}
+
+fn write_section(path: &Path, body: &str) -> Result<()> {
+    const START: &str = "<!-- bench:cri-lifecycle:start -->";
+    const END: &str = "<!-- bench:cri-lifecycle:end -->";
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let section = format!("{START}\n{body}{END}");
+    let new = match (old.find(START), old.find(END)) {
+        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &old[..a], &old[b + END.len()..]),
+        _ => format!("{old}\n## CRI pod lifecycle (`bash bench/cri-lifecycle.sh`)\n\n{section}\n"),
+    };
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let mut write: Option<PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--write" => write = Some(args.next().context("--write FILE")?.into()),
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    let bin =
+        PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
+    let pods = pod_count();
+    let mut results = Vec::new();
+    for which in ["nodus", "containerd"] {
+        let t = if which == "nodus" {
+            nodus(&bin).await?
+        } else {
+            containerd().await?
+        };
+        eprintln!("measuring {}", t.name);
+        let r = measure(&t)
+            .await
+            .with_context(|| format!("measuring {}", t.name))?;
+        results.push((t.name.clone(), r));
+        drop(t);
+    }
+    let mut body = format!(
+        "Same Rust CRI client for both; each runtime in its own network namespace with the CNI \
+         bridge + host-local + portmap plugins, runc {}, busybox `sleep 3600` containers; \
+         containerd's sandboxes use a pause image (`sleep inf`) imported offline. Latency \
+         per phase in milliseconds (p50 / p99); {SINGLE_RUNS} single-pod cycles, then {pods} \
+         pods phase by phase in a row and in parallel. {} cores.\n\n\
+         | mode | phase | nodus p50 | nodus p99 | containerd p50 | containerd p99 | nodus/containerd p50 |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+        Command::new("runc")
+            .arg("--version")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .nth(2)
+                .map(str::to_string))
+            .unwrap_or_default(),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    let (n, c) = (&results[0].1, &results[1].1);
+    for mode in ["1 pod", "50 in a row", "50 in parallel"] {
+        for (p, name) in PHASES.iter().enumerate() {
+            let mut a = n.lat[mode][p].clone();
+            let mut b = c.lat[mode][p].clone();
+            let (a50, a99, b50, b99) = (
+                pct(&mut a, 50.0),
+                pct(&mut a, 99.0),
+                pct(&mut b, 50.0),
+                pct(&mut b, 99.0),
+            );
+            body.push_str(&format!(
+                "| {mode} | {name} | {a50:.1} | {a99:.1} | {b50:.1} | {b99:.1} | {:.2}× |\n",
+                a50 / b50
+            ));
+        }
+    }
+    body.push_str(&format!(
+        "\nMemory at {pods} running containers (one per pod):\n\n\
+         | runtime | daemon RSS idle → at {pods} | per-pod processes | their PSS (sum) | their RSS (sum) | overhead per container (Δdaemon RSS + per-pod PSS) / {pods} |\n\
+         | --- | --- | --- | --- | --- | --- |\n"
+    ));
+    for (name, r) in &results {
+        let (count, pss, rss) = r.per_pod;
+        let per = (r.daemon_50_kib.saturating_sub(r.daemon_idle_kib) + pss) as f64 / pods as f64;
+        body.push_str(&format!(
+            "| {name} | {:.1} → {:.1} MiB | {count} | {:.1} MiB | {:.1} MiB | {:.0} KiB |\n",
+            r.daemon_idle_kib as f64 / 1024.0,
+            r.daemon_50_kib as f64 / 1024.0,
+            pss as f64 / 1024.0,
+            rss as f64 / 1024.0,
+            per
+        ));
+    }
+    println!("{body}");
+    if let Some(p) = write {
+        write_section(&p, &body)?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
