@@ -84,6 +84,16 @@ pub fn busybox() -> Image {
     busybox_builder().build().expect("build busybox image")
 }
 
+/// A sandbox ("pause") image for containerd's CRI, which runs one per pod: busybox whose
+/// entrypoint sleeps forever. Import it as `registry.k8s.io/pause:3.8` (testkit's containerd
+/// config names that tag) since the real one cannot be pulled offline.
+pub fn pause() -> Image {
+    busybox_builder()
+        .entrypoint(["/bin/sleep", "inf"])
+        .build()
+        .expect("build pause image")
+}
+
 /// The busybox image with `config.User` = `user` (`"1000"`, `"app"`, `"1000:1000"`, ...).
 pub fn busybox_with_user(user: &str) -> Image {
     busybox_builder()

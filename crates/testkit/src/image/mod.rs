@@ -21,7 +21,7 @@ pub mod malicious;
 pub mod manifest;
 pub mod whiteout;
 
-pub use busybox::{busybox, busybox_builder, busybox_multiplatform, busybox_with_user};
+pub use busybox::{busybox, busybox_builder, busybox_multiplatform, busybox_with_user, pause};
 pub use large::{large_image, large_image_builder};
 pub use layer::{Compression, Entry, EntryKind, Layer, LayerBuilder};
 pub use layout::OciLayout;
