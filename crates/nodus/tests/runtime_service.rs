@@ -828,3 +828,57 @@ fn nodus_cgroups_dir(path: &str) -> PathBuf {
         root.join("memory").join(path.trim_start_matches('/'))
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn security_context_mounts_and_image_volumes() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let sb_cfg = n.sandbox_config("sec");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let host_dir = tempfile::tempdir().unwrap();
+    std::fs::write(host_dir.path().join("data.txt"), "from-the-host\n").unwrap();
+    std::fs::create_dir(host_dir.path().join("sub")).unwrap();
+    let mut cfg = n.container_config("sec", &["sleep", "3600"]);
+    cfg.mounts = vec![
+        pb::Mount {
+            container_path: "/host".into(),
+            host_path: host_dir.path().display().to_string(),
+            readonly: true,
+            recursive_read_only: true,
+            ..Default::default()
+        },
+        pb::Mount {
+            container_path: "/img".into(),
+            image: spec("busybox"),
+            readonly: true,
+            ..Default::default()
+        },
+    ];
+    cfg.linux = Some(pb::LinuxContainerConfig {
+        security_context: Some(pb::LinuxContainerSecurityContext {
+            run_as_user: Some(pb::Int64Value { value: 1000 }),
+            supplemental_groups: vec![100],
+            readonly_rootfs: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = n.create(&sb, &sb_cfg, cfg).await.expect("create");
+    n.start(&id).await;
+    let sh = |c: &'static str| n.exec(&id, &["sh", "-c", c], 10);
+    let out = |r: pb::ExecSyncResponse| (String::from_utf8_lossy(&r.stdout).trim().to_string(), r.exit_code);
+    let (ids, _) = out(sh("id -u; id -G").await.unwrap());
+    let ids: Vec<&str> = ids.lines().collect();
+    assert_eq!(ids[0], "1000", "runs as uid 1000");
+    assert!(ids[1].split_whitespace().any(|g| g == "100"), "supplemental group 100: {ids:?}");
+    assert!(ids[1].split_whitespace().any(|g| g == "1000"), "primary group from /etc/passwd: {ids:?}");
+    assert_eq!(out(sh("cat /host/data.txt").await.unwrap()).0, "from-the-host");
+    assert_ne!(sh("touch /host/new").await.unwrap().exit_code, 0, "read-only hostPath");
+    assert_ne!(sh("touch /rootfs-file").await.unwrap().exit_code, 0, "read-only rootfs");
+    assert_eq!(out(sh("test -x /img/bin/busybox && echo yes").await.unwrap()).0, "yes", "image volume");
+    assert_ne!(sh("touch /img/x").await.unwrap().exit_code, 0, "image volumes are read-only");
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(mounts_under(n.rt.dir.path()).is_empty());
+}
