@@ -867,18 +867,51 @@ async fn security_context_mounts_and_image_volumes() {
     });
     let id = n.create(&sb, &sb_cfg, cfg).await.expect("create");
     n.start(&id).await;
-    let sh = |c: &'static str| n.exec(&id, &["sh", "-c", c], 10);
-    let out = |r: pb::ExecSyncResponse| (String::from_utf8_lossy(&r.stdout).trim().to_string(), r.exit_code);
-    let (ids, _) = out(sh("id -u; id -G").await.unwrap());
+    let out = |r: pb::ExecSyncResponse| {
+        (
+            String::from_utf8_lossy(&r.stdout).trim().to_string(),
+            r.exit_code,
+        )
+    };
+    let (ids, _) = out(sh(&n, &id, "id -u; id -G").await);
     let ids: Vec<&str> = ids.lines().collect();
     assert_eq!(ids[0], "1000", "runs as uid 1000");
-    assert!(ids[1].split_whitespace().any(|g| g == "100"), "supplemental group 100: {ids:?}");
-    assert!(ids[1].split_whitespace().any(|g| g == "1000"), "primary group from /etc/passwd: {ids:?}");
-    assert_eq!(out(sh("cat /host/data.txt").await.unwrap()).0, "from-the-host");
-    assert_ne!(sh("touch /host/new").await.unwrap().exit_code, 0, "read-only hostPath");
-    assert_ne!(sh("touch /rootfs-file").await.unwrap().exit_code, 0, "read-only rootfs");
-    assert_eq!(out(sh("test -x /img/bin/busybox && echo yes").await.unwrap()).0, "yes", "image volume");
-    assert_ne!(sh("touch /img/x").await.unwrap().exit_code, 0, "image volumes are read-only");
+    assert!(
+        ids[1].split_whitespace().any(|g| g == "100"),
+        "supplemental group 100: {ids:?}"
+    );
+    assert!(
+        ids[1].split_whitespace().any(|g| g == "1000"),
+        "primary group from /etc/passwd: {ids:?}"
+    );
+    assert_eq!(
+        out(sh(&n, &id, "cat /host/data.txt").await).0,
+        "from-the-host"
+    );
+    assert_ne!(
+        sh(&n, &id, "touch /host/new").await.exit_code,
+        0,
+        "read-only hostPath"
+    );
+    assert_ne!(
+        sh(&n, &id, "touch /rootfs-file").await.exit_code,
+        0,
+        "read-only rootfs"
+    );
+    assert_eq!(
+        out(sh(&n, &id, "test -x /img/bin/busybox && echo yes").await).0,
+        "yes",
+        "image volume"
+    );
+    assert_ne!(
+        sh(&n, &id, "touch /img/x").await.exit_code,
+        0,
+        "image volumes are read-only"
+    );
     n.stop_and_remove_sandbox(&sb).await;
     assert!(mounts_under(n.rt.dir.path()).is_empty());
+}
+
+async fn sh(n: &Node, id: &str, cmd: &str) -> pb::ExecSyncResponse {
+    n.exec(id, &["sh", "-c", cmd], 10).await.expect("ExecSync")
 }
