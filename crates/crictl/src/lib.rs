@@ -2,12 +2,28 @@
 //! with crictl's command names, flags, columns and JSON output, so operators' muscle memory
 //! and scripts work unchanged.
 //!
-//! Owns only client-side presentation; it never reaches into a runtime's files.
+//! Owns only client-side presentation; it never reaches into a runtime's files. Like
+//! crictl (and the kubelet it stands in for), it does read and delete the container log
+//! files the pod config's `log_directory` names: `logs` parses them, `rm` removes them.
+//!
+//! Extensions over crictl: `events --count N` exits after N events.
 
+mod attach;
+mod config;
 mod connect;
+mod containers;
+mod events;
+mod exec;
 mod format;
 mod images;
+mod logs;
+mod pods;
+mod port_forward;
 mod runtime;
+mod stats;
+pub mod stream;
+mod timefmt;
+mod util;
 
 use clap::{Args, Subcommand};
 use std::time::Duration;
@@ -51,6 +67,45 @@ pub enum Command {
     Info(runtime::InfoArgs),
     /// Display runtime version information.
     Version,
+    /// Run a command in a running container.
+    Exec(exec::ExecArgs),
+    /// Attach to a running container.
+    Attach(attach::AttachArgs),
+    /// Forward local ports to a pod.
+    PortForward(port_forward::PortForwardArgs),
+    /// Run a new pod.
+    Runp(pods::RunpArgs),
+    /// Stop one or more running pods.
+    Stopp(pods::StoppArgs),
+    /// Remove one or more pods.
+    Rmp(pods::RmpArgs),
+    /// List pods.
+    Pods(pods::PodsArgs),
+    /// Display the status of one or more pods.
+    Inspectp(pods::InspectpArgs),
+    /// Create a new container.
+    Create(containers::CreateArgs),
+    /// Run a new container inside a sandbox.
+    Run(containers::RunArgs),
+    /// Start one or more created containers.
+    Start(containers::StartArgs),
+    /// Stop one or more running containers.
+    Stop(containers::StopArgs),
+    /// Remove one or more containers.
+    Rm(containers::RmArgs),
+    /// List containers.
+    Ps(containers::PsArgs),
+    /// Display the status of one or more containers.
+    Inspect(containers::InspectArgs),
+    /// Fetch the logs of a container.
+    Logs(logs::LogsArgs),
+    /// List container(s) resource usage statistics.
+    Stats(stats::StatsArgs),
+    /// List pod statistics.
+    Statsp(stats::StatspArgs),
+    /// Stream the events of containers.
+    #[command(alias = "event")]
+    Events(events::EventsArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +153,7 @@ impl CrictlError {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .map(|i| s.split_at(i))
@@ -130,5 +185,24 @@ pub async fn run(args: Crictl, out: &mut (dyn std::io::Write + Send)) -> Result<
         Command::Imagefsinfo(a) => images::imagefsinfo(&clients, a, out).await,
         Command::Info(a) => runtime::info(&clients, a, out).await,
         Command::Version => runtime::version(&clients, out).await,
+        Command::Exec(a) => exec::run(&clients, a, out).await,
+        Command::Attach(a) => attach::run(&clients, a, out).await,
+        Command::PortForward(a) => port_forward::run(&clients, a, out).await,
+        Command::Runp(a) => pods::runp(&clients, a, out).await,
+        Command::Stopp(a) => pods::stopp(&clients, a, out).await,
+        Command::Rmp(a) => pods::rmp(&clients, a, out).await,
+        Command::Pods(a) => pods::pods(&clients, a, out).await,
+        Command::Inspectp(a) => pods::inspectp(&clients, a, out).await,
+        Command::Create(a) => containers::create(&clients, a, out).await,
+        Command::Run(a) => containers::run(&clients, a, out).await,
+        Command::Start(a) => containers::start(&clients, a, out).await,
+        Command::Stop(a) => containers::stop(&clients, a, out).await,
+        Command::Rm(a) => containers::rm(&clients, a, out).await,
+        Command::Ps(a) => containers::ps(&clients, a, out).await,
+        Command::Inspect(a) => containers::inspect(&clients, a, out).await,
+        Command::Logs(a) => logs::logs(&clients, a, out).await,
+        Command::Stats(a) => stats::stats(&clients, a, out).await,
+        Command::Statsp(a) => stats::statsp(&clients, a, out).await,
+        Command::Events(a) => events::events(&clients, a, out).await,
     }
 }

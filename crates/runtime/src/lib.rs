@@ -15,3 +15,4 @@ pub mod sandbox;
 pub mod server;
 pub mod shim;
 pub mod state;
+pub mod streaming;

@@ -13,6 +13,10 @@ pub type EventStream =
 
 pub fn get_container_events(inner: &Inner, _req: pb::GetEventsRequest) -> EventStream {
     let rx = inner.events.subscribe();
+    tracing::debug!(
+        subscribers = inner.events.receiver_count(),
+        "event subscriber connected"
+    );
     Box::pin(BroadcastStream::new(rx).filter_map(|r| match r {
         Ok(ev) => Some(Ok(ev)),
         Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {

@@ -2,14 +2,17 @@
 //! server is laid out). The shared state — records, name reservations, the event feed —
 //! lives in [`Inner`]; each RPC file holds that RPC's behaviour.
 
+mod attach;
 mod container_exit;
 mod container_status;
 mod create_container;
+mod exec;
 mod exec_sync;
 mod get_container_events;
 mod list_containers;
 mod list_pod_sandbox;
 mod pod_sandbox_status;
+mod port_forward;
 mod remove_container;
 mod remove_pod_sandbox;
 mod reopen_container_log;
@@ -50,6 +53,8 @@ pub struct Inner {
     pub exe: PathBuf,
     /// The GetContainerEvents feed (the kubelet's evented PLEG).
     pub events: broadcast::Sender<pb::ContainerEventResponse>,
+    /// The exec/attach/port-forward streaming server.
+    pub streaming: crate::streaming::Server,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -103,6 +108,13 @@ impl Inner {
             path: "/proc/self/exe".into(),
             source,
         })?;
+        let streaming_addr = crate::streaming::DEFAULT_ADDRESS;
+        let streaming = crate::streaming::Server::start(streaming_addr).map_err(|source| {
+            crate::state::StateError::Io {
+                path: format!("streaming server {streaming_addr}").into(),
+                source,
+            }
+        })?;
         Ok(Self {
             images,
             handlers: Handlers::new(&config.runtime_handlers, state_dir),
@@ -117,6 +129,7 @@ impl Inner {
             cpu_samples: Default::default(),
             exe,
             events,
+            streaming,
         })
     }
 
@@ -423,6 +436,33 @@ impl pb::runtime_service_server::RuntimeService for RuntimeService {
         req: Request<pb::ExecSyncRequest>,
     ) -> Result<Response<pb::ExecSyncResponse>, Status> {
         exec_sync::exec_sync(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn exec(
+        &self,
+        req: Request<pb::ExecRequest>,
+    ) -> Result<Response<pb::ExecResponse>, Status> {
+        exec::exec(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn attach(
+        &self,
+        req: Request<pb::AttachRequest>,
+    ) -> Result<Response<pb::AttachResponse>, Status> {
+        attach::attach(&self.inner, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn port_forward(
+        &self,
+        req: Request<pb::PortForwardRequest>,
+    ) -> Result<Response<pb::PortForwardResponse>, Status> {
+        port_forward::port_forward(&self.inner, req.into_inner())
             .await
             .map(Response::new)
     }
