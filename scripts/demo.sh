@@ -1,58 +1,98 @@
 #!/usr/bin/env bash
 # The main job, on a fresh machine with no internet: build nodus, build a busybox image from
-# the host's busybox-static, serve it from a real registry on 127.0.0.1 (as a mirror of
-# docker.io, so plain `busybox` resolves), run `nodus runtime`, and drive it with
-# `nodus crictl` the way an operator would. Everything lives in a temp dir and is stopped
-# (by PID) on exit.
+# the host's busybox-static, serve it from a real registry (as a mirror of docker.io, so
+# plain `busybox` resolves), run `nodus runtime`, and drive it with `nodus crictl` the way an
+# operator would: pull, run a pod and a container, look at it (the lesson's `crictl ps`,
+# `crictl pods`, `crictl images`), exec into it, read its logs, tear it down.
+#
+# Everything runs inside a private network namespace (its own loopback, bridge and pod IPs)
+# and a temp dir, and is stopped by PID on exit: the machine's own network is not touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --release --locked -p nodus -p testkit --bins
-BIN=target/release
+BIN=$PWD/target/release
 
 WORK=$(mktemp -d /tmp/nodus-demo.XXXXXX)
+NS=nodus-demo-$$
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  set +e
+  if [[ -S $WORK/nodus.sock ]]; then
+    nsenter --net="/run/netns/$NS" "$BIN/nodus" crictl -r "unix://$WORK/nodus.sock" rmp -f -a >/dev/null 2>&1
+  fi
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  ip netns del "$NS" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+ip netns add "$NS"
+ip -n "$NS" link set lo up
+# nsenter --net switches only the network namespace: unlike `ip netns exec` it keeps the
+# host mount namespace, where /sys/fs/cgroup is (runc needs it).
+in_ns() { nsenter --net="/run/netns/$NS" "$@"; }
 
-echo "== starting a local registry with busybox built offline from /bin/busybox"
-sleep infinity > /dev/null &   # keeps the registry's stdin open until cleanup
-HOLD=$!
-PIDS+=("$HOLD")
-"$BIN/nodus-testkit" registry --push busybox=library/busybox:latest \
-  --ready-file "$WORK/registry" < <(tail -f /dev/null --pid "$HOLD") &
+echo "== a local registry with busybox built offline from /bin/busybox"
+in_ns "$BIN/nodus-testkit" registry --push busybox=library/busybox:latest \
+  --ready-file "$WORK/registry" < <(sleep infinity) &
 PIDS+=("$!")
 for _ in $(seq 100); do [[ -s $WORK/registry ]] && break; sleep 0.1; done
 REG=$(cat "$WORK/registry")
-echo "registry: http://$REG"
+echo "registry: http://$REG (inside network namespace $NS)"
 
-mkdir -p "$WORK/certs.d/docker.io"
+mkdir -p "$WORK/certs.d/docker.io" "$WORK/net.d" "$WORK/logs"
 cat > "$WORK/certs.d/docker.io/hosts.toml" <<TOML
 server = "https://registry-1.docker.io"
 [host."http://$REG"]
   capabilities = ["pull", "resolve"]
 TOML
-echo "registry-config-dir = \"$WORK/certs.d\"" > "$WORK/runtime.toml"
+# The pod network: the CNI bridge plugin with host-local IPAM whose state stays in $WORK.
+cat > "$WORK/net.d/10-demo.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "demo", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.85.0.0/24"}]],
+            "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$WORK/ipam"}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+JSON
+cat > "$WORK/runtime.toml" <<TOML
+registry-config-dir = "$WORK/certs.d"
+cni-conf-dir = "$WORK/net.d"
+TOML
 
-echo "== starting nodus runtime"
+echo "== nodus runtime"
 SOCK="$WORK/nodus.sock"
-"$BIN/nodus" runtime --listen "$SOCK" --root-dir "$WORK/root" --state-dir "$WORK/state" \
+in_ns "$BIN/nodus" runtime --listen "$SOCK" --root-dir "$WORK/root" --state-dir "$WORK/state" \
   --config "$WORK/runtime.toml" 2> "$WORK/runtime.log" &
 PIDS+=("$!")
 for _ in $(seq 100); do [[ -S $SOCK ]] && break; sleep 0.1; done
 
-crictl() { echo "\$ nodus crictl $*"; "$BIN/nodus" crictl --runtime-endpoint "unix://$SOCK" "$@"; }
+# crictl runs in the node's network namespace too: exec and port-forward stream from the
+# runtime's streaming server on that namespace's 127.0.0.1.
+crictl() { echo "\$ crictl $*"; in_ns "$BIN/nodus" crictl --runtime-endpoint "unix://$SOCK" "$@"; }
 crictl version
 crictl pull busybox
 crictl images
-crictl inspecti busybox | head -n 20
-crictl imagefsinfo
+cat > "$WORK/pod.json" <<JSON
+{"metadata": {"name": "demo", "namespace": "default", "uid": "demo-uid", "attempt": 0},
+ "hostname": "demo", "log_directory": "$WORK/logs"}
+JSON
+cat > "$WORK/container.json" <<JSON
+{"metadata": {"name": "hello"}, "image": {"image": "busybox"},
+ "command": ["sh", "-c", "echo hello from a nodus container; hostname; exec sleep 3600"],
+ "log_path": "hello.log"}
+JSON
+POD=$(in_ns "$BIN/nodus" crictl -r "unix://$SOCK" runp "$WORK/pod.json")
+echo "pod: $POD"
+CTR=$(in_ns "$BIN/nodus" crictl -r "unix://$SOCK" create "$POD" "$WORK/container.json" "$WORK/pod.json")
+crictl start "$CTR"
+sleep 1
+crictl pods
+crictl ps
+crictl exec "$CTR" sh -c 'id; ip -4 addr show eth0 | grep inet'
+crictl logs "$CTR"
+crictl stats
+crictl stopp "$POD"
+crictl rmp "$POD"
 crictl rmi busybox
-crictl images
-echo "== runtime log"
-cat "$WORK/runtime.log"
 echo "demo: ok"
