@@ -10,4 +10,4 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 export NODUS_TEST_REQUIRE_ROOT=1
 cargo build --workspace --all-targets --locked
-cargo test --workspace --locked -- --test-threads 4
+cargo test --workspace --locked --no-fail-fast -- --test-threads 4

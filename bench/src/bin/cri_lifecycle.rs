@@ -411,18 +411,6 @@ async fn measure(t: &Target) -> Result<Results> {
     })
 }
 
-fn write_section(path: &Path, body: &str) -> Result<()> {
-    const START: &str = "<!-- bench:cri-lifecycle:start -->";
-    const END: &str = "<!-- bench:cri-lifecycle:end -->";
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let section = format!("{START}\n{body}{END}");
-    let new = match (old.find(START), old.find(END)) {
-        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &old[..a], &old[b + END.len()..]),
-        _ => format!("{old}\n## CRI pod lifecycle (`bash bench/cri-lifecycle.sh`)\n\n{section}\n"),
-    };
-    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let mut write: Option<PathBuf> = None;
@@ -507,7 +495,12 @@ async fn main() -> Result<()> {
     }
     println!("{body}");
     if let Some(p) = write {
-        write_section(&p, &body)?;
+        nodus_bench::write_section(
+            &p,
+            "cri-lifecycle",
+            "## CRI pod lifecycle (`bash bench/cri-lifecycle.sh`)",
+            &body,
+        )?;
         eprintln!("wrote {}", p.display());
     }
     Ok(())

@@ -118,18 +118,6 @@ fn summary(name: &str, s: &[Sample]) -> (String, f64) {
     )
 }
 
-fn write_section(path: &Path, body: &str) -> Result<()> {
-    const START: &str = "<!-- bench:image-pull:start -->";
-    const END: &str = "<!-- bench:image-pull:end -->";
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let section = format!("{START}\n{body}{END}");
-    let new = match (old.find(START), old.find(END)) {
-        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &old[..a], &old[b + END.len()..]),
-        _ => format!("{old}\n{section}\n"),
-    };
-    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let mut runs = 7usize;
@@ -203,7 +191,12 @@ async fn main() -> Result<()> {
     );
     println!("{body}");
     if let Some(p) = write {
-        write_section(&p, &body)?;
+        nodus_bench::write_section(
+            &p,
+            "image-pull",
+            "## Image pull + unpack (`bash bench/image-pull.sh`)",
+            &body,
+        )?;
         eprintln!("wrote {}", p.display());
     }
     Ok(())

@@ -36,6 +36,8 @@ pub(crate) fn record_exit(inner: &Inner, id: &str) {
                 .exited_at
                 .timestamp_nanos_opt()
                 .unwrap_or_else(crate::state::now_ns);
+            // The shim's clock and ours differ by the time `runc start` took to return.
+            rec.finished_at = rec.finished_at.max(rec.started_at);
             rec.reason = reason(exit.exit_code, exit.oom_killed).to_string();
             rec.message = String::new();
         }

@@ -3,6 +3,7 @@
 //! step fails, so a failed create leaves no mount, directory, name or shim behind.
 
 use super::Inner;
+use super::run_pod_sandbox::namespace_mode;
 use crate::container::spec::{
     ImageMount, NamespaceRef, SandboxFiles, SandboxNamespaces, SpecInput,
 };
@@ -35,28 +36,14 @@ impl Drop for Undo {
     }
 }
 
-/// The namespace mode of the pod's security context (POD when unset).
-fn ns_mode(
-    sb: &pb::PodSandboxConfig,
-    pick: impl Fn(&pb::NamespaceOption) -> i32,
-) -> pb::NamespaceMode {
-    sb.linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.as_ref())
-        .map(pick)
-        .and_then(|m| pb::NamespaceMode::try_from(m).ok())
-        .unwrap_or(pb::NamespaceMode::Pod)
-}
-
 pub(crate) fn sandbox_namespaces(
     rec: &SandboxRecord,
     sb: &pb::PodSandboxConfig,
     container_pid_mode: Option<pb::NamespaceMode>,
 ) -> SandboxNamespaces {
-    let net = ns_mode(sb, |o| o.network);
-    let ipc = ns_mode(sb, |o| o.ipc);
-    let pid = container_pid_mode.unwrap_or_else(|| ns_mode(sb, |o| o.pid));
+    let net = namespace_mode(sb, |o| o.network);
+    let ipc = namespace_mode(sb, |o| o.ipc);
+    let pid = container_pid_mode.unwrap_or_else(|| namespace_mode(sb, |o| o.pid));
     SandboxNamespaces {
         network: rec.netns.clone(),
         ipc: rec.ipc_ns.clone(),

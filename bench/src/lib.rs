@@ -1,0 +1,34 @@
+//! Shared pieces of nodus's benchmarks: writing a result section into docs/PERFORMANCE.md.
+
+use std::path::Path;
+
+/// Replaces the section between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`
+/// in `path` with `body`, or appends it under `heading` when the markers are absent.
+pub fn write_section(path: &Path, name: &str, heading: &str, body: &str) -> std::io::Result<()> {
+    let start = format!("<!-- bench:{name}:start -->");
+    let end = format!("<!-- bench:{name}:end -->");
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let section = format!("{start}\n{body}{end}");
+    let new = match (old.find(&start), old.find(&end)) {
+        (Some(a), Some(b)) if b > a => {
+            format!("{}{section}{}", &old[..a], &old[b + end.len()..])
+        }
+        _ => format!("{old}\n{heading}\n\n{section}\n"),
+    };
+    std::fs::write(path, new)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sections_are_replaced_in_place() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("PERF.md");
+        std::fs::write(&p, "# Perf\n").unwrap();
+        super::write_section(&p, "x", "## X", "one\n").unwrap();
+        super::write_section(&p, "x", "## X", "two\n").unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.contains("two") && !s.contains("one"), "{s}");
+        assert_eq!(s.matches("## X").count(), 1);
+    }
+}
