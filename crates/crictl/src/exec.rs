@@ -5,8 +5,7 @@
 //! non-zero exit fails with "execing command in container <id>: command terminated with
 //! exit code N" (crictl, too, exits 1 then). With `--sync` it is ExecSync: stdout and
 //! stderr are printed after the command ended, and a non-zero exit code fails with
-//! "non-zero exit code (N)" — crictl exits with the command's code N there, which needs an
-//! exit-code carrying error variant in `CrictlError` to do the same.
+//! "non-zero exit code (N)" and `nodus crictl` exits with the command's code N, as crictl.
 
 use crate::stream::{self, Output, StreamError, StreamOptions, Transport, term};
 use crate::{Clients, CrictlError, rpc};
@@ -119,10 +118,7 @@ pub async fn run(
         writeln!(out, "{}", String::from_utf8_lossy(&r.stdout)).map_err(io)?;
         writeln!(out, "{}", String::from_utf8_lossy(&r.stderr)).map_err(io)?;
         if r.exit_code != 0 {
-            return Err(CrictlError::Other(format!(
-                "non-zero exit code ({})",
-                r.exit_code
-            )));
+            return Err(CrictlError::Exit(r.exit_code));
         }
         return Ok(());
     }

@@ -118,6 +118,10 @@ pub enum CrictlError {
     Usage(String),
     #[error("{0}")]
     Other(String),
+    /// The command that ran in the container exited non-zero (`exec --sync`); crictl exits
+    /// with that code.
+    #[error("non-zero exit code ({0})")]
+    Exit(i32),
 }
 
 /// A gRPC status printed the way Go's grpc prints it, since users grep for that form.

@@ -186,7 +186,13 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nodus: {e:#}");
-            ExitCode::FAILURE
+            match e.downcast_ref::<nodus_crictl::CrictlError>() {
+                // As crictl: `exec --sync` exits with the command's own code.
+                Some(nodus_crictl::CrictlError::Exit(code)) => {
+                    ExitCode::from(u8::try_from(*code).unwrap_or(1))
+                }
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

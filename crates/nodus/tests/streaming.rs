@@ -620,6 +620,14 @@ async fn exec_over_spdy_and_websocket_with_stdin_tty_exit_codes_and_errors() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // --sync (ExecSync) exits with the command's own code, as crictl does.
+    let out = n
+        .crictl()
+        .args(["exec", "--sync", &id, "sh", "-c", "echo synced; exit 4"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("synced"));
+    assert_eq!(out.status.code(), Some(4));
     let mut child = n
         .crictl()
         .args(["exec", "-i", "-r", "websocket", &id, "cat"])
