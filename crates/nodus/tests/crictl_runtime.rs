@@ -9,84 +9,13 @@ use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use testkit::{CgroupParent, Netns};
 
 const SUBNET: &str = "10.98.0.0/24";
-const GATEWAY: &str = "10.98.0.1";
 
 /// A test node: netns, CNI config, runtime with busybox imported.
-struct Node {
-    rt: Runtime,
-    _netns: Arc<Netns>,
-    cgroup: CgroupParent,
-    dir: tempfile::TempDir,
-}
-
-fn conflist(data_dir: &Path) -> String {
-    serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "nodus-crictl-test",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": "cni0",
-                "isGateway": true,
-                "ipMasq": true,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": data_dir,
-                }
-            },
-            {"type": "portmap", "capabilities": {"portMappings": true}}
-        ]
-    })
-    .to_string()
-}
-
-fn node() -> Node {
-    let netns = Arc::new(Netns::new("nodus-crictl").expect("netns"));
-    let dir = tempfile::Builder::new()
-        .prefix("nodus-crictl-node-")
-        .tempdir()
-        .expect("tempdir");
-    let net_d = dir.path().join("net.d");
-    std::fs::create_dir_all(&net_d).unwrap();
-    std::fs::write(
-        net_d.join("10-test.conflist"),
-        conflist(&dir.path().join("ipam")),
-    )
-    .unwrap();
-    let cfg = format!(
-        "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
-        net_d.display()
-    );
-    let rt = Runtime::start_full(Some(&cfg), Some(Arc::clone(&netns)));
-    let archive = rt.dir.path().join("busybox.tar");
-    testkit::image::busybox()
-        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
-        .unwrap();
-    let out = Command::new(nodus_bin())
-        .args(["runtime", "import"])
-        .arg(&archive)
-        .arg("--root-dir")
-        .arg(rt.root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Node {
-        rt,
-        _netns: netns,
-        cgroup: CgroupParent::new("nodus-crictl"),
-        dir,
-    }
+fn node() -> BareNode {
+    BareNode::new(SUBNET)
 }
 
 fn crictl_cmd(endpoint: &str, args: &[&str]) -> Command {

@@ -8,22 +8,8 @@ use common::*;
 use cri::runtime::v1 as pb;
 use nodus_crictl::Clients;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 use testkit::{CgroupParent, Containerd, ContainerdOptions, Netns};
-
-fn conflist(data_dir: &Path, subnet: &str) -> String {
-    serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "parity",
-        "plugins": [
-            {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": data_dir}},
-            {"type": "portmap", "capabilities": {"portMappings": true}}
-        ]
-    })
-    .to_string()
-}
 
 struct Side {
     name: &'static str,
@@ -34,42 +20,23 @@ struct Side {
 }
 
 async fn nodus_side() -> Side {
-    let netns = Arc::new(Netns::new("parity-n").unwrap());
-    let base = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(base.path().join("net.d")).unwrap();
-    std::fs::write(
-        base.path().join("net.d/10-parity.conflist"),
-        conflist(&base.path().join("ipam"), "10.97.0.0/24"),
-    )
-    .unwrap();
-    let cfg = format!(
-        "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\"]\n",
-        base.path().join("net.d").display()
-    );
-    let rt = Runtime::start_full(Some(&cfg), Some(Arc::clone(&netns)));
-    let archive = base.path().join("busybox.tar");
-    testkit::image::busybox()
-        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
-        .unwrap();
-    let out = std::process::Command::new(nodus_bin())
-        .args(["runtime", "import"])
-        .arg(&archive)
-        .arg("--root-dir")
-        .arg(rt.root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let c = rt.clients().await;
+    let TestNode {
+        node:
+            BareNode {
+                rt,
+                cgroup,
+                logs,
+                dir,
+                netns,
+            },
+        c,
+    } = TestNode::new("10.97.0.0/24").await;
     Side {
         name: "nodus",
         c,
-        cgroup: CgroupParent::new("parity-nodus"),
-        logs: tempfile::tempdir().unwrap(),
-        _keep: vec![Box::new(rt), Box::new(base), Box::new(netns)],
+        cgroup,
+        logs,
+        _keep: vec![Box::new(rt), Box::new(dir), Box::new(netns)],
     }
 }
 
@@ -79,7 +46,7 @@ async fn containerd_side() -> Side {
     std::fs::create_dir_all(base.path().join("net.d")).unwrap();
     std::fs::write(
         base.path().join("net.d/10-parity.conflist"),
-        conflist(&base.path().join("ipam"), "10.96.0.0/24"),
+        common::node::conflist(&base.path().join("ipam"), "10.96.0.0/24"),
     )
     .unwrap();
     let ctrd = Containerd::start_with(ContainerdOptions {
@@ -120,34 +87,7 @@ async fn containerd_side() -> Side {
 }
 
 fn sandbox_config(s: &Side, name: &str) -> pb::PodSandboxConfig {
-    pb::PodSandboxConfig {
-        metadata: Some(pb::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "parity".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: s.logs.path().display().to_string(),
-        linux: Some(pb::LinuxPodSandboxConfig {
-            cgroup_parent: s.cgroup.path(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn container(name: &str, cmd: &[&str]) -> pb::ContainerConfig {
-    pb::ContainerConfig {
-        metadata: Some(pb::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: spec("busybox"),
-        command: cmd.iter().map(|s| s.to_string()).collect(),
-        log_path: format!("{name}.log"),
-        ..Default::default()
-    }
+    common::node::pod_config(name, "parity", s.logs.path(), s.cgroup.path())
 }
 
 /// What the kubelet acts on, from one side, for one scenario.
@@ -244,9 +184,9 @@ async fn scenario(s: &Side) -> Observed {
             id
         }
     };
-    let short = run(container("short", &["sh", "-c", "exit 3"])).await;
-    let ok = run(container("ok", &["true"])).await;
-    let mut hog = container(
+    let short = run(container_config("short", &["sh", "-c", "exit 3"])).await;
+    let ok = run(container_config("ok", &["true"])).await;
+    let mut hog = container_config(
         "hog",
         &["sh", "-c", "x=$(head -c 67108864 /dev/zero | tr '\\0' a)"],
     );
@@ -258,7 +198,7 @@ async fn scenario(s: &Side) -> Observed {
         ..Default::default()
     });
     let hog = run(hog).await;
-    let long = run(container("long", &["sleep", "3600"])).await;
+    let long = run(container_config("long", &["sleep", "3600"])).await;
     let (a, b, o) = (
         wait_exited(&s.c, &short).await,
         wait_exited(&s.c, &ok).await,
@@ -282,7 +222,7 @@ async fn scenario(s: &Side) -> Observed {
         .await
         .unwrap()
         .into_inner();
-    let mut missing = container("m", &["true"]);
+    let mut missing = container_config("m", &["true"]);
     missing.image = spec("docker.io/library/absent:1");
     let observed = Observed {
         short_exit: (a.exit_code, a.reason),
@@ -294,7 +234,7 @@ async fn scenario(s: &Side) -> Observed {
         ),
         exec_fail: ef.exit_code,
         missing_image: code(create(missing).await),
-        duplicate_container: code(create(container("long", &["true"])).await),
+        duplicate_container: code(create(container_config("long", &["true"])).await),
         unknown_container_status: code(
             r.container_status(pb::ContainerStatusRequest {
                 container_id: "0123456789abcdef".into(),

@@ -9,201 +9,24 @@ mod common;
 
 use common::*;
 use cri::runtime::v1 as pb;
-use nodus_crictl::Clients;
 use nodus_crictl::stream::{
     self, Output, SpdyPortForward, StreamError, StreamOptions, TerminalSize, Transport,
 };
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd as _;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use testkit::{CgroupParent, Netns};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const SUBNET: &str = "10.98.0.0/24";
-const GATEWAY: &str = "10.98.0.1";
 
-fn conflist(data_dir: &Path) -> String {
-    serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "nodus-test",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": "cni0",
-                "isGateway": true,
-                "ipMasq": true,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": data_dir,
-                }
-            }
-        ]
-    })
-    .to_string()
+async fn node() -> TestNode {
+    TestNode::new(SUBNET).await
 }
 
-/// A test node: netns, cgroup parent, CNI config, runtime, busybox imported. On a failed
-/// test, mounts left by the runtime are detached before the directories go.
-struct Node {
-    c: Clients,
-    rt: Runtime,
-    logs: tempfile::TempDir,
-    cgroup: CgroupParent,
-    netns: Arc<Netns>,
-    _base: tempfile::TempDir,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        for m in testkit::containerd::mounts_under(self.rt.dir.path()) {
-            if let Ok(c) = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()) {
-                // SAFETY: umount2 of a path under this test's own temporary directory.
-                unsafe {
-                    libc::umount2(c.as_ptr(), libc::MNT_DETACH);
-                }
-            }
-        }
-    }
-}
-
-async fn node() -> Node {
-    let netns = Arc::new(Netns::new("nodus-st").expect("netns"));
-    let base = tempfile::Builder::new()
-        .prefix("nodus-stream-")
-        .tempdir()
-        .expect("tempdir");
-    let net_d = base.path().join("net.d");
-    std::fs::create_dir_all(&net_d).unwrap();
-    std::fs::write(
-        net_d.join("10-test.conflist"),
-        conflist(&base.path().join("ipam")),
-    )
-    .unwrap();
-    let cfg = format!(
-        "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
-        net_d.display()
-    );
-    let rt = Runtime::start_full(Some(&cfg), Some(Arc::clone(&netns)));
-    let archive = rt.dir.path().join("busybox.tar");
-    testkit::image::busybox()
-        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
-        .unwrap();
-    let out = std::process::Command::new(nodus_bin())
-        .args(["runtime", "import"])
-        .arg(&archive)
-        .arg("--root-dir")
-        .arg(rt.root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let c = rt.clients().await;
-    Node {
-        c,
-        rt,
-        logs: tempfile::tempdir().unwrap(),
-        cgroup: CgroupParent::new("nodus-stream"),
-        netns,
-        _base: base,
-    }
-}
-
-impl Node {
-    fn sandbox_config(&self, name: &str) -> pb::PodSandboxConfig {
-        let log_dir = self.logs.path().join(name);
-        std::fs::create_dir_all(&log_dir).unwrap();
-        pb::PodSandboxConfig {
-            metadata: Some(pb::PodSandboxMetadata {
-                name: name.into(),
-                uid: format!("uid-{name}"),
-                namespace: "default".into(),
-                attempt: 0,
-            }),
-            hostname: name.into(),
-            log_directory: log_dir.display().to_string(),
-            linux: Some(pb::LinuxPodSandboxConfig {
-                cgroup_parent: self.cgroup.path(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    async fn run_sandbox(&self, cfg: &pb::PodSandboxConfig) -> String {
-        self.c
-            .runtime
-            .clone()
-            .run_pod_sandbox(pb::RunPodSandboxRequest {
-                config: Some(cfg.clone()),
-                runtime_handler: String::new(),
-            })
-            .await
-            .expect("RunPodSandbox")
-            .into_inner()
-            .pod_sandbox_id
-    }
-
-    fn container_config(&self, name: &str, cmd: &[&str]) -> pb::ContainerConfig {
-        pb::ContainerConfig {
-            metadata: Some(pb::ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
-            image: spec("busybox"),
-            command: cmd.iter().map(|s| s.to_string()).collect(),
-            log_path: format!("{name}.log"),
-            ..Default::default()
-        }
-    }
-
-    /// Creates and starts a container.
-    async fn run(
-        &self,
-        sandbox: &str,
-        sb: &pb::PodSandboxConfig,
-        cfg: pb::ContainerConfig,
-    ) -> String {
-        let mut r = self.c.runtime.clone();
-        let id = r
-            .create_container(pb::CreateContainerRequest {
-                pod_sandbox_id: sandbox.into(),
-                config: Some(cfg),
-                sandbox_config: Some(sb.clone()),
-            })
-            .await
-            .expect("CreateContainer")
-            .into_inner()
-            .container_id;
-        r.start_container(pb::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .expect("StartContainer");
-        id
-    }
-
-    async fn stop_and_remove_sandbox(&self, id: &str) {
-        let mut r = self.c.runtime.clone();
-        r.stop_pod_sandbox(pb::StopPodSandboxRequest {
-            pod_sandbox_id: id.into(),
-        })
-        .await
-        .expect("StopPodSandbox");
-        r.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-            pod_sandbox_id: id.into(),
-        })
-        .await
-        .expect("RemovePodSandbox");
-    }
-
+/// Streaming requests to a test node and connections inside its network namespace.
+impl TestNode {
     async fn exec_url(
         &self,
         id: &str,
@@ -311,7 +134,7 @@ struct Ran {
 /// Runs a session to its end, feeding `input` to stdin (then ending it) and `sizes` to the
 /// terminal before the input.
 async fn drive(
-    n: &Node,
+    n: &TestNode,
     url: &str,
     transport: Transport,
     o: StreamOptions,
@@ -363,7 +186,7 @@ async fn drive(
 }
 
 /// One raw HTTP request to the streaming server; returns the status line.
-fn http_status(n: &Node, url: &str) -> String {
+fn http_status(n: &TestNode, url: &str) -> String {
     let path = &url["http://".len()..];
     let path = &path[path.find('/').unwrap()..];
     let mut s = n.dial_std(addr_of(url));
@@ -852,7 +675,7 @@ async fn attach_and_port_forward_over_spdy_and_websocket() {
 /// relays, bytes for bytes, to the streaming URL — as the API server and the kubelet relay
 /// them to the runtime's streaming server.
 async fn fake_apiserver(
-    n: Arc<Node>,
+    n: Arc<TestNode>,
     container: String,
     sandbox: String,
     upgrades: Arc<std::sync::Mutex<Vec<String>>>,
@@ -873,7 +696,7 @@ async fn fake_apiserver(
 }
 
 async fn serve_api(
-    n: Arc<Node>,
+    n: Arc<TestNode>,
     mut sock: tokio::net::TcpStream,
     container: &str,
     sandbox: &str,

@@ -2,6 +2,11 @@
 //! private socket and root dir, and CRI clients to it.
 #![allow(dead_code)]
 
+pub mod node;
+
+#[allow(unused_imports)] // not every test binary uses the node
+pub use node::{BareNode, TestNode, container_config};
+
 use cri::runtime::v1 as pb;
 use nodus_crictl::Clients;
 use std::path::{Path, PathBuf};
