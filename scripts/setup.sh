@@ -20,6 +20,10 @@ PACKAGES=(
 )
 
 missing=()
+# kubectl ships with this machine kind; Debian's kubernetes-client provides it elsewhere.
+if ! command -v kubectl >/dev/null 2>&1; then
+  PACKAGES+=(kubernetes-client)
+fi
 for p in "${PACKAGES[@]}"; do
   [[ $p == \#* ]] && continue
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
