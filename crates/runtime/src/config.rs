@@ -25,6 +25,10 @@ pub struct RuntimeConfig {
     /// How many layers one pull downloads at once (containerd's max_concurrent_downloads).
     #[serde(default = "default_max_concurrent_downloads")]
     pub max_concurrent_downloads: usize,
+    /// Where the exec/attach/port-forward streaming server listens (containerd's
+    /// stream_server_address + stream_server_port); port 0 picks a free one.
+    #[serde(default = "default_stream_server_address")]
+    pub stream_server_address: std::net::SocketAddr,
 }
 
 fn default_cni_bin_dirs() -> Vec<PathBuf> {
@@ -42,6 +46,9 @@ fn default_handlers() -> BTreeMap<String, PathBuf> {
 fn default_max_concurrent_downloads() -> usize {
     3
 }
+fn default_stream_server_address() -> std::net::SocketAddr {
+    crate::streaming::DEFAULT_ADDRESS
+}
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -51,6 +58,7 @@ impl Default for RuntimeConfig {
             cni_conf_dir: default_cni_conf_dir(),
             runtime_handlers: default_handlers(),
             max_concurrent_downloads: default_max_concurrent_downloads(),
+            stream_server_address: default_stream_server_address(),
         }
     }
 }
@@ -109,5 +117,13 @@ mod tests {
         );
         assert!(c.runtime_handlers.contains_key("kata"));
         assert_eq!(c.max_concurrent_downloads, 3);
+        assert_eq!(c.stream_server_address.to_string(), "127.0.0.1:0");
+        let c = RuntimeConfig::parse("stream-server-address = \"127.0.0.1:10010\"").unwrap();
+        assert_eq!(c.stream_server_address.port(), 10010);
+        let err = RuntimeConfig::parse("stream-server-address = \"nowhere\"").unwrap_err();
+        assert!(
+            err.contains("stream-server-address") || err.contains("socket address"),
+            "{err}"
+        );
     }
 }

@@ -108,7 +108,7 @@ impl Inner {
             path: "/proc/self/exe".into(),
             source,
         })?;
-        let streaming_addr = crate::streaming::DEFAULT_ADDRESS;
+        let streaming_addr = config.stream_server_address;
         let streaming = crate::streaming::Server::start(streaming_addr).map_err(|source| {
             crate::state::StateError::Io {
                 path: format!("streaming server {streaming_addr}").into(),
