@@ -292,30 +292,29 @@ async fn exec_over_spdy_and_websocket_with_stdin_tty_exit_codes_and_errors() {
     let stdin = s.stdin.take().unwrap();
     resize
         .send(TerminalSize {
-            width: 80,
-            height: 24,
-        })
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    resize
-        .send(TerminalSize {
             width: 100,
             height: 30,
         })
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stdin
-        .send(b"stty size; exit 0\n".to_vec().into())
-        .await
-        .unwrap();
+    // The resize and stdin travel on different streams: ask until the new size shows
+    // instead of guessing how long the resize takes.
     let mut out = String::new();
-    while let Ok(Some(o)) = tokio::time::timeout(Duration::from_secs(10), s.output.recv()).await {
-        if let Output::Stdout(b) = o {
-            out.push_str(&String::from_utf8_lossy(&b));
+    for _ in 0..50 {
+        stdin.send(b"stty size\n".to_vec().into()).await.unwrap();
+        while let Ok(Some(o)) =
+            tokio::time::timeout(Duration::from_millis(200), s.output.recv()).await
+        {
+            if let Output::Stdout(b) = o {
+                out.push_str(&String::from_utf8_lossy(&b));
+            }
+        }
+        if out.contains("30 100") {
+            break;
         }
     }
+    stdin.send(b"exit 0\n".to_vec().into()).await.unwrap();
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(10), s.output.recv()).await {}
     assert!(out.contains("30 100"), "{out:?}");
     assert!(s.wait().await.is_ok());
 

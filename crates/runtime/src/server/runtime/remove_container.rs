@@ -10,13 +10,7 @@ use tonic::Status;
 
 /// Whether `p` is a mount point (per this process's mountinfo).
 pub(crate) fn is_mounted(p: &std::path::Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = p.to_string_lossy();
-    info.lines()
-        .filter_map(|l| l.split_whitespace().nth(4))
-        .any(|mp| mp.replace("\\040", " ") == want)
+    crate::sandbox::namespaces::mounts_under(p).is_ok_and(|m| m.iter().any(|m| m == p))
 }
 
 /// Unmounts `p` if something is mounted there (idempotent, for cleanup after crashes).
