@@ -1,0 +1,1 @@
+//! Container lifecycle hooks: postStart and preStop.

@@ -1,0 +1,1 @@
+//! Startup, liveness and readiness probes.
