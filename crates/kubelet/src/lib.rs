@@ -6,6 +6,7 @@
 //! [`syncloop`], [`pleg`], [`pod_workers`], [`kuberuntime`] (SyncPod), [`status`],
 //! [`prober`], [`lifecycle`] (hooks).
 
+pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod lifecycle;

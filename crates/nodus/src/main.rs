@@ -28,13 +28,13 @@ enum Role {
     /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
     Node(Unbuilt),
     /// Run the kubelet alone, driving any CRI runtime.
-    Kubelet(Unbuilt),
+    Kubelet(nodus_kubelet::cli::KubeletArgs),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
     Runtime(RuntimeCmd),
     /// Run kube-proxy alone.
     Proxy(Unbuilt),
     /// Run the API server, scheduler and controllers.
-    ControlPlane(Unbuilt),
+    ControlPlane(nodus_control_plane::cli::ControlPlaneArgs),
     /// A crictl-compatible client of any CRI endpoint.
     Crictl(nodus_crictl::Crictl),
     /// Internal: the per-container shim the runtime starts (not for direct use).
@@ -176,9 +176,11 @@ fn main() -> ExitCode {
             }
             Role::Up(_) => not_built("up", "the control plane and node issues"),
             Role::Node(_) => not_built("node", "the kubelet, runtime and proxy issues"),
-            Role::Kubelet(_) => not_built("kubelet", "the kubelet sync engine issue"),
+            Role::Kubelet(args) => nodus_kubelet::cli::run(args).await.map_err(Into::into),
             Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
-            Role::ControlPlane(_) => not_built("control-plane", "the API server issue"),
+            Role::ControlPlane(args) => nodus_control_plane::cli::run(args)
+                .await
+                .map_err(Into::into),
             Role::Shim(_) => unreachable!("handled before the async runtime starts"),
         }
     });
