@@ -1,3 +1,28 @@
-//! Pure helpers over Kubernetes API types: quantities, QoS class, conditions, selectors.
+//! Pure Kubernetes API logic shared by the API server and the kubelet. No I/O.
 //!
-//! Owns no I/O. Filled in by the kubelet and control-plane issues.
+//! Modules:
+//! - [`gvk`]: group/version/kind of objects.
+//! - [`catalog`]: the built-in resources served, with upstream's names, verbs, subresources.
+//! - [`quantity`]: `resource.Quantity` parsing and rounding.
+//! - [`qos`]: the pod QoS class.
+//! - [`selector`]: label and field selectors, and the field-selectable fields per kind.
+//! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
+//! - [`validation`]: field errors with upstream's texts, name validators, per-kind validation.
+//! - [`defaults`]: upstream's API defaults per kind.
+//! - [`strict`]: unknown-field detection and normalisation through the typed structs.
+//! - [`status`]: `metav1.Status` error bodies.
+//! - [`printers`]: server-side Table output for `kubectl get`.
+
+pub mod catalog;
+pub mod defaults;
+pub mod gvk;
+pub mod patch;
+pub mod printers;
+pub mod qos;
+pub mod quantity;
+pub mod selector;
+pub mod status;
+pub mod strict;
+pub mod validation;
+
+pub use gvk::Gvk;

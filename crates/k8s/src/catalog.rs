@@ -1,0 +1,354 @@
+//! The resource catalogue: every built-in resource the API server serves and discovery lists,
+//! with upstream's plurals, short names, categories, verbs and subresources.
+
+use crate::gvk::Gvk;
+
+/// One served resource, as `kubectl api-resources -o wide` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceInfo {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+    pub subresources: &'static [&'static str],
+}
+
+impl ResourceInfo {
+    pub fn gvk(&self) -> Gvk {
+        Gvk::new(self.group, self.version, self.kind)
+    }
+}
+
+/// Upstream's verb set for an ordinary resource.
+const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+/// Namespaces cannot be deleted as a collection upstream.
+const NO_COLLECTION_DELETE: &[&str] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+const ALL: &[&str] = &["all"];
+const NONE: &[&str] = &[];
+
+// One positional row per resource keeps the table readable; the fields are all needed.
+#[allow(clippy::too_many_arguments)]
+const fn entry(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    verbs: &'static [&'static str],
+    subresources: &'static [&'static str],
+) -> ResourceInfo {
+    ResourceInfo {
+        group,
+        version,
+        kind,
+        plural,
+        singular,
+        namespaced,
+        short_names,
+        categories,
+        verbs,
+        subresources,
+    }
+}
+
+static CATALOG: &[ResourceInfo] = &[
+    entry(
+        "",
+        "v1",
+        "Binding",
+        "bindings",
+        "binding",
+        true,
+        NONE,
+        NONE,
+        &["create"],
+        NONE,
+    ),
+    entry(
+        "",
+        "v1",
+        "ConfigMap",
+        "configmaps",
+        "configmap",
+        true,
+        &["cm"],
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "",
+        "v1",
+        "Endpoints",
+        "endpoints",
+        "endpoints",
+        true,
+        &["ep"],
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "",
+        "v1",
+        "Event",
+        "events",
+        "event",
+        true,
+        &["ev"],
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        "namespace",
+        false,
+        &["ns"],
+        NONE,
+        NO_COLLECTION_DELETE,
+        &["status", "finalize"],
+    ),
+    entry(
+        "",
+        "v1",
+        "Node",
+        "nodes",
+        "node",
+        false,
+        &["no"],
+        NONE,
+        ALL_VERBS,
+        &["status", "proxy"],
+    ),
+    entry(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        "pod",
+        true,
+        &["po"],
+        ALL,
+        ALL_VERBS,
+        &[
+            "status",
+            "binding",
+            "log",
+            "exec",
+            "attach",
+            "portforward",
+            "eviction",
+            "ephemeralcontainers",
+        ],
+    ),
+    entry(
+        "", "v1", "Secret", "secrets", "secret", true, NONE, NONE, ALL_VERBS, NONE,
+    ),
+    entry(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        true,
+        &["sa"],
+        NONE,
+        ALL_VERBS,
+        &["token"],
+    ),
+    entry(
+        "",
+        "v1",
+        "Service",
+        "services",
+        "service",
+        true,
+        &["svc"],
+        ALL,
+        ALL_VERBS,
+        &["status", "proxy"],
+    ),
+    entry(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        "lease",
+        true,
+        NONE,
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        "endpointslice",
+        true,
+        NONE,
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        "event",
+        true,
+        &["ev"],
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "node.k8s.io",
+        "v1",
+        "RuntimeClass",
+        "runtimeclasses",
+        "runtimeclass",
+        false,
+        NONE,
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        true,
+        &["pdb"],
+        NONE,
+        ALL_VERBS,
+        &["status"],
+    ),
+    entry(
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        "priorityclass",
+        false,
+        &["pc"],
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "apps",
+        "v1",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        true,
+        &["ds"],
+        ALL,
+        ALL_VERBS,
+        &["status"],
+    ),
+    entry(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+        &["deploy"],
+        ALL,
+        ALL_VERBS,
+        &["status", "scale"],
+    ),
+    entry(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        true,
+        &["rs"],
+        ALL,
+        ALL_VERBS,
+        &["status", "scale"],
+    ),
+];
+
+/// Every served resource, core group first.
+pub fn all() -> &'static [ResourceInfo] {
+    CATALOG
+}
+
+/// Looks a resource up by its URL path segments.
+pub fn by_plural(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+    CATALOG
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Looks a resource up by group and kind (any served version).
+pub fn by_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
+    CATALOG.iter().find(|r| r.group == group && r.kind == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_agree() {
+        for r in all() {
+            assert_eq!(by_plural(r.group, r.version, r.plural), Some(r));
+            assert_eq!(by_kind(r.group, r.kind), Some(r));
+            assert_eq!(r.gvk().kind, r.kind);
+        }
+    }
+
+    #[test]
+    fn upstream_short_names_and_scopes() {
+        let pods = by_plural("", "v1", "pods").map(|r| (r.short_names, r.categories, r.namespaced));
+        assert_eq!(pods, Some((&["po"][..], &["all"][..], true)));
+        let nodes = by_kind("", "Node").map(|r| (r.short_names, r.namespaced));
+        assert_eq!(nodes, Some((&["no"][..], false)));
+        let pc =
+            by_kind("scheduling.k8s.io", "PriorityClass").map(|r| (r.short_names, r.namespaced));
+        assert_eq!(pc, Some((&["pc"][..], false)));
+        assert_eq!(
+            by_kind("", "Binding").map(|r| r.verbs),
+            Some(&["create"][..])
+        );
+        assert!(by_kind("", "Namespace").is_some_and(|r| !r.verbs.contains(&"deletecollection")));
+        assert!(
+            by_plural("apps", "v1", "deployments")
+                .is_some_and(|r| r.subresources.contains(&"scale"))
+        );
+        assert_eq!(by_plural("apps", "v2", "deployments"), None);
+    }
+}

@@ -1,0 +1,384 @@
+//! `resource.Quantity` parsing with upstream's semantics: suffixes, rounding up to the nano
+//! unit, capping at the int64 maximum, and `Value()`/`MilliValue()` rounding away from zero.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// Upstream's three parse errors, with their exact texts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )]
+    FormatWrong,
+    #[error("unable to parse numeric part of quantity")]
+    Numeric,
+    #[error("unable to parse quantity's suffix")]
+    Suffix,
+}
+
+/// How the quantity was written; upstream keeps it to format the value back the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    DecimalExponent,
+    BinarySI,
+    DecimalSI,
+}
+
+/// A parsed quantity, held as a whole number of nano-units (upstream's finest scale).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParsedQuantity {
+    nanos: i128,
+    format: Format,
+}
+
+const NANOS_PER_UNIT: i128 = 1_000_000_000;
+/// Upstream caps every quantity at the int64 maximum (in units).
+const MAX_NANOS: i128 = (i64::MAX as i128) * NANOS_PER_UNIT;
+
+impl ParsedQuantity {
+    /// The value in thousandths of a unit, rounded away from zero (upstream `MilliValue()`).
+    pub fn milli_value(&self) -> i64 {
+        saturate(div_away_from_zero(self.nanos, 1_000_000))
+    }
+
+    /// The value in units, rounded away from zero (upstream `Value()`).
+    pub fn value(&self) -> i64 {
+        saturate(div_away_from_zero(self.nanos, NANOS_PER_UNIT))
+    }
+
+    /// The value in nano-units (always exact after parsing, which rounds up to 1n).
+    pub fn nano_value(&self) -> i128 {
+        self.nanos
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.nanos == 0
+    }
+
+    pub fn from_nanos(nanos: i128, format: Format) -> ParsedQuantity {
+        ParsedQuantity {
+            nanos: nanos.clamp(-MAX_NANOS, MAX_NANOS),
+            format,
+        }
+    }
+
+    /// Upstream's canonical string (`CanonicalizeBytes`): the largest suffix of the
+    /// quantity's own format that keeps the value whole, e.g. `1536Mi` → `1536Mi`, `1000m` → `1`.
+    pub fn canonical(&self) -> String {
+        canonical(self.nanos, self.format)
+    }
+}
+
+impl PartialOrd for ParsedQuantity {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.nanos.cmp(&other.nanos))
+    }
+}
+
+fn saturate(v: i128) -> i64 {
+    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+fn div_away_from_zero(v: i128, d: i128) -> i128 {
+    let q = v / d;
+    if v % d == 0 {
+        q
+    } else if v > 0 {
+        q + 1
+    } else {
+        q - 1
+    }
+}
+
+struct Parts<'a> {
+    positive: bool,
+    num: &'a str,
+    denom: &'a str,
+    suffix: &'a str,
+}
+
+/// Splits a quantity string like upstream's `parseQuantityString`.
+fn split(s: &str) -> Result<Parts<'_>, QuantityError> {
+    let b = s.as_bytes();
+    let end = b.len();
+    let mut pos = 0;
+    let mut positive = true;
+    if let Some(&c) = b.first() {
+        if c == b'-' {
+            positive = false;
+            pos += 1;
+        } else if c == b'+' {
+            pos += 1;
+        }
+    }
+    while pos < end && b[pos] == b'0' {
+        pos += 1;
+    }
+    if pos >= end {
+        return Ok(Parts {
+            positive,
+            num: "0",
+            denom: "",
+            suffix: "",
+        });
+    }
+    let num_start = pos;
+    while pos < end && b[pos].is_ascii_digit() {
+        pos += 1;
+    }
+    let num = if pos == num_start {
+        "0"
+    } else {
+        &s[num_start..pos]
+    };
+    let mut denom = "";
+    if pos < end && b[pos] == b'.' {
+        pos += 1;
+        let d_start = pos;
+        while pos < end && b[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        denom = &s[d_start..pos];
+    }
+    let suffix_start = pos;
+    while pos < end && b"eEinumkKMGTP".contains(&b[pos]) {
+        pos += 1;
+    }
+    if pos < end && (b[pos] == b'-' || b[pos] == b'+') {
+        pos += 1;
+    }
+    while pos < end && b[pos].is_ascii_digit() {
+        pos += 1;
+    }
+    if pos < end {
+        return Err(QuantityError::FormatWrong);
+    }
+    Ok(Parts {
+        positive,
+        num,
+        denom,
+        suffix: &s[suffix_start..],
+    })
+}
+
+/// (base, exponent, format) of a suffix, as upstream's suffixer interprets it.
+fn interpret_suffix(suffix: &str) -> Option<(u32, i32, Format)> {
+    let dec = |e| Some((10, e, Format::DecimalSI));
+    let bin = |e| Some((2, e, Format::BinarySI));
+    match suffix {
+        "" => dec(0),
+        "n" => dec(-9),
+        "u" => dec(-6),
+        "m" => dec(-3),
+        "k" => dec(3),
+        "M" => dec(6),
+        "G" => dec(9),
+        "T" => dec(12),
+        "P" => dec(15),
+        "E" => dec(18),
+        "Ki" => bin(10),
+        "Mi" => bin(20),
+        "Gi" => bin(30),
+        "Ti" => bin(40),
+        "Pi" => bin(50),
+        "Ei" => bin(60),
+        _ => {
+            let rest = suffix.strip_prefix(['e', 'E'])?;
+            if rest.is_empty() {
+                return None;
+            }
+            let e: i64 = rest.parse().ok()?;
+            // Go truncates to int32; anything this large is capped or rounded anyway.
+            let e = e.clamp(-1000, 1000) as i32;
+            Some((10, e, Format::DecimalExponent))
+        }
+    }
+}
+
+/// Parses a quantity string exactly as upstream's `resource.ParseQuantity`.
+pub fn parse_quantity(s: &str) -> Result<ParsedQuantity, QuantityError> {
+    if s.is_empty() {
+        return Err(QuantityError::FormatWrong);
+    }
+    let parts = split(s)?;
+    let (base, exponent, format) = interpret_suffix(parts.suffix).ok_or(QuantityError::Suffix)?;
+    let mut digits = Big::zero();
+    for c in parts.num.bytes().chain(parts.denom.bytes()) {
+        digits.mul_add(10, u32::from(c - b'0'));
+    }
+    // value = digits * 10^(dec_exp) * 2^(bin_exp); we want ceil(value * 1e9).
+    let mut dec_exp = 9 - parts.denom.len() as i64;
+    if base == 10 {
+        dec_exp += i64::from(exponent);
+    }
+    let bin_exp = if base == 2 { exponent as u32 } else { 0 };
+    let cap = Big::from_u128(MAX_NANOS as u128);
+    // At most 60 doublings: cheap, and capping must wait until the decimal scale is applied.
+    for _ in 0..bin_exp {
+        digits.mul_add(2, 0);
+    }
+    let mut inexact = false;
+    if dec_exp >= 0 {
+        for _ in 0..dec_exp {
+            if digits.gt(&cap) {
+                break;
+            }
+            digits.mul_add(10, 0);
+        }
+    } else {
+        for _ in 0..(-dec_exp) {
+            if digits.div_small(10) != 0 {
+                inexact = true;
+            }
+            if digits.is_zero() {
+                break;
+            }
+        }
+    }
+    let mut nanos = if digits.gt(&cap) {
+        MAX_NANOS
+    } else {
+        digits.to_u128() as i128
+    };
+    if inexact {
+        // Upstream rounds any non-zero remainder up to the next nano-unit.
+        nanos = (nanos + 1).min(MAX_NANOS);
+    }
+    if !parts.positive {
+        nanos = -nanos;
+    }
+    Ok(ParsedQuantity { nanos, format })
+}
+
+/// Milli-units of a k8s-openapi quantity (e.g. CPU millicores).
+pub fn quantity_milli(q: &Quantity) -> Result<i64, QuantityError> {
+    Ok(parse_quantity(&q.0)?.milli_value())
+}
+
+/// Units of a k8s-openapi quantity (e.g. memory bytes).
+pub fn quantity_value(q: &Quantity) -> Result<i64, QuantityError> {
+    Ok(parse_quantity(&q.0)?.value())
+}
+
+fn canonical(nanos: i128, format: Format) -> String {
+    if nanos == 0 {
+        return "0".to_string();
+    }
+    let sign = if nanos < 0 { "-" } else { "" };
+    let mag = nanos.unsigned_abs();
+    if format == Format::BinarySI && mag.is_multiple_of(NANOS_PER_UNIT as u128) {
+        let units = mag / NANOS_PER_UNIT as u128;
+        // Upstream only uses binary suffixes when the value is at least 1Ki... and exact.
+        if units >= 1024 {
+            let suffixes = ["Ei", "Pi", "Ti", "Gi", "Mi", "Ki"];
+            for (i, suf) in suffixes.iter().enumerate() {
+                let shift = 10 * (6 - i) as u32;
+                if units.is_multiple_of(1u128 << shift) {
+                    return format!("{sign}{}{suf}", units >> shift);
+                }
+            }
+        }
+    }
+    // Decimal: pick the largest power-of-1000 scale dividing the value.
+    let scales: [(u32, &str, &str); 10] = [
+        (27, "E", "e18"),
+        (24, "P", "e15"),
+        (21, "T", "e12"),
+        (18, "G", "e9"),
+        (15, "M", "e6"),
+        (12, "k", "e3"),
+        (9, "", ""),
+        (6, "m", "e-3"),
+        (3, "u", "e-6"),
+        (0, "n", "e-9"),
+    ];
+    for (pow, si, exp) in scales {
+        let unit = 10u128.pow(pow);
+        if mag.is_multiple_of(unit) {
+            let suf = if format == Format::DecimalExponent {
+                exp
+            } else {
+                si
+            };
+            return format!("{sign}{}{suf}", mag / unit);
+        }
+    }
+    format!("{sign}{mag}n")
+}
+
+/// Just enough arbitrary-precision arithmetic to parse long digit strings exactly.
+struct Big(Vec<u32>);
+
+impl Big {
+    fn zero() -> Big {
+        Big(Vec::new())
+    }
+
+    fn from_u128(mut v: u128) -> Big {
+        let mut limbs = Vec::new();
+        while v > 0 {
+            limbs.push(v as u32);
+            v >>= 32;
+        }
+        Big(limbs)
+    }
+
+    fn is_zero(&self) -> bool {
+        self.0.iter().all(|&l| l == 0)
+    }
+
+    fn mul_add(&mut self, m: u32, a: u32) {
+        let mut carry = u64::from(a);
+        for limb in &mut self.0 {
+            let v = u64::from(*limb) * u64::from(m) + carry;
+            *limb = v as u32;
+            carry = v >> 32;
+        }
+        if carry > 0 {
+            self.0.push(carry as u32);
+        }
+    }
+
+    /// Divides in place and returns the remainder.
+    fn div_small(&mut self, d: u32) -> u32 {
+        let mut rem = 0u64;
+        for limb in self.0.iter_mut().rev() {
+            let v = (rem << 32) | u64::from(*limb);
+            *limb = (v / u64::from(d)) as u32;
+            rem = v % u64::from(d);
+        }
+        self.trim();
+        rem as u32
+    }
+
+    fn trim(&mut self) {
+        while self.0.last() == Some(&0) {
+            self.0.pop();
+        }
+    }
+
+    fn gt(&self, other: &Big) -> bool {
+        let a = self.0.iter().rposition(|&l| l != 0).map_or(0, |i| i + 1);
+        let b = other.0.iter().rposition(|&l| l != 0).map_or(0, |i| i + 1);
+        if a != b {
+            return a > b;
+        }
+        for i in (0..a).rev() {
+            if self.0[i] != other.0[i] {
+                return self.0[i] > other.0[i];
+            }
+        }
+        false
+    }
+
+    fn to_u128(&self) -> u128 {
+        self.0
+            .iter()
+            .rev()
+            .fold(0u128, |acc, &l| (acc << 32) | u128::from(l))
+    }
+}

@@ -1,0 +1,276 @@
+//! `metav1.Status` bodies exactly as the API server returns them.
+//!
+//! Every builder returns the full Status object as JSON; the HTTP status code to send is the
+//! body's `code` field, which [`code`] reads back (a Status always carries it).
+
+use serde_json::{Map, Value, json};
+
+use crate::validation::{FieldError, aggregate_messages};
+
+/// The HTTP status code carried by a Status body (500 if it has none).
+pub fn code(status: &Value) -> u16 {
+    status
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .unwrap_or(500)
+}
+
+/// `pods` for the core group, `deployments.apps` otherwise (upstream GroupResource.String()).
+pub fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+fn failure(code: u16, reason: &str, message: String, details: Option<Value>) -> Value {
+    let mut m = Map::new();
+    m.insert("kind".into(), json!("Status"));
+    m.insert("apiVersion".into(), json!("v1"));
+    m.insert("metadata".into(), json!({}));
+    m.insert("status".into(), json!("Failure"));
+    m.insert("message".into(), json!(message));
+    if !reason.is_empty() {
+        m.insert("reason".into(), json!(reason));
+    }
+    if let Some(d) = details {
+        m.insert("details".into(), d);
+    }
+    m.insert("code".into(), json!(code));
+    Value::Object(m)
+}
+
+/// Details with upstream's omitempty fields.
+fn details(name: &str, group: &str, kind: &str) -> Value {
+    let mut d = Map::new();
+    if !name.is_empty() {
+        d.insert("name".into(), json!(name));
+    }
+    if !group.is_empty() {
+        d.insert("group".into(), json!(group));
+    }
+    if !kind.is_empty() {
+        d.insert("kind".into(), json!(kind));
+    }
+    Value::Object(d)
+}
+
+/// 404 `pods "foo" not found`.
+pub fn not_found(group: &str, plural_or_resource: &str, name: &str) -> Value {
+    let message = format!(
+        "{} {} not found",
+        qualified(group, plural_or_resource),
+        go_quote(name)
+    );
+    failure(
+        404,
+        "NotFound",
+        message,
+        Some(details(name, group, plural_or_resource)),
+    )
+}
+
+/// 409 `pods "foo" already exists`.
+pub fn already_exists(group: &str, resource: &str, name: &str) -> Value {
+    let message = format!(
+        "{} {} already exists",
+        qualified(group, resource),
+        go_quote(name)
+    );
+    failure(
+        409,
+        "AlreadyExists",
+        message,
+        Some(details(name, group, resource)),
+    )
+}
+
+/// Upstream's optimistic-concurrency failure text.
+pub const CONFLICT_MODIFIED: &str =
+    "the object has been modified; please apply your changes to the latest version and try again";
+
+/// 409 `Operation cannot be fulfilled on pods "foo": the object has been modified; ...`.
+pub fn conflict(group: &str, resource: &str, name: &str) -> Value {
+    conflict_with(group, resource, name, CONFLICT_MODIFIED)
+}
+
+/// 409 Conflict with a custom cause (e.g. a precondition's uid mismatch).
+pub fn conflict_with(group: &str, resource: &str, name: &str, cause: &str) -> Value {
+    let message = format!(
+        "Operation cannot be fulfilled on {} {}: {cause}",
+        qualified(group, resource),
+        go_quote(name)
+    );
+    failure(
+        409,
+        "Conflict",
+        message,
+        Some(details(name, group, resource)),
+    )
+}
+
+/// 422 Invalid. `kind` is the qualified kind as upstream prints it: `Pod`, or
+/// `Deployment.apps` for a named group (the group then goes to `details.group`).
+pub fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Value {
+    let (bare_kind, group) = kind.split_once('.').unwrap_or((kind, ""));
+    let causes: Vec<Value> = errs
+        .iter()
+        .map(|e| {
+            json!({
+                "reason": e.kind.reason(),
+                "message": e.body(),
+                "field": e.field,
+            })
+        })
+        .collect();
+    let message = match aggregate_messages(errs) {
+        Some(agg) => format!("{kind} {} is invalid: {agg}", go_quote(name)),
+        None => format!("{kind} {} is invalid", go_quote(name)),
+    };
+    let mut d = details(name, group, bare_kind);
+    if let Value::Object(m) = &mut d {
+        m.insert("causes".into(), Value::Array(causes));
+    }
+    failure(422, "Invalid", message, Some(d))
+}
+
+/// 400 BadRequest with the given message.
+pub fn bad_request(msg: &str) -> Value {
+    failure(400, "BadRequest", msg.to_string(), None)
+}
+
+/// 403 with the authorizer's message, e.g.
+/// `pods "x" is forbidden: User "alice" cannot get resource "pods" in API group "" in the namespace "default"`.
+/// `resource` may carry a subresource (`pods/log`); `reason` is appended after `: ` when set.
+pub fn forbidden(
+    user: &str,
+    verb: &str,
+    resource: &str,
+    group: &str,
+    name: &str,
+    namespace: &str,
+    reason: &str,
+) -> Value {
+    let scope = if namespace.is_empty() {
+        "at the cluster scope".to_string()
+    } else {
+        format!("in the namespace {}", go_quote(namespace))
+    };
+    let mut cause = format!(
+        "User {} cannot {verb} resource {} in API group {} {scope}",
+        go_quote(user),
+        go_quote(resource),
+        go_quote(group)
+    );
+    if !reason.is_empty() {
+        cause.push_str(": ");
+        cause.push_str(reason);
+    }
+    let base_resource = resource.split('/').next().unwrap_or(resource);
+    forbidden_with(group, base_resource, name, &cause)
+}
+
+/// 403 with any cause: `<resource> "<name>" is forbidden: <cause>` (upstream NewForbidden).
+pub fn forbidden_with(group: &str, resource: &str, name: &str, cause: &str) -> Value {
+    let message = if resource.is_empty() {
+        format!("forbidden: {cause}")
+    } else if name.is_empty() {
+        format!("{} is forbidden: {cause}", qualified(group, resource))
+    } else {
+        format!(
+            "{} {} is forbidden: {cause}",
+            qualified(group, resource),
+            go_quote(name)
+        )
+    };
+    failure(
+        403,
+        "Forbidden",
+        message,
+        Some(details(name, group, resource)),
+    )
+}
+
+/// 401 `Unauthorized`.
+pub fn unauthorized() -> Value {
+    failure(401, "Unauthorized", "Unauthorized".to_string(), None)
+}
+
+/// 405: `<action> is not supported on resources of kind "<resource>"`.
+pub fn method_not_allowed(group: &str, resource: &str, action: &str) -> Value {
+    let message = format!(
+        "{action} is not supported on resources of kind {}",
+        go_quote(&qualified(group, resource))
+    );
+    failure(
+        405,
+        "MethodNotAllowed",
+        message,
+        Some(details("", group, resource)),
+    )
+}
+
+/// 410 with reason Expired (a watch or list from a compacted resourceVersion).
+pub fn gone(msg: &str) -> Value {
+    failure(410, "Expired", msg.to_string(), None)
+}
+
+/// 415 UnsupportedMediaType.
+pub fn unsupported_media_type(msg: &str) -> Value {
+    failure(415, "UnsupportedMediaType", msg.to_string(), None)
+}
+
+/// 500 `Internal error occurred: <msg>`.
+pub fn internal(msg: &str) -> Value {
+    let d = json!({"causes": [{"message": msg}]});
+    failure(
+        500,
+        "InternalError",
+        format!("Internal error occurred: {msg}"),
+        Some(d),
+    )
+}
+
+/// 429 TooManyRequests with `details.retryAfterSeconds`.
+pub fn too_many_requests(msg: &str, retry_after_seconds: u32) -> Value {
+    let d = json!({"retryAfterSeconds": retry_after_seconds});
+    failure(429, "TooManyRequests", msg.to_string(), Some(d))
+}
+
+/// 200 Success with no details.
+pub fn success() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200})
+}
+
+/// 200 Success as a DELETE returns it when the storage gives no object back.
+pub fn success_deleted(name: &str, group: &str, kind: &str, uid: &str) -> Value {
+    let mut d = details(name, group, kind);
+    if let (Value::Object(m), false) = (&mut d, uid.is_empty()) {
+        m.insert("uid".into(), json!(uid));
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+           "details": d, "code": 200})
+}
+
+/// Go's `%q` for the strings we meet (names, users): escapes quotes, backslashes, controls.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
