@@ -110,3 +110,68 @@ pub fn pod_qos_class(spec: &PodSpec) -> QosClass {
         QosClass::Burstable
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> PodSpec {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    fn c(name: &str, resources: serde_json::Value) -> serde_json::Value {
+        json!({"name": name, "image": "busybox", "resources": resources})
+    }
+
+    #[test]
+    fn best_effort_without_cpu_or_memory() {
+        assert_eq!(
+            pod_qos_class(&spec(json!({"containers": [c("a", json!({}))]}))),
+            QosClass::BestEffort
+        );
+        let ephemeral_only =
+            json!({"containers": [c("a", json!({"requests": {"nvidia.com/gpu": "1"}}))]});
+        assert_eq!(pod_qos_class(&spec(ephemeral_only)), QosClass::BestEffort);
+        let zero = json!({"containers": [c("a", json!({"requests": {"cpu": "0"}}))]});
+        assert_eq!(pod_qos_class(&spec(zero)), QosClass::BestEffort);
+    }
+
+    #[test]
+    fn guaranteed_when_limits_equal_requests_everywhere() {
+        let g = json!({"cpu": "100m", "memory": "100Mi"});
+        let s = json!({"containers": [c("a", json!({"requests": g, "limits": g}))],
+                       "initContainers": [c("i", json!({"limits": g}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Guaranteed);
+        // 0.1 and 100m are the same quantity.
+        let s = json!({"containers": [c("a", json!({"requests": {"cpu": "0.1", "memory": "1Gi"},
+                                                      "limits": {"cpu": "100m", "memory": "1024Mi"}}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Guaranteed);
+    }
+
+    #[test]
+    fn burstable_cases() {
+        let s = json!({"containers": [c("a", json!({"requests": {"cpu": "100m"}}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Burstable);
+        let s = json!({"containers": [c("a", json!({"limits": {"cpu": "100m"}}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Burstable);
+        let g = json!({"cpu": "100m", "memory": "100Mi"});
+        // One guaranteed container and one best-effort init container.
+        let s = json!({"containers": [c("a", json!({"requests": g, "limits": g}))],
+                       "initContainers": [c("i", json!({}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Burstable);
+        let s = json!({"containers": [c("a", json!({"requests": {"cpu": "50m", "memory": "100Mi"}, "limits": g}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Burstable);
+    }
+
+    #[test]
+    fn pod_level_resources_win() {
+        let g = json!({"cpu": "1", "memory": "1Gi"});
+        let s =
+            json!({"resources": {"requests": g, "limits": g}, "containers": [c("a", json!({}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Guaranteed);
+        let s = json!({"resources": {"requests": {"cpu": "1"}}, "containers": [c("a", json!({"requests": g, "limits": g}))]});
+        assert_eq!(pod_qos_class(&spec(s)), QosClass::Burstable);
+        assert_eq!(QosClass::BestEffort.as_str(), "BestEffort");
+    }
+}

@@ -382,3 +382,90 @@ impl Big {
             .fold(0u128, |acc, &l| (acc << 32) | u128::from(l))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> ParsedQuantity {
+        match parse_quantity(s) {
+            Ok(q) => q,
+            Err(e) => panic!("{s}: {e}"),
+        }
+    }
+
+    #[test]
+    fn values_and_millis_like_upstream() {
+        assert_eq!(q("100m").milli_value(), 100);
+        assert_eq!(q("100m").value(), 1);
+        assert_eq!(q("1").milli_value(), 1000);
+        assert_eq!(q("0.5").milli_value(), 500);
+        assert_eq!(q("1.5Gi").value(), 1_610_612_736);
+        assert_eq!(q("1Ki").value(), 1024);
+        assert_eq!(q("128Mi").value(), 134_217_728);
+        assert_eq!(q("1k").value(), 1000);
+        assert_eq!(q("1M").value(), 1_000_000);
+        assert_eq!(q("1e3").value(), 1000);
+        assert_eq!(q("1E3").value(), 1000);
+        assert_eq!(q("1e-3").milli_value(), 1);
+        assert_eq!(q("-1").value(), -1);
+        assert_eq!(q("+2").value(), 2);
+        assert_eq!(q("-100m").value(), -1);
+        assert_eq!(q(".5").milli_value(), 500);
+        assert_eq!(q("5.").value(), 5);
+        assert_eq!(q("0").value(), 0);
+        assert_eq!(q("00100m").milli_value(), 100);
+        // Rounded up to the nano-unit at parse time, then to the milli-unit when read.
+        assert_eq!(q("1n").milli_value(), 1);
+        assert_eq!(q("0.1n").nano_value(), 1);
+        assert_eq!(q("1.0001m").milli_value(), 2);
+        assert_eq!(q("250u").milli_value(), 1);
+        // Capped at the int64 maximum like upstream.
+        assert_eq!(q("100000000000000000000E").value(), i64::MAX);
+        assert_eq!(q("1Ei").value(), 1_152_921_504_606_846_976);
+        assert_eq!(q("1234567890123456789.5m").value(), 1_234_567_890_123_457);
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(q("1Gi").format(), Format::BinarySI);
+        assert_eq!(q("1G").format(), Format::DecimalSI);
+        assert_eq!(q("1e9").format(), Format::DecimalExponent);
+        assert_eq!(q("1536Mi").canonical(), "1536Mi");
+        assert_eq!(q("1024Mi").canonical(), "1Gi");
+        assert_eq!(q("1000m").canonical(), "1");
+        assert_eq!(q("1500m").canonical(), "1500m");
+        assert_eq!(q("2000").canonical(), "2k");
+        assert_eq!(q("0").canonical(), "0");
+    }
+
+    #[test]
+    fn rejects_like_upstream() {
+        let re = QuantityError::FormatWrong.to_string();
+        assert_eq!(
+            re,
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        );
+        for bad in [
+            "", "1.5x", "abc", "1 Gi", "1Gi ", "--1", "1e1.0", "1ee", "1e3e",
+        ] {
+            assert!(parse_quantity(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_quantity("1.5x"), Err(QuantityError::FormatWrong));
+        assert_eq!(parse_quantity("1K"), Err(QuantityError::Suffix));
+        assert_eq!(parse_quantity("1Gb"), Err(QuantityError::FormatWrong));
+        assert_eq!(parse_quantity("1iK"), Err(QuantityError::Suffix));
+        assert_eq!(parse_quantity("1e"), Err(QuantityError::Suffix));
+        assert_eq!(
+            QuantityError::Suffix.to_string(),
+            "unable to parse quantity's suffix"
+        );
+    }
+
+    #[test]
+    fn helpers_on_openapi_quantities() {
+        assert_eq!(quantity_milli(&Quantity("250m".into())), Ok(250));
+        assert_eq!(quantity_value(&Quantity("64Mi".into())), Ok(67_108_864));
+        assert!(quantity_value(&Quantity("lots".into())).is_err());
+    }
+}

@@ -274,3 +274,129 @@ pub fn go_quote(s: &str) -> String {
     out.push('"');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validation::FieldError;
+
+    #[test]
+    fn not_found_and_friends() {
+        let s = not_found("", "pods", "foo");
+        assert_eq!(
+            s,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "pods \"foo\" not found", "reason": "NotFound",
+                   "details": {"name": "foo", "kind": "pods"}, "code": 404})
+        );
+        assert_eq!(code(&s), 404);
+        let s = not_found("apps", "deployments", "web");
+        assert_eq!(s["message"], "deployments.apps \"web\" not found");
+        assert_eq!(s["details"]["group"], "apps");
+        assert_eq!(
+            already_exists("", "pods", "foo")["message"],
+            "pods \"foo\" already exists"
+        );
+        assert_eq!(
+            conflict("", "pods", "foo")["message"],
+            "Operation cannot be fulfilled on pods \"foo\": the object has been modified; please apply your changes to the latest version and try again"
+        );
+        assert_eq!(code(&conflict("", "pods", "foo")), 409);
+    }
+
+    #[test]
+    fn invalid_aggregates_like_upstream() {
+        let one = [FieldError::required("spec.containers[0].name", "")];
+        let s = invalid("Pod", "foo", &one);
+        assert_eq!(
+            s["message"],
+            "Pod \"foo\" is invalid: spec.containers[0].name: Required value"
+        );
+        assert_eq!(s["code"], 422);
+        assert_eq!(
+            s["details"],
+            json!({"name": "foo", "kind": "Pod", "causes": [
+                {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].name"}]})
+        );
+        let two = [
+            FieldError::required("spec.containers[0].name", ""),
+            FieldError::not_supported(
+                "spec.restartPolicy",
+                json!("Sometimes"),
+                &["Always", "Never", "OnFailure"],
+            ),
+            FieldError::required("spec.containers[0].name", ""),
+        ];
+        assert_eq!(
+            invalid("Pod", "foo", &two)["message"],
+            "Pod \"foo\" is invalid: [spec.containers[0].name: Required value, spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"Never\", \"OnFailure\"]"
+        );
+        let d = invalid("Deployment.apps", "web", &one);
+        assert_eq!(
+            d["message"],
+            "Deployment.apps \"web\" is invalid: spec.containers[0].name: Required value"
+        );
+        assert_eq!(
+            (
+                d["details"]["kind"].as_str(),
+                d["details"]["group"].as_str()
+            ),
+            (Some("Deployment"), Some("apps"))
+        );
+    }
+
+    #[test]
+    fn forbidden_messages() {
+        let s = forbidden("alice", "get", "pods", "", "x", "default", "");
+        assert_eq!(
+            s["message"],
+            "pods \"x\" is forbidden: User \"alice\" cannot get resource \"pods\" in API group \"\" in the namespace \"default\""
+        );
+        assert_eq!(code(&s), 403);
+        let s = forbidden("bob", "list", "nodes", "", "", "", "");
+        assert_eq!(
+            s["message"],
+            "nodes is forbidden: User \"bob\" cannot list resource \"nodes\" in API group \"\" at the cluster scope"
+        );
+        let s = forbidden(
+            "bob",
+            "get",
+            "pods/log",
+            "",
+            "p",
+            "ns",
+            "no RBAC policy matched",
+        );
+        assert_eq!(
+            s["message"],
+            "pods \"p\" is forbidden: User \"bob\" cannot get resource \"pods/log\" in API group \"\" in the namespace \"ns\": no RBAC policy matched"
+        );
+    }
+
+    #[test]
+    fn simple_statuses() {
+        assert_eq!(
+            unauthorized(),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+        );
+        assert_eq!(code(&bad_request("x")), 400);
+        assert_eq!(gone("too old resource version: 1 (5)")["reason"], "Expired");
+        assert_eq!(code(&unsupported_media_type("x")), 415);
+        assert_eq!(internal("boom")["message"], "Internal error occurred: boom");
+        assert_eq!(
+            too_many_requests("slow down", 1)["details"]["retryAfterSeconds"],
+            1
+        );
+        assert_eq!(
+            method_not_allowed("", "bindings", "list")["message"],
+            "list is not supported on resources of kind \"bindings\""
+        );
+        assert_eq!(success()["status"], "Success");
+        assert_eq!(
+            success_deleted("p", "", "pods", "u1")["details"],
+            json!({"name": "p", "kind": "pods", "uid": "u1"})
+        );
+        assert_eq!(go_quote("a\"b"), "\"a\\\"b\"");
+    }
+}

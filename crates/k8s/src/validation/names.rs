@@ -224,3 +224,88 @@ pub fn is_config_map_key(value: &str) -> Vec<String> {
     }
     errs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns1123_label("my-name").is_empty());
+        assert!(is_dns1123_label("123-abc").is_empty());
+        assert_eq!(
+            is_dns1123_label("a.b"),
+            vec!["must not contain dots".to_string()]
+        );
+        assert_eq!(
+            is_dns1123_label("Foo"),
+            vec!["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".to_string()]
+        );
+        assert_eq!(
+            is_dns1123_label(&"a".repeat(64)),
+            vec!["must be no more than 63 characters".to_string()]
+        );
+        assert!(is_dns1123_subdomain("example.com").is_empty());
+        assert_eq!(
+            is_dns1123_subdomain("Foo_Bar"),
+            vec!["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string()]
+        );
+        assert!(!is_dns1123_subdomain("a..b").is_empty());
+        assert!(!is_dns1123_subdomain("").is_empty());
+        assert!(is_dns1035_label("abc-123").is_empty());
+        assert_eq!(
+            is_dns1035_label("1abc"),
+            vec!["a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".to_string()]
+        );
+    }
+
+    #[test]
+    fn qualified_names_and_label_values() {
+        for ok in [
+            "simple",
+            "now-with-dashes",
+            "1-starts-with-num",
+            "example.com/MyName",
+            "k8s.io/a_b.c",
+        ] {
+            assert!(is_qualified_name(ok).is_empty(), "{ok}");
+        }
+        assert_eq!(
+            is_qualified_name("/a"),
+            vec!["prefix part must be non-empty".to_string()]
+        );
+        assert_eq!(is_qualified_name("a/"), vec![
+            "name part must be non-empty".to_string(),
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".to_string(),
+        ]);
+        assert_eq!(is_qualified_name("a/b/c").len(), 1);
+        assert!(is_qualified_name("a/b/c")[0].starts_with("a qualified name must consist of"));
+        assert!(
+            is_qualified_name("Upper.Case/x")
+                .iter()
+                .all(|m| m.starts_with("prefix part "))
+        );
+        assert!(is_valid_label_value("").is_empty());
+        assert!(is_valid_label_value("MyValue").is_empty());
+        assert_eq!(is_valid_label_value("-x").len(), 1);
+        assert_eq!(
+            is_valid_label_value(&"a".repeat(64)),
+            vec!["must be no more than 63 characters".to_string()]
+        );
+    }
+
+    #[test]
+    fn config_map_keys() {
+        assert!(is_config_map_key("key.name").is_empty());
+        assert!(is_config_map_key("KEY_NAME").is_empty());
+        assert_eq!(
+            is_config_map_key(".."),
+            vec!["must not be '..'".to_string()]
+        );
+        assert_eq!(
+            is_config_map_key("..a"),
+            vec!["must not start with '..'".to_string()]
+        );
+        assert_eq!(is_config_map_key("a b").len(), 1);
+    }
+}
