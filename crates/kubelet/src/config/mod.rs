@@ -1,1 +1,176 @@
 //! Pod sources (static pod directory, manifest URL, API server) merged into one stream.
+//!
+//! Mirrors upstream's `pkg/kubelet/config`: every source sends its full current set of pods
+//! (upstream's SET), [`PodConfig`] keeps the last set per source keyed by UID and turns the
+//! difference into ADD / UPDATE / REMOVE / DELETE / RECONCILE updates on one channel, in
+//! the order upstream delivers them.
+
+mod common;
+mod file;
+mod http;
+mod merge;
+
+use k8s_openapi::api::core::v1::Pod;
+use std::sync::{Arc, Mutex};
+
+pub use common::{ManifestError, apply_defaults, decode_manifest, fnv128a_hex, generate_pod_name};
+pub use file::{FILE_CHECK_FREQUENCY, spawn_file_source};
+pub use http::{HTTP_CHECK_FREQUENCY, spawn_http_source};
+
+/// Pods read from the static pod directory (`--pod-manifest-path`).
+pub const FILE_SOURCE: &str = "file";
+/// Pods read from `--manifest-url`.
+pub const HTTP_SOURCE: &str = "http";
+/// Pods bound to this node in the API server.
+pub const API_SOURCE: &str = "api";
+/// Pseudo-source: every source at once, as upstream's `kubetypes.AllSource`.
+pub const ALL_SOURCE: &str = "*";
+
+/// Which source a pod came from (`file`, `http`, `api`).
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// The hash the kubelet derived for a static pod; equals its UID.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// When the kubelet first saw the pod (RFC 3339 with nanoseconds).
+pub const CONFIG_FIRST_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+/// Set on mirror pods: the hash of the static pod they mirror.
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// What happened to the pods of an update, as upstream's `kubetypes.PodOperation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodOperation {
+    /// Pods new to the kubelet.
+    Add,
+    /// Pods whose spec, labels or annotations changed.
+    Update,
+    /// Pods gone from their source: tear them down now.
+    Remove,
+    /// Pods whose deletion was requested (deletionTimestamp set): graceful termination.
+    Delete,
+    /// Pods whose status alone differs from what the source sent.
+    Reconcile,
+}
+
+/// One batch of pods sharing an operation and a source.
+#[derive(Clone, Debug)]
+pub struct PodUpdate {
+    pub op: PodOperation,
+    pub pods: Vec<Pod>,
+    pub source: String,
+}
+
+/// A source sends its full current set of pods on this channel (upstream's SET).
+pub type SourceSender = tokio::sync::mpsc::UnboundedSender<Vec<Pod>>;
+
+/// Merges the pod sets of all sources into one stream of [`PodUpdate`]s.
+///
+/// Cheap to clone; clones share the merged state.
+#[derive(Clone)]
+pub struct PodConfig {
+    storage: Arc<Mutex<merge::PodStorage>>,
+    updates: tokio::sync::mpsc::UnboundedSender<PodUpdate>,
+}
+
+impl PodConfig {
+    /// The merger and the receiving end of its update stream.
+    pub fn new() -> (PodConfig, tokio::sync::mpsc::UnboundedReceiver<PodUpdate>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (
+            PodConfig {
+                storage: Arc::new(Mutex::new(merge::PodStorage::default())),
+                updates: tx,
+            },
+            rx,
+        )
+    }
+
+    /// Registers `source` and returns the channel it sends its pod sets on.
+    ///
+    /// Spawns a task on the current tokio runtime that merges what arrives; it ends when
+    /// every sender of the channel is dropped.
+    pub fn channel(&self, source: &str) -> SourceSender {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<Pod>>();
+        let this = self.clone();
+        let source = source.to_string();
+        tokio::spawn(async move {
+            while let Some(pods) = rx.recv().await {
+                this.merge(&source, pods);
+            }
+        });
+        tx
+    }
+
+    /// Merges a full set of pods from `source` right away and emits the resulting updates.
+    /// [`PodConfig::channel`] calls this for everything its sender receives.
+    pub fn merge(&self, source: &str, pods: Vec<Pod>) {
+        let mut storage = match self.storage.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Sending under the lock keeps the updates of concurrent sources in merge order.
+        for update in storage.merge_set(source, pods) {
+            if self.updates.send(update).is_err() {
+                tracing::debug!(source, "pod config receiver dropped, update discarded");
+            }
+        }
+    }
+
+    /// True once every named source has sent its pod set at least once.
+    pub fn seen_all_sources(&self, sources: &[&str]) -> bool {
+        let storage = match self.storage.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        sources.iter().all(|s| storage.seen(s))
+    }
+
+    /// The merged desired state of all sources (upstream's `MergedState`).
+    pub fn pods(&self) -> Vec<Pod> {
+        let storage = match self.storage.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        storage.all_pods()
+    }
+}
+
+/// The current time as an API timestamp (k8s-openapi builds jiff without its clock).
+pub fn now_timestamp() -> k8s_openapi::jiff::Timestamp {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_nanosecond(nanos).unwrap_or_default()
+}
+
+/// The source a pod came from, from its `kubernetes.io/config.source` annotation.
+pub fn pod_source(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+        .map(String::as_str)
+}
+
+/// A static pod is one whose source is known and is not the API server (upstream's
+/// `kubetypes.IsStaticPod`).
+pub fn is_static_pod(pod: &Pod) -> bool {
+    matches!(pod_source(pod), Some(s) if s != API_SOURCE)
+}
+
+/// `<name>_<namespace>`, upstream's `kubecontainer.GetPodFullName`.
+pub fn pod_full_name(pod: &Pod) -> String {
+    format!(
+        "{}_{}",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default()
+    )
+}
+
+/// `<name>_<namespace>(<uid>)`, upstream's `format.Pod`, used in log and event messages.
+pub fn format_pod(pod: &Pod) -> String {
+    format!(
+        "{}({})",
+        pod_full_name(pod),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
+}

@@ -1,0 +1,265 @@
+//! What the file and HTTP sources share (upstream's `config/common.go`): decoding a manifest
+//! into pods and the defaults a static pod gets (name, UID, annotations, node, toleration).
+
+use super::{CONFIG_HASH_ANNOTATION, pod_full_name};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
+use std::collections::BTreeMap;
+
+/// Manifests larger than this are refused, as upstream's `maxConfigLength`.
+pub const MAX_CONFIG_LENGTH: usize = 10 << 20;
+
+/// Where a manifest came from; part of a static pod's UID.
+#[derive(Clone, Copy, Debug)]
+pub enum ManifestOrigin<'a> {
+    /// A file of the static pod directory, by path.
+    File(&'a str),
+    /// The `--manifest-url`.
+    Url(&'a str),
+}
+
+impl ManifestOrigin<'_> {
+    fn name(&self) -> &str {
+        match self {
+            ManifestOrigin::File(p) | ManifestOrigin::Url(p) => p,
+        }
+    }
+}
+
+/// Why (part of) a manifest was not turned into a pod.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{origin}: couldn't parse as pod({message}), please check manifest file.")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: manifest is {size} bytes, larger than the {max} byte limit")]
+    TooLarge {
+        origin: String,
+        size: usize,
+        max: usize,
+    },
+    #[error("{origin}: invalid pod: name is needed for the pod")]
+    MissingName { origin: String },
+    #[error("{origin}: invalid pod {pod:?}: [{}]", .errors.join(", "))]
+    Invalid {
+        origin: String,
+        pod: String,
+        errors: Vec<String>,
+    },
+}
+
+/// Upstream's `generatePodName`: static pod names carry the node name so that mirror pods
+/// of different nodes do not collide.
+pub fn generate_pod_name(name: &str, node_name: &str) -> String {
+    format!("{name}-{}", node_name.to_lowercase())
+}
+
+/// 128-bit FNV-1a, the hash upstream derives static pod UIDs with, as lowercase hex.
+pub fn fnv128a_hex(parts: &[&[u8]]) -> String {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013B;
+    let mut h = OFFSET;
+    for part in parts {
+        for b in *part {
+            h ^= u128::from(*b);
+            h = h.wrapping_mul(PRIME);
+        }
+    }
+    hex::encode(h.to_be_bytes())
+}
+
+/// Upstream's `applyDefaults` for a decoded static pod: a UID derived from the pod's
+/// content and its origin when the manifest gives none, the node-qualified name, namespace
+/// `default`, `spec.nodeName`, the `kubernetes.io/config.hash` annotation, for files the
+/// NoExecute toleration that keeps static pods from being evicted by node taints, and
+/// phase Pending.
+pub fn apply_defaults(pod: &mut Pod, origin: ManifestOrigin<'_>, node_name: &str) {
+    if pod.metadata.uid.as_deref().unwrap_or_default().is_empty() {
+        // Upstream hashes its in-memory object (spew dump); the JSON form plays that role
+        // here: same inputs, same UID, and any content change gives a new UID.
+        let content = serde_json::to_vec(pod).unwrap_or_default();
+        let uid = match origin {
+            ManifestOrigin::File(path) => fnv128a_hex(&[
+                &content,
+                format!("host:{node_name}").as_bytes(),
+                format!("file:{path}").as_bytes(),
+            ]),
+            ManifestOrigin::Url(url) => fnv128a_hex(&[&content, format!("url:{url}").as_bytes()]),
+        };
+        pod.metadata.uid = Some(uid);
+    }
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    pod.metadata.name = Some(generate_pod_name(&name, node_name));
+    if pod
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        pod.metadata.namespace = Some("default".to_string());
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    pod.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CONFIG_HASH_ANNOTATION.to_string(), uid);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node_name.to_string());
+        if matches!(origin, ManifestOrigin::File(_)) {
+            add_or_update_toleration(
+                spec.tolerations.get_or_insert_with(Vec::new),
+                Toleration {
+                    operator: Some("Exists".to_string()),
+                    effect: Some("NoExecute".to_string()),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    pod.status.get_or_insert_with(PodStatus::default).phase = Some("Pending".to_string());
+}
+
+/// Upstream's `AddOrUpdateTolerationInPod`: replace a toleration that matches on key,
+/// operator, value and effect, else append.
+fn add_or_update_toleration(tolerations: &mut Vec<Toleration>, toleration: Toleration) {
+    let norm = |t: &Toleration| {
+        (
+            t.key.clone().unwrap_or_default(),
+            t.operator.clone().unwrap_or_else(|| "Equal".to_string()),
+            t.value.clone().unwrap_or_default(),
+            t.effect.clone().unwrap_or_default(),
+        )
+    };
+    let want = norm(&toleration);
+    match tolerations.iter_mut().find(|t| norm(t) == want) {
+        Some(existing) => *existing = toleration,
+        None => tolerations.push(toleration),
+    }
+}
+
+/// Decodes one manifest (YAML or JSON) into static pods, with defaults applied and
+/// validated. Upstream reads one pod per file; this also accepts several YAML documents
+/// and `v1` `List`/`PodList` objects. A document that fails is reported in the second
+/// vector and does not affect the others.
+pub fn decode_manifest(
+    data: &[u8],
+    origin: ManifestOrigin<'_>,
+    node_name: &str,
+) -> (Vec<Pod>, Vec<ManifestError>) {
+    let origin_name = origin.name().to_string();
+    let parse_err = |message: String| ManifestError::Parse {
+        origin: origin_name.clone(),
+        message,
+    };
+    if data.len() > MAX_CONFIG_LENGTH {
+        return (
+            Vec::new(),
+            vec![ManifestError::TooLarge {
+                origin: origin_name.clone(),
+                size: data.len(),
+                max: MAX_CONFIG_LENGTH,
+            }],
+        );
+    }
+    let text = match std::str::from_utf8(data) {
+        Ok(t) => t,
+        Err(e) => return (Vec::new(), vec![parse_err(e.to_string())]),
+    };
+    let mut objects = Vec::new();
+    let mut errors = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        match <serde_json::Value as serde::Deserialize>::deserialize(doc) {
+            Ok(serde_json::Value::Null) => {}
+            Ok(v) => objects.push(v),
+            Err(e) => {
+                // A syntax error ends the stream; what was read before stays valid.
+                errors.push(parse_err(e.to_string()));
+                break;
+            }
+        }
+    }
+    let mut pods = Vec::new();
+    for obj in objects {
+        match object_pods(obj) {
+            Ok(items) => {
+                for item in items {
+                    match finish_pod(item, origin, node_name) {
+                        Ok(p) => pods.push(p),
+                        Err(e) => errors.push(e),
+                    }
+                }
+            }
+            Err(message) => errors.push(parse_err(message)),
+        }
+    }
+    (pods, errors)
+}
+
+/// The raw pods inside one decoded object: itself if it is a Pod, its items if it is a
+/// List or PodList.
+fn object_pods(obj: serde_json::Value) -> Result<Vec<serde_json::Value>, String> {
+    let kind = obj.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    if kind.is_empty() {
+        return Err(format!("Object 'Kind' is missing in '{obj}'"));
+    }
+    if api_version != "v1" {
+        return Err(format!(
+            "no kind \"{kind}\" is registered for version \"{api_version}\""
+        ));
+    }
+    match kind {
+        "Pod" => Ok(vec![obj]),
+        "List" | "PodList" => {
+            let items = obj
+                .get("items")
+                .and_then(|i| i.as_array())
+                .cloned()
+                .unwrap_or_default();
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                let k = item.get("kind").and_then(|k| k.as_str());
+                // PodList items carry no kind; List items must say they are pods.
+                if kind == "List" && k != Some("Pod") {
+                    return Err(format!(
+                        "List item of kind {:?} is not a Pod",
+                        k.unwrap_or_default()
+                    ));
+                }
+                out.push(item);
+            }
+            Ok(out)
+        }
+        other => Err(format!("invalid pod: object of kind \"{other}\"")),
+    }
+}
+
+fn finish_pod(
+    raw: serde_json::Value,
+    origin: ManifestOrigin<'_>,
+    node_name: &str,
+) -> Result<Pod, ManifestError> {
+    let origin_name = origin.name().to_string();
+    let mut pod: Pod = serde_json::from_value(raw).map_err(|e| ManifestError::Parse {
+        origin: origin_name.clone(),
+        message: e.to_string(),
+    })?;
+    if pod.metadata.name.as_deref().unwrap_or_default().is_empty() {
+        return Err(ManifestError::MissingName {
+            origin: origin_name,
+        });
+    }
+    nodus_k8s::defaults::default_pod(&mut pod);
+    apply_defaults(&mut pod, origin, node_name);
+    let errors = nodus_k8s::validation::validate_pod_spec_for_kubelet(&pod);
+    if !errors.is_empty() {
+        return Err(ManifestError::Invalid {
+            origin: origin_name,
+            pod: pod_full_name(&pod),
+            errors: errors.iter().map(|e| e.to_string()).collect(),
+        });
+    }
+    Ok(pod)
+}

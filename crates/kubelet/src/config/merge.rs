@@ -1,0 +1,249 @@
+//! The per-source pod store behind [`super::PodConfig`] (upstream's `podStorage`).
+
+use super::{
+    CONFIG_FIRST_SEEN_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION, PodOperation,
+    PodUpdate, pod_full_name,
+};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Annotations the kubelet itself adds; a difference in them is not a change of the pod.
+const LOCAL_ANNOTATIONS: [&str; 3] = [
+    CONFIG_SOURCE_ANNOTATION,
+    CONFIG_MIRROR_ANNOTATION,
+    CONFIG_FIRST_SEEN_ANNOTATION,
+];
+
+#[derive(Default)]
+pub(super) struct PodStorage {
+    /// source → pod key (UID) → pod.
+    pods: HashMap<String, HashMap<String, Pod>>,
+    /// Sources that have sent at least one set.
+    seen: HashSet<String>,
+}
+
+fn pod_key(pod: &Pod) -> String {
+    match pod.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_string(),
+        // Sources always set a UID; keying by name keeps a UID-less pod stable anyway.
+        _ => format!("name:{}", pod_full_name(pod)),
+    }
+}
+
+enum Change {
+    None,
+    Update,
+    Reconcile,
+    Delete,
+}
+
+impl PodStorage {
+    pub(super) fn seen(&self, source: &str) -> bool {
+        self.seen.contains(source)
+    }
+
+    pub(super) fn all_pods(&self) -> Vec<Pod> {
+        let mut sources: Vec<&String> = self.pods.keys().collect();
+        sources.sort();
+        let mut out = Vec::new();
+        for s in sources {
+            let mut pods: Vec<&Pod> = self.pods[s].values().collect();
+            pods.sort_by_key(|p| pod_full_name(p));
+            out.extend(pods.into_iter().cloned());
+        }
+        out
+    }
+
+    /// Replaces the pods of `source` with `pods` and returns the updates that turn the
+    /// previous state into the new one, in upstream's delivery order: REMOVE, ADD, UPDATE,
+    /// DELETE, then RECONCILE. The first set of a source that changes nothing still yields
+    /// an empty ADD, which tells the kubelet the source is ready.
+    pub(super) fn merge_set(&mut self, source: &str, pods: Vec<Pod>) -> Vec<PodUpdate> {
+        let first_set = self.seen.insert(source.to_string());
+        let filtered = self.filter_invalid_pods(source, pods);
+        let mut old = self.pods.remove(source).unwrap_or_default();
+        let mut current: HashMap<String, Pod> = HashMap::with_capacity(filtered.len());
+
+        let (mut adds, mut updates, mut deletes, mut reconciles) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for mut pod in filtered {
+            pod.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(CONFIG_SOURCE_ANNOTATION.to_string(), source.to_string());
+            let key = pod_key(&pod);
+            if let Some(mut existing) = old.remove(&key) {
+                match check_and_update_pod(&mut existing, pod) {
+                    Change::Update => updates.push(existing.clone()),
+                    Change::Reconcile => reconciles.push(existing.clone()),
+                    Change::Delete => deletes.push(existing.clone()),
+                    Change::None => {}
+                }
+                current.insert(key, existing);
+                continue;
+            }
+            record_first_seen_time(&mut pod);
+            tracing::debug!(source, pod = %pod_full_name(&pod), "receiving a new pod");
+            adds.push(pod.clone());
+            current.insert(key, pod);
+        }
+        let mut removes: Vec<Pod> = old.into_values().collect();
+        removes.sort_by_key(pod_full_name);
+        self.pods.insert(source.to_string(), current);
+
+        let mk = |op, pods| PodUpdate {
+            op,
+            pods,
+            source: source.to_string(),
+        };
+        let mut out = Vec::new();
+        if !removes.is_empty() {
+            out.push(mk(PodOperation::Remove, removes));
+        }
+        let nothing_else = adds.is_empty() && updates.is_empty() && deletes.is_empty();
+        if !adds.is_empty() {
+            out.push(mk(PodOperation::Add, adds));
+        }
+        if !updates.is_empty() {
+            out.push(mk(PodOperation::Update, updates));
+        }
+        if !deletes.is_empty() {
+            out.push(mk(PodOperation::Delete, deletes));
+        }
+        if first_set && nothing_else {
+            out.push(mk(PodOperation::Add, Vec::new()));
+        }
+        if !reconciles.is_empty() {
+            out.push(mk(PodOperation::Reconcile, reconciles));
+        }
+        out
+    }
+
+    /// Drops pods whose full name repeats one earlier in the same set (upstream's
+    /// `filterInvalidPods`) or one that another source already provides under another UID.
+    fn filter_invalid_pods(&self, source: &str, pods: Vec<Pod>) -> Vec<Pod> {
+        let mut others: HashMap<String, (&str, String)> = HashMap::new();
+        for (s, set) in &self.pods {
+            if s == source {
+                continue;
+            }
+            for (key, p) in set {
+                others.insert(pod_full_name(p), (s.as_str(), key.clone()));
+            }
+        }
+        let mut names = HashSet::new();
+        let mut out = Vec::with_capacity(pods.len());
+        for (index, pod) in pods.into_iter().enumerate() {
+            let name = pod_full_name(&pod);
+            if !names.insert(name.clone()) {
+                tracing::warn!(
+                    index,
+                    pod = %name,
+                    source,
+                    "Pod failed validation due to duplicate pod name, ignoring"
+                );
+                continue;
+            }
+            if let Some((other, key)) = others.get(&name)
+                && *key != pod_key(&pod)
+            {
+                tracing::warn!(
+                    pod = %name,
+                    source,
+                    other_source = other,
+                    "Pod failed validation due to duplicate pod name: another source already provides a pod with this name, ignoring"
+                );
+                continue;
+            }
+            out.push(pod);
+        }
+        out
+    }
+}
+
+fn record_first_seen_time(pod: &mut Pod) {
+    pod.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CONFIG_FIRST_SEEN_ANNOTATION.to_string(), now_rfc3339_nano());
+}
+
+/// The current time as Go's `time.RFC3339Nano` prints it in UTC.
+pub(super) fn now_rfc3339_nano() -> String {
+    super::now_timestamp().to_string()
+}
+
+fn is_local_annotation(key: &str) -> bool {
+    LOCAL_ANNOTATIONS.contains(&key)
+}
+
+/// Equal except for the kubelet's own annotations.
+fn annotations_equal(
+    existing: Option<&BTreeMap<String, String>>,
+    candidate: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let empty = BTreeMap::new();
+    let existing = existing.unwrap_or(&empty);
+    let candidate = candidate.unwrap_or(&empty);
+    let strip = |m: &BTreeMap<String, String>| -> Vec<(String, String)> {
+        m.iter()
+            .filter(|(k, _)| !is_local_annotation(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    strip(existing) == strip(candidate)
+}
+
+fn pods_differ_semantically(existing: &Pod, candidate: &Pod) -> bool {
+    existing.spec != candidate.spec
+        || existing.metadata.labels != candidate.metadata.labels
+        || existing.metadata.deletion_timestamp != candidate.metadata.deletion_timestamp
+        || existing.metadata.deletion_grace_period_seconds
+            != candidate.metadata.deletion_grace_period_seconds
+        || !annotations_equal(
+            existing.metadata.annotations.as_ref(),
+            candidate.metadata.annotations.as_ref(),
+        )
+}
+
+/// Folds `candidate` into `existing` and classifies the change (upstream's
+/// `checkAndUpdatePod`): a semantic change with a deletion timestamp is a graceful delete,
+/// any other semantic change an update, a status-only change a reconcile.
+fn check_and_update_pod(existing: &mut Pod, mut candidate: Pod) -> Change {
+    if !pods_differ_semantically(existing, &candidate) {
+        if existing.status != candidate.status {
+            existing.status = candidate.status;
+            return Change::Reconcile;
+        }
+        return Change::None;
+    }
+    existing.spec = candidate.spec.take();
+    existing.metadata.labels = candidate.metadata.labels.take();
+    existing.metadata.deletion_timestamp = candidate.metadata.deletion_timestamp.take();
+    existing.metadata.deletion_grace_period_seconds =
+        candidate.metadata.deletion_grace_period_seconds;
+    existing.metadata.generation = candidate.metadata.generation;
+    existing.status = candidate.status.take();
+    // The candidate's annotations plus the kubelet's own, kept from the existing pod (so
+    // the first-seen time survives updates).
+    let mut annotations = candidate.metadata.annotations.take().unwrap_or_default();
+    if let Some(old) = existing.metadata.annotations.as_ref() {
+        for key in LOCAL_ANNOTATIONS {
+            match old.get(key) {
+                Some(v) => {
+                    annotations.insert(key.to_string(), v.clone());
+                }
+                None if key == CONFIG_FIRST_SEEN_ANNOTATION => {
+                    annotations.remove(key);
+                }
+                None => {}
+            }
+        }
+    }
+    existing.metadata.annotations = Some(annotations);
+    if existing.metadata.deletion_timestamp.is_some() {
+        Change::Delete
+    } else {
+        Change::Update
+    }
+}

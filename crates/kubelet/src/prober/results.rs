@@ -1,0 +1,85 @@
+//! The latest probe result per (probe type, container), upstream's `prober/results`
+//! managers folded into one; every change is pushed to the kubelet.
+
+use super::{ProbeResult, ProbeType, ProbeUpdate};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tokio::sync::mpsc::UnboundedSender;
+
+pub(super) struct Results {
+    entries: Mutex<HashMap<(ProbeType, String), ProbeResult>>,
+    messages: Mutex<HashMap<(ProbeType, String), String>>,
+    updates: UnboundedSender<ProbeUpdate>,
+}
+
+impl Results {
+    pub(super) fn new(updates: UnboundedSender<ProbeUpdate>) -> Self {
+        Results {
+            entries: Mutex::new(HashMap::new()),
+            messages: Mutex::new(HashMap::new()),
+            updates,
+        }
+    }
+
+    pub(super) fn get(&self, probe: ProbeType, container_id: &str) -> Option<ProbeResult> {
+        let id = crate::cri::bare_container_id(container_id);
+        lock(&self.entries).get(&(probe, id.to_string())).copied()
+    }
+
+    /// Records a result; a change (or a first result) is sent as a [`ProbeUpdate`].
+    pub(super) fn set(
+        &self,
+        probe: ProbeType,
+        container_id: &str,
+        result: ProbeResult,
+        pod_uid: &str,
+        container_name: &str,
+    ) {
+        let id = crate::cri::bare_container_id(container_id).to_string();
+        let changed = {
+            let mut entries = lock(&self.entries);
+            entries.insert((probe, id.clone()), result) != Some(result)
+        };
+        if changed {
+            let _ = self.updates.send(ProbeUpdate {
+                pod_uid: pod_uid.to_string(),
+                container_name: container_name.to_string(),
+                container_id: id,
+                probe,
+                result,
+            });
+        }
+    }
+
+    pub(super) fn remove(&self, probe: ProbeType, container_id: &str) {
+        let key = (
+            probe,
+            crate::cri::bare_container_id(container_id).to_string(),
+        );
+        lock(&self.entries).remove(&key);
+        lock(&self.messages).remove(&key);
+    }
+
+    pub(super) fn set_message(&self, probe: ProbeType, container_id: &str, message: String) {
+        let key = (
+            probe,
+            crate::cri::bare_container_id(container_id).to_string(),
+        );
+        lock(&self.messages).insert(key, message);
+    }
+
+    pub(super) fn message(&self, probe: ProbeType, container_id: &str) -> Option<String> {
+        let key = (
+            probe,
+            crate::cri::bare_container_id(container_id).to_string(),
+        );
+        lock(&self.messages).get(&key).cloned()
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
