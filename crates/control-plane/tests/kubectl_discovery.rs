@@ -6,6 +6,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
 
 use nodus_control_plane::apiserver::{discovery, openapi};
 
@@ -15,6 +16,8 @@ struct Server {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     dir: tempfile::TempDir,
+    /// Every request line the server saw, as `METHOD /path?query`.
+    requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -22,6 +25,8 @@ impl Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -35,7 +40,20 @@ impl Server {
                 addr_tx
                     .send(listener.local_addr().expect("local addr"))
                     .expect("send addr");
-                let app = discovery::router().merge(openapi::router());
+                let app =
+                    discovery::router()
+                        .merge(openapi::router())
+                        .layer(axum::middleware::from_fn(
+                            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                                let seen = seen.clone();
+                                async move {
+                                    if let Ok(mut s) = seen.lock() {
+                                        s.push(format!("{} {}", req.method(), req.uri()));
+                                    }
+                                    next.run(req).await
+                                }
+                            },
+                        ));
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async {
                         let _ = shutdown_rx.await;
@@ -56,7 +74,12 @@ impl Server {
             shutdown: Some(shutdown_tx),
             thread: Some(thread),
             dir,
+            requests,
         }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     fn kubeconfig(&self) -> PathBuf {
@@ -274,16 +297,30 @@ fn explain_prints_upstream_descriptions() {
 }
 
 #[test]
-fn openapi_v3_documents_are_cached_by_hash() {
+fn kubectl_caches_discovery_and_hashed_openapi_documents() {
     let server = Server::start();
-    // kubectl fills its disk cache from the index, then reuses the hashed documents.
     server.kubectl_ok(&["explain", "lease.spec"]);
-    server.kubectl_ok(&["explain", "lease.spec.holderIdentity"]);
-    let cache = server.cache_dir();
+    let first = server.requests();
     assert!(
-        contains_file(&cache),
-        "kubectl wrote no cache under {cache:?}"
+        first.iter().any(|r| r.starts_with("GET /apis?")),
+        "{first:?}"
     );
+    let doc = |reqs: &[String]| {
+        reqs.iter()
+            .filter(|r| r.starts_with("GET /openapi/v3/apis/coordination.k8s.io/v1?hash="))
+            .count()
+    };
+    assert_eq!(doc(&first), 1, "{first:?}");
+    // The second run finds discovery and the immutable document in its disk cache.
+    server.kubectl_ok(&["explain", "lease.spec.holderIdentity"]);
+    let all = server.requests();
+    let second = &all[first.len()..];
+    assert_eq!(doc(second), 0, "refetched a hashed document: {second:?}");
+    assert!(
+        !second.iter().any(|r| r.starts_with("GET /apis?")),
+        "{second:?}"
+    );
+    assert!(contains_file(&server.cache_dir()));
 }
 
 fn contains_file(dir: &Path) -> bool {
@@ -314,4 +351,200 @@ fn discovery_answers_unknown_groups_with_not_found() {
         v["serverAddressByClientCIDRs"][0]["serverAddress"],
         server.addr.to_string()
     );
+}
+
+/// A raw HTTP/1.1 GET, so that tests can see status lines and headers kubectl hides.
+fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).expect("send request");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read response");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+struct HttpResponse {
+    status: u16,
+    headers: std::collections::BTreeMap<String, String>,
+    body: String,
+}
+
+impl HttpResponse {
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or("")
+    }
+
+    fn json(&self) -> serde_json::Value {
+        // Bodies here are small and unchunked unless hyper chose chunked encoding.
+        let body = if self.header("transfer-encoding") == "chunked" {
+            dechunk(&self.body)
+        } else {
+            self.body.clone()
+        };
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+    }
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 {
+            break;
+        }
+        out.push_str(tail.get(..n).unwrap_or(tail));
+        rest = tail.get(n + 2..).unwrap_or("");
+    }
+    out
+}
+
+const CLIENT_GO_DISCOVERY_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+#[test]
+fn aggregated_discovery_is_negotiated_like_upstream() {
+    let server = Server::start();
+    let resp = http_get(
+        server.addr,
+        "/apis",
+        &[("Accept", CLIENT_GO_DISCOVERY_ACCEPT)],
+    );
+    assert_eq!(resp.status, 200);
+    assert_eq!(
+        resp.header("content-type"),
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let doc = resp.json();
+    assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+    assert_eq!(doc["apiVersion"], "apidiscovery.k8s.io/v2");
+    let apps = doc["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|g| g["metadata"]["name"] == "apps"))
+        .cloned()
+        .unwrap_or_default();
+    let deploy = apps["versions"][0]["resources"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["resource"] == "deployments"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(deploy["scope"], "Namespaced");
+    assert_eq!(deploy["responseKind"]["kind"], "Deployment");
+    let scale = deploy["subresources"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["subresource"] == "scale"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(scale["responseKind"]["group"], "autoscaling");
+    assert_eq!(scale["responseKind"]["kind"], "Scale");
+
+    // A client revalidating with the ETag is told nothing changed.
+    let etag = resp.header("etag").to_string();
+    assert!(!etag.is_empty());
+    let again = http_get(
+        server.addr,
+        "/apis",
+        &[
+            ("Accept", CLIENT_GO_DISCOVERY_ACCEPT),
+            ("If-None-Match", &etag),
+        ],
+    );
+    assert_eq!(again.status, 304);
+
+    // Plain JSON gets the legacy documents.
+    let legacy = http_get(server.addr, "/apis", &[("Accept", "application/json")]);
+    assert_eq!(legacy.header("content-type"), "application/json");
+    assert_eq!(legacy.json()["kind"], "APIGroupList");
+    let core = http_get(server.addr, "/api/v1", &[]);
+    let core = core.json();
+    assert_eq!(core["kind"], "APIResourceList");
+    assert_eq!(core["groupVersion"], "v1");
+    let binding = core["resources"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == "pods/binding"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(binding["kind"], "Binding");
+    assert_eq!(binding["verbs"], serde_json::json!(["create"]));
+}
+
+#[test]
+fn openapi_v3_serves_hashed_immutable_documents() {
+    let server = Server::start();
+    let index = http_get(server.addr, "/openapi/v3", &[]);
+    assert_eq!(index.status, 200);
+    assert_eq!(index.header("content-type"), "application/json");
+    let index = index.json();
+    let url = index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(url.starts_with("/openapi/v3/apis/apps/v1?hash="), "{index}");
+
+    let doc = http_get(server.addr, &url, &[("Accept", "application/json")]);
+    assert_eq!(doc.status, 200);
+    assert_eq!(doc.header("cache-control"), "public, immutable");
+    assert!(doc.header("expires").ends_with(" GMT"));
+    let etag = doc.header("etag").to_string();
+    let hash = url.rsplit('=').next().unwrap_or_default();
+    assert_eq!(etag, format!("\"{hash}\""));
+    let doc = doc.json();
+    assert_eq!(doc["openapi"], "3.0.0");
+    let deployment = &doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
+    assert_eq!(
+        deployment["x-kubernetes-group-version-kind"],
+        serde_json::json!([{"group": "apps", "kind": "Deployment", "version": "v1"}])
+    );
+
+    let unchanged = http_get(server.addr, &url, &[("If-None-Match", &etag)]);
+    assert_eq!(unchanged.status, 304);
+
+    let stale = http_get(server.addr, "/openapi/v3/apis/apps/v1?hash=0123", &[]);
+    assert_eq!(stale.status, 301);
+    assert_eq!(stale.header("location"), url);
+
+    let missing = http_get(server.addr, "/openapi/v3/apis/nope/v1", &[]);
+    assert_eq!(missing.status, 404);
+
+    let protobuf_only = http_get(
+        server.addr,
+        "/openapi/v3/api/v1",
+        &[(
+            "Accept",
+            "application/com.github.proto-openapi.spec.v3@v1.0+protobuf",
+        )],
+    );
+    assert_eq!(protobuf_only.status, 406);
+
+    let v2 = http_get(
+        server.addr,
+        "/openapi/v2",
+        &[("Accept", "application/json")],
+    );
+    assert_eq!(v2.status, 200);
+    let v2 = v2.json();
+    assert_eq!(v2["swagger"], "2.0");
+    assert!(v2["definitions"]["io.k8s.api.core.v1.Pod"].is_object());
 }

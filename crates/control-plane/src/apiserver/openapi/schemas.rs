@@ -416,20 +416,15 @@ fn reshape(schemas: &mut BTreeMap<String, Value>, kinds: &[KindSchema]) {
     for k in kinds {
         if let Some(Value::Object(s)) = schemas.get_mut(&k.name) {
             s.insert("x-kubernetes-group-version-kind".into(), json!([gvk(k)]));
-            // k8s-openapi requires `metadata` because its Rust field is not optional;
-            // upstream's schemas do not, and `kubectl explain` would print it as required.
-            if let Some(Value::Array(required)) = s.get_mut("required") {
-                required.retain(|r| r != "metadata");
-                if required.is_empty() {
-                    s.remove("required");
-                }
-            }
         }
         if let Some(list) = &k.list_name
             && let Some(Value::Object(s)) = schemas.get_mut(list)
         {
             s.insert("x-kubernetes-group-version-kind".into(), json!([gvk(k)]));
         }
+    }
+    for s in schemas.values_mut() {
+        relax_required(s);
     }
     // Upstream's v3 documents give these two scalars no `type` but a oneOf; `kubectl explain`
     // then names them (`<IntOrString>`, `<Quantity>`) instead of printing `<string>`.
@@ -461,6 +456,27 @@ fn reshape(schemas: &mut BTreeMap<String, Value>, kinds: &[KindSchema]) {
         p.insert("x-kubernetes-patch-strategy".into(), json!(strategy));
         if let Some(key) = key {
             p.insert("x-kubernetes-patch-merge-key".into(), json!(key));
+        }
+    }
+}
+
+/// k8s-openapi marks fields required whenever its Rust field is not an `Option`; upstream
+/// does not require `metadata` anywhere, nor the `name` of a local object reference (it
+/// defaults to ""). `kubectl explain` prints `-required-` from this list.
+fn relax_required(schema: &mut Value) {
+    let Value::Object(s) = schema else {
+        return;
+    };
+    let referent_name = s
+        .get("properties")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.get("description"))
+        .and_then(Value::as_str)
+        .is_some_and(|d| d.starts_with("Name of the referent."));
+    if let Some(Value::Array(required)) = s.get_mut("required") {
+        required.retain(|r| r != "metadata" && !(referent_name && r == "name"));
+        if required.is_empty() {
+            s.remove("required");
         }
     }
 }
