@@ -548,3 +548,43 @@ fn openapi_v3_serves_hashed_immutable_documents() {
     assert_eq!(v2["swagger"], "2.0");
     assert!(v2["definitions"]["io.k8s.api.core.v1.Pod"].is_object());
 }
+
+#[test]
+fn client_side_validation_of_list_files_uses_the_protobuf_v2_document() {
+    let server = Server::start();
+    // kubectl cannot ask the server to validate a `kind: List`, so with the default
+    // --validate=strict it validates the items itself against /openapi/v2 (protobuf).
+    let manifest = server.dir.path().join("list.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: a\n  dataa: {}\n",
+    )
+    .expect("write manifest");
+    let path = manifest.to_string_lossy().into_owned();
+    let (_, stderr, ok) = server.kubectl(&["apply", "-f", &path]);
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: error validating \"{path}\": error validating data: ValidationError(ConfigMap): unknown field \"dataa\" in io.k8s.api.core.v1.ConfigMap; if you choose to ignore these errors, turn validation off with --validate=false"
+        )
+    );
+    let v2 = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET /openapi/v2"))
+        .count();
+    assert_eq!(v2, 1);
+}
+
+#[test]
+fn explain_with_the_v2_document() {
+    let server = Server::start();
+    let out = server.kubectl_ok(&[
+        "explain",
+        "pods.spec.containers.image",
+        "--output=plaintext-openapiv2",
+    ]);
+    assert!(out.contains("FIELD:    image <string>"), "{out}");
+    assert!(out.contains("Container image name."), "{out}");
+}

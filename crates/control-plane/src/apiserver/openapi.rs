@@ -8,6 +8,7 @@
 //! types' schemas.
 
 mod paths;
+mod protobuf;
 mod schemas;
 mod v2;
 
@@ -30,6 +31,10 @@ use paths::SubresourceBody;
 use schemas::Components;
 
 const JSON: &str = "application/json";
+/// The media types of gnostic's protobuf Swagger 2.0 document. client-go asks with the `@`
+/// form, which Go's mime parser rejects in a Content-Type: upstream answers with the other.
+const V2_PROTOBUF_REQUESTED: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 /// The Kubernetes version whose API the documents describe.
 const INFO_VERSION: &str = "v1.33.0";
 
@@ -51,8 +56,11 @@ struct Rendered {
 impl Rendered {
     fn new(doc: &Value) -> Rendered {
         // Serialising a Value cannot fail: its keys are strings already.
-        let body = serde_json::to_vec(doc).unwrap_or_default();
-        // Upstream names documents by the upper-case hex SHA-512 of their JSON.
+        Rendered::from_bytes(serde_json::to_vec(doc).unwrap_or_default())
+    }
+
+    fn from_bytes(body: Vec<u8>) -> Rendered {
+        // Upstream names documents by the upper-case hex SHA-512 of their bytes.
         let hash = format!("{:X}", Sha512::digest(&body));
         Rendered { body, hash }
     }
@@ -64,6 +72,7 @@ impl Rendered {
 
 struct Documents {
     v2: Rendered,
+    v2_protobuf: Rendered,
     index: Rendered,
     /// Keyed by the index's path: `api/v1`, `apis/apps/v1`.
     group_versions: BTreeMap<String, Rendered>,
@@ -178,6 +187,7 @@ fn build() -> Documents {
     }
     let v2 = v2::document(&all_paths, &c.schemas, INFO_VERSION, security_scheme());
     Documents {
+        v2_protobuf: Rendered::from_bytes(protobuf::encode_document(&v2)),
         v2: Rendered::new(&v2),
         index: Rendered::new(&json!({"paths": index})),
         group_versions: rendered_gvs,
@@ -251,6 +261,10 @@ fn unavailable() -> Response {
 
 /// Serves a document with its ETag, answering a matching `If-None-Match` with 304.
 fn serve(doc: &Rendered, headers: &HeaderMap) -> Response {
+    serve_as(doc, headers, JSON)
+}
+
+fn serve_as(doc: &Rendered, headers: &HeaderMap, content_type: &'static str) -> Response {
     let etag = doc.etag();
     let unchanged = headers
         .get(header::IF_NONE_MATCH)
@@ -263,7 +277,7 @@ fn serve(doc: &Rendered, headers: &HeaderMap) -> Response {
     } else {
         let mut r = Response::new(Body::from(doc.body.clone()));
         r.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         r
     };
     if let Ok(v) = HeaderValue::from_str(&etag) {
@@ -275,12 +289,40 @@ fn serve(doc: &Rendered, headers: &HeaderMap) -> Response {
     resp
 }
 
-async fn v2_handler(headers: HeaderMap) -> Response {
-    if !accepts_json(&headers) {
-        return not_acceptable();
+/// The representation of `/openapi/v2` the Accept header asks for first.
+fn v2_representation(headers: &HeaderMap) -> Option<&'static str> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Some(JSON);
+    };
+    if accept.trim().is_empty() {
+        return Some(JSON);
     }
+    accept.split(',').find_map(|range| {
+        let media = range
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match media.as_str() {
+            "application/json" | "application/*" | "*/*" => Some(JSON),
+            V2_PROTOBUF | V2_PROTOBUF_REQUESTED => Some(V2_PROTOBUF),
+            _ => None,
+        }
+    })
+}
+
+async fn v2_handler(headers: HeaderMap) -> Response {
+    let Some(representation) = v2_representation(&headers) else {
+        return status(
+            StatusCode::NOT_ACCEPTABLE,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        );
+    };
     match docs().await {
-        Some(d) => serve(&d.v2, &headers),
+        Some(d) if representation == JSON => serve(&d.v2, &headers),
+        Some(d) => serve_as(&d.v2_protobuf, &headers, representation),
         None => unavailable(),
     }
 }
@@ -382,10 +424,10 @@ mod tests {
             );
             if r.verbs.contains(&"list") {
                 let list = kind.list_name.as_deref().unwrap_or_default();
-                assert!(
-                    c.schemas.contains_key(list),
-                    "no list schema for {}",
-                    r.kind
+                assert_eq!(
+                    c.schemas[list]["x-kubernetes-group-version-kind"][0]["kind"],
+                    format!("{}List", r.kind),
+                    "{list}"
                 );
             }
         }

@@ -420,7 +420,9 @@ fn reshape(schemas: &mut BTreeMap<String, Value>, kinds: &[KindSchema]) {
         if let Some(list) = &k.list_name
             && let Some(Value::Object(s)) = schemas.get_mut(list)
         {
-            s.insert("x-kubernetes-group-version-kind".into(), json!([gvk(k)]));
+            let list_gvk =
+                json!({"group": k.group, "kind": format!("{}List", k.kind), "version": k.version});
+            s.insert("x-kubernetes-group-version-kind".into(), json!([list_gvk]));
         }
     }
     for s in schemas.values_mut() {

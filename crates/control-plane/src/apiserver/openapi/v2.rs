@@ -16,10 +16,24 @@ const PRODUCES: &[&str] = &[
     "application/vnd.kubernetes.protobuf",
 ];
 
-/// Rewrites every `$ref` from the v3 components location to the v2 definitions location.
+/// Rewrites every `$ref` from the v3 components location to the v2 definitions location,
+/// and turns v3's `allOf: [{$ref}]` wrapper back into Swagger 2.0's `$ref` with sibling
+/// keys, the only form kubectl's v2 model parser follows.
 fn rewrite_refs(value: &mut Value) {
     match value {
         Value::Object(m) => {
+            let single_ref = match m.get("allOf") {
+                Some(Value::Array(all)) if all.len() == 1 => all[0]
+                    .as_object()
+                    .filter(|o| o.len() == 1)
+                    .and_then(|o| o.get("$ref"))
+                    .cloned(),
+                _ => None,
+            };
+            if let Some(r) = single_ref {
+                m.remove("allOf");
+                m.insert("$ref".into(), r);
+            }
             if let Some(Value::String(r)) = m.get_mut("$ref")
                 && let Some(name) = r.strip_prefix(REF_PREFIX)
             {
