@@ -263,3 +263,163 @@ fn finish_pod(
     }
     Ok(pod)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{CONFIG_HASH_ANNOTATION, FILE_SOURCE};
+
+    const NGINX: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  containers:
+  - name: nginx
+    image: nginx:1.27
+"#;
+
+    fn decode_file(data: &str) -> (Vec<Pod>, Vec<ManifestError>) {
+        decode_manifest(
+            data.as_bytes(),
+            ManifestOrigin::File("/etc/kubernetes/manifests/web.yaml"),
+            "Node-1",
+        )
+    }
+
+    #[test]
+    fn fnv128a_matches_the_reference_vectors() {
+        // Published FNV-1a 128-bit test vectors (the same as Go's hash/fnv).
+        assert_eq!(fnv128a_hex(&[b""]), "6c62272e07bb014262b821756295c58d");
+        assert_eq!(fnv128a_hex(&[b"a"]), "d228cb696f1a8caf78912b704e4a8964");
+        assert_eq!(fnv128a_hex(&[b"fo", b"obar"]), fnv128a_hex(&[b"foobar"]));
+    }
+
+    #[test]
+    fn static_pod_gets_upstream_defaults() {
+        let (pods, errors) = decode_file(NGINX);
+        assert!(errors.is_empty(), "{errors:?}");
+        let p = &pods[0];
+        assert_eq!(p.metadata.name.as_deref(), Some("web-node-1"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        assert_eq!(uid.len(), 32, "uid {uid:?} is not a 128-bit hex hash");
+        let annotations = p.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations.get(CONFIG_HASH_ANNOTATION), Some(&uid));
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("Node-1"));
+        let tolerations = spec.tolerations.clone().unwrap_or_default();
+        assert!(
+            tolerations
+                .iter()
+                .any(|t| t.operator.as_deref() == Some("Exists")
+                    && t.effect.as_deref() == Some("NoExecute")
+                    && t.key.is_none())
+        );
+        assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+        // The source annotation is the merger's business, not the decoder's.
+        assert!(!annotations.contains_key(crate::config::CONFIG_SOURCE_ANNOTATION));
+        let _ = FILE_SOURCE;
+    }
+
+    #[test]
+    fn uid_is_stable_and_depends_on_content_node_and_file() {
+        let uid = |data: &str, origin: ManifestOrigin<'_>, node: &str| {
+            decode_manifest(data.as_bytes(), origin, node).0[0]
+                .metadata
+                .uid
+                .clone()
+                .unwrap_or_default()
+        };
+        let f = ManifestOrigin::File("/m/web.yaml");
+        let base = uid(NGINX, f, "n1");
+        assert_eq!(base, uid(NGINX, f, "n1"));
+        assert_ne!(base, uid(&NGINX.replace("1.27", "1.28"), f, "n1"));
+        assert_ne!(base, uid(NGINX, f, "n2"));
+        assert_ne!(
+            base,
+            uid(NGINX, ManifestOrigin::File("/m/other.yaml"), "n1")
+        );
+        assert_ne!(base, uid(NGINX, ManifestOrigin::Url("http://x/m"), "n1"));
+        // A UID in the manifest is kept.
+        let given = NGINX.replace("  name: web\n", "  name: web\n  uid: abc-123\n");
+        assert_eq!(uid(&given, f, "n1"), "abc-123");
+    }
+
+    #[test]
+    fn url_pods_get_no_toleration_and_keep_their_namespace() {
+        let data = NGINX.replace("  name: web\n", "  name: web\n  namespace: kube-system\n");
+        let (pods, errors) = decode_manifest(
+            data.as_bytes(),
+            ManifestOrigin::Url("http://127.0.0.1/p"),
+            "n1",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(pods[0].metadata.namespace.as_deref(), Some("kube-system"));
+        let spec = pods[0].spec.as_ref().unwrap();
+        assert!(spec.tolerations.as_ref().is_none_or(|t| t.is_empty()));
+    }
+
+    #[test]
+    fn json_lists_and_multi_document_yaml_are_accepted() {
+        let json = serde_json::json!({
+            "apiVersion": "v1", "kind": "PodList",
+            "items": [
+                {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+                {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+            ]
+        })
+        .to_string();
+        let (pods, errors) = decode_file(&json);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(pods.len(), 2);
+        let two = format!("{NGINX}---\n{}", NGINX.replace("name: web", "name: api"));
+        let (pods, errors) = decode_file(&two);
+        assert!(errors.is_empty(), "{errors:?}");
+        let names: Vec<_> = pods
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(names, vec!["web-node-1", "api-node-1"]);
+    }
+
+    #[test]
+    fn bad_manifests_are_reported_and_do_not_hide_good_documents() {
+        let (pods, errors) = decode_file("apiVersion: v1\nkind: Pod\nmetadata: [oops\n");
+        assert!(pods.is_empty());
+        let msg = errors[0].to_string();
+        assert!(
+            msg.starts_with("/etc/kubernetes/manifests/web.yaml: couldn't parse as pod("),
+            "{msg}"
+        );
+
+        let (_, errors) = decode_file("apiVersion: v1\nmetadata:\n  name: x\n");
+        assert!(
+            errors[0].to_string().contains("Object 'Kind' is missing"),
+            "{}",
+            errors[0]
+        );
+
+        let (_, errors) = decode_file("apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n");
+        assert!(errors[0].to_string().contains("Service"), "{}", errors[0]);
+
+        let (_, errors) = decode_file(&NGINX.replace("  name: web\n", ""));
+        assert!(
+            errors[0]
+                .to_string()
+                .ends_with("invalid pod: name is needed for the pod"),
+            "{}",
+            errors[0]
+        );
+
+        let mixed = format!(
+            "{}---\n{NGINX}",
+            NGINX.replace("kind: Pod", "kind: Deployment")
+        );
+        let (pods, errors) = decode_file(&mixed);
+        assert_eq!((pods.len(), errors.len()), (1, 1));
+    }
+}

@@ -247,3 +247,226 @@ fn check_and_update_pod(existing: &mut Pod, mut candidate: Pod) -> Change {
         Change::Update
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn pod(uid: &str, name: &str, image: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some(uid.into()),
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ops(updates: &[PodUpdate]) -> Vec<(PodOperation, Vec<String>)> {
+        updates
+            .iter()
+            .map(|u| {
+                (
+                    u.op,
+                    u.pods
+                        .iter()
+                        .map(|p| p.metadata.name.clone().unwrap_or_default())
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
+    #[test]
+    fn new_pods_are_added_with_source_and_first_seen() {
+        let mut s = PodStorage::default();
+        let out = s.merge_set("file", vec![pod("1", "a", "img:1"), pod("2", "b", "img:1")]);
+        assert_eq!(
+            ops(&out),
+            vec![(PodOperation::Add, vec!["a".into(), "b".into()])]
+        );
+        let added = &out[0].pods[0];
+        assert_eq!(annotation(added, CONFIG_SOURCE_ANNOTATION), Some("file"));
+        let seen = annotation(added, CONFIG_FIRST_SEEN_ANNOTATION).unwrap_or_default();
+        assert!(
+            seen.parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
+            "config.seen {seen:?} is not RFC 3339"
+        );
+        assert_eq!(out[0].source, "file");
+    }
+
+    #[test]
+    fn first_empty_set_marks_the_source_ready_with_an_empty_add() {
+        let mut s = PodStorage::default();
+        assert!(!s.seen("http"));
+        let out = s.merge_set("http", vec![]);
+        assert_eq!(ops(&out), vec![(PodOperation::Add, vec![])]);
+        assert!(s.seen("http"));
+        // The second empty set is not news.
+        assert!(s.merge_set("http", vec![]).is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_set_yields_nothing() {
+        let mut s = PodStorage::default();
+        s.merge_set("file", vec![pod("1", "a", "img:1")]);
+        assert!(s.merge_set("file", vec![pod("1", "a", "img:1")]).is_empty());
+    }
+
+    #[test]
+    fn spec_change_is_an_update_that_keeps_first_seen() {
+        let mut s = PodStorage::default();
+        let first = s.merge_set("api", vec![pod("1", "a", "img:1")]);
+        let seen = annotation(&first[0].pods[0], CONFIG_FIRST_SEEN_ANNOTATION).map(str::to_string);
+        let out = s.merge_set("api", vec![pod("1", "a", "img:2")]);
+        assert_eq!(ops(&out), vec![(PodOperation::Update, vec!["a".into()])]);
+        let updated = &out[0].pods[0];
+        assert_eq!(
+            updated.spec.as_ref().unwrap().containers[0]
+                .image
+                .as_deref(),
+            Some("img:2")
+        );
+        assert_eq!(
+            annotation(updated, CONFIG_FIRST_SEEN_ANNOTATION).map(str::to_string),
+            seen
+        );
+    }
+
+    #[test]
+    fn label_and_annotation_changes_are_updates_but_local_annotations_are_not() {
+        let mut s = PodStorage::default();
+        s.merge_set("api", vec![pod("1", "a", "img:1")]);
+        let mut p = pod("1", "a", "img:1");
+        p.metadata.annotations = Some(BTreeMap::from([(
+            CONFIG_MIRROR_ANNOTATION.to_string(),
+            "x".to_string(),
+        )]));
+        assert!(s.merge_set("api", vec![p]).is_empty());
+        let mut p = pod("1", "a", "img:1");
+        p.metadata.labels = Some(BTreeMap::from([("app".to_string(), "x".to_string())]));
+        assert_eq!(
+            ops(&s.merge_set("api", vec![p.clone()])),
+            vec![(PodOperation::Update, vec!["a".into()])]
+        );
+        p.metadata.annotations = Some(BTreeMap::from([("team".to_string(), "y".to_string())]));
+        assert_eq!(
+            ops(&s.merge_set("api", vec![p])),
+            vec![(PodOperation::Update, vec!["a".into()])]
+        );
+    }
+
+    #[test]
+    fn status_only_change_is_a_reconcile() {
+        let mut s = PodStorage::default();
+        s.merge_set("api", vec![pod("1", "a", "img:1")]);
+        let mut p = pod("1", "a", "img:1");
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        let out = s.merge_set("api", vec![p]);
+        assert_eq!(ops(&out), vec![(PodOperation::Reconcile, vec!["a".into()])]);
+        assert_eq!(
+            out[0].pods[0].status.as_ref().unwrap().phase.as_deref(),
+            Some("Running")
+        );
+    }
+
+    #[test]
+    fn deletion_timestamp_is_a_delete_and_absence_a_remove() {
+        let mut s = PodStorage::default();
+        s.merge_set("api", vec![pod("1", "a", "img:1"), pod("2", "b", "img:1")]);
+        let mut p = pod("1", "a", "img:1");
+        p.metadata.deletion_timestamp = Some(Time(crate::config::now_timestamp()));
+        p.metadata.deletion_grace_period_seconds = Some(30);
+        let out = s.merge_set("api", vec![p.clone(), pod("2", "b", "img:1")]);
+        assert_eq!(ops(&out), vec![(PodOperation::Delete, vec!["a".into()])]);
+        let out = s.merge_set("api", vec![p]);
+        assert_eq!(ops(&out), vec![(PodOperation::Remove, vec!["b".into()])]);
+    }
+
+    #[test]
+    fn updates_come_in_upstream_order() {
+        let mut s = PodStorage::default();
+        s.merge_set("api", vec![pod("1", "a", "img:1"), pod("2", "b", "img:1")]);
+        let mut deleted = pod("2", "b", "img:1");
+        deleted.metadata.deletion_timestamp = Some(Time(crate::config::now_timestamp()));
+        let mut reconciled = pod("4", "d", "img:1");
+        reconciled.status = Some(PodStatus::default());
+        s.merge_set(
+            "api",
+            vec![
+                pod("1", "a", "img:1"),
+                pod("2", "b", "img:1"),
+                pod("4", "d", "img:1"),
+            ],
+        );
+        let out = s.merge_set(
+            "api",
+            vec![pod("2", "b", "img:1"), pod("3", "c", "img:1"), reconciled],
+        );
+        // a gone, c new, d status-only.
+        assert_eq!(
+            ops(&out),
+            vec![
+                (PodOperation::Remove, vec!["a".into()]),
+                (PodOperation::Add, vec!["c".into()]),
+                (PodOperation::Reconcile, vec!["d".into()]),
+            ]
+        );
+        let out = s.merge_set(
+            "api",
+            vec![pod("5", "e", "img:1"), deleted, pod("3", "c", "img:2")],
+        );
+        assert_eq!(
+            ops(&out),
+            vec![
+                (PodOperation::Remove, vec!["d".into()]),
+                (PodOperation::Add, vec!["e".into()]),
+                (PodOperation::Update, vec!["c".into()]),
+                (PodOperation::Delete, vec!["b".into()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn duplicate_names_within_a_source_keep_the_first() {
+        let mut s = PodStorage::default();
+        let out = s.merge_set("file", vec![pod("1", "a", "img:1"), pod("2", "a", "img:2")]);
+        assert_eq!(ops(&out), vec![(PodOperation::Add, vec!["a".into()])]);
+        assert_eq!(out[0].pods[0].metadata.uid.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn a_second_source_cannot_add_a_pod_another_source_has() {
+        let mut s = PodStorage::default();
+        s.merge_set("file", vec![pod("1", "a", "img:1")]);
+        let out = s.merge_set("http", vec![pod("9", "a", "img:1"), pod("8", "b", "img:1")]);
+        assert_eq!(ops(&out), vec![(PodOperation::Add, vec!["b".into()])]);
+        // Once the first source drops it, the other may have it.
+        s.merge_set("file", vec![]);
+        let out = s.merge_set("http", vec![pod("9", "a", "img:1"), pod("8", "b", "img:1")]);
+        assert_eq!(ops(&out), vec![(PodOperation::Add, vec!["a".into()])]);
+    }
+}

@@ -174,3 +174,62 @@ pub fn format_pod(pod: &Pod) -> String {
         pod.metadata.uid.as_deref().unwrap_or_default()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(uid: &str, name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some(uid.into()),
+                name: Some(name.into()),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn sources_feed_one_ordered_stream() {
+        let (config, mut rx) = PodConfig::new();
+        let file = config.channel(FILE_SOURCE);
+        let api = config.channel(API_SOURCE);
+        assert!(!config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]));
+        file.send(vec![pod("1", "a")]).unwrap();
+        let u = rx.recv().await.unwrap();
+        assert_eq!(
+            (u.op, u.source.as_str(), u.pods.len()),
+            (PodOperation::Add, "file", 1)
+        );
+        assert!(config.seen_all_sources(&[FILE_SOURCE]));
+        assert!(!config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]));
+        api.send(vec![]).unwrap();
+        let u = rx.recv().await.unwrap();
+        assert_eq!(
+            (u.op, u.source.as_str(), u.pods.len()),
+            (PodOperation::Add, "api", 0)
+        );
+        assert!(config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]));
+        file.send(vec![]).unwrap();
+        let u = rx.recv().await.unwrap();
+        assert_eq!((u.op, u.pods.len()), (PodOperation::Remove, 1));
+        assert!(config.pods().is_empty());
+    }
+
+    #[test]
+    fn static_pods_and_full_names() {
+        let mut p = pod("1", "etcd-node1");
+        assert!(!is_static_pod(&p));
+        p.metadata.annotations =
+            Some([(CONFIG_SOURCE_ANNOTATION.to_string(), "file".to_string())].into());
+        assert!(is_static_pod(&p));
+        p.metadata.annotations =
+            Some([(CONFIG_SOURCE_ANNOTATION.to_string(), "api".to_string())].into());
+        assert!(!is_static_pod(&p));
+        assert_eq!(pod_full_name(&p), "etcd-node1_kube-system");
+        assert_eq!(format_pod(&p), "etcd-node1_kube-system(1)");
+    }
+}
