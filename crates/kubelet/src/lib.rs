@@ -4,10 +4,19 @@
 //! Talks to containers only through the CRI ([`cri`]), so it drives nodus's own runtime
 //! and containerd alike. Module names follow upstream's packages: [`config`] (pod sources),
 //! [`syncloop`], [`pleg`], [`pod_workers`], [`kuberuntime`] (SyncPod), [`status`],
-//! [`prober`], [`lifecycle`] (hooks).
+//! [`prober`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`].
 
 pub mod cli;
 pub mod config;
 pub mod cri;
+pub mod kubelet;
+pub mod kuberuntime;
 pub mod lifecycle;
+pub mod metrics;
+pub mod pleg;
+pub mod pod_workers;
 pub mod prober;
+pub mod server;
+pub mod status;
+pub mod syncloop;
+pub mod volumes;

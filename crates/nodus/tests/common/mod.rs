@@ -2,6 +2,7 @@
 //! private socket and root dir, and CRI clients to it.
 #![allow(dead_code)]
 
+pub mod kubelet;
 pub mod node;
 
 #[allow(unused_imports)] // not every test binary uses the node

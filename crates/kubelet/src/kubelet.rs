@@ -1,0 +1,282 @@
+//! The kubelet core: what a pod worker does for a pod (sync, terminate, clean up), wired
+//! to the runtime, the probers, the status manager and the metrics.
+
+use crate::kuberuntime::sync_pod::pod_name;
+use crate::kuberuntime::{KubeRuntime, runtime_pod};
+use crate::metrics::Metrics;
+use crate::pod_workers::PodSyncer;
+use crate::status::{StatusManager, generate_pod_status, set_ready_conditions};
+use crate::volumes;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod, PodStatus};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// upstream's workerResyncIntervalJitterFactor-free resync: a pod is synced at least this often.
+pub const SYNC_FREQUENCY: Duration = Duration::from_secs(60);
+/// How soon a pod whose sync failed is tried again (upstream's backOffPeriod).
+pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+
+pub struct Core {
+    pub kr: Arc<KubeRuntime>,
+    pub status: StatusManager,
+    pub metrics: Arc<Metrics>,
+    /// When each pod was first seen (for kubelet_pod_start_duration_seconds).
+    first_seen: Mutex<HashMap<String, Instant>>,
+    /// When each pod should be synced again at the latest.
+    next_sync: Mutex<HashMap<String, Instant>>,
+}
+
+impl Core {
+    pub fn new(kr: Arc<KubeRuntime>, status: StatusManager, metrics: Arc<Metrics>) -> Core {
+        Core {
+            kr,
+            status,
+            metrics,
+            first_seen: Mutex::new(HashMap::new()),
+            next_sync: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn seen(&self, uid: &str) {
+        if let Ok(mut m) = self.first_seen.lock() {
+            m.entry(uid.to_string()).or_insert_with(Instant::now);
+        }
+    }
+
+    /// Pods due for a resync (their interval passed, or a failed sync's retry is due).
+    pub fn due(&self, now: Instant) -> Vec<String> {
+        self.next_sync
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, t)| **t <= now)
+                    .map(|(u, _)| u.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn schedule(&self, uid: &str, after: Duration) {
+        if let Ok(mut m) = self.next_sync.lock() {
+            m.insert(uid.to_string(), Instant::now() + after);
+        }
+    }
+
+    fn active_deadline_exceeded(&self, pod: &Pod) -> bool {
+        let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+            return false;
+        };
+        let Some(start) = self
+            .status
+            .get(pod.metadata.uid.as_deref().unwrap_or_default())
+            .and_then(|s| s.start_time)
+        else {
+            return false;
+        };
+        let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(start.0);
+        elapsed.as_secs() >= deadline
+    }
+
+    async fn do_sync(self: Arc<Self>, pod: Pod, op: &'static str) {
+        let started = Instant::now();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.seen(&uid);
+        if self.active_deadline_exceeded(&pod) {
+            self.fail_deadline(&pod).await;
+            self.metrics.observe_worker(op, started.elapsed());
+            return;
+        }
+        self.kr.probes.add_pod(&pod);
+        match self.kr.sync_pod(&pod).await {
+            Ok((result, rp)) => {
+                let status = self.compute_status(&pod, &rp);
+                self.note_started(&uid, &status);
+                self.status.set(&uid, status);
+                for e in &result.errors {
+                    tracing::info!(pod = %pod_name(&pod), error = %e, "sync left an error");
+                }
+                self.schedule(
+                    &uid,
+                    if result.errors.is_empty() {
+                        SYNC_FREQUENCY
+                    } else {
+                        ERROR_RETRY
+                    },
+                );
+                self.kr.gc_pod(&rp).await;
+            }
+            Err(e) => {
+                tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "sync failed: runtime error");
+                self.schedule(&uid, ERROR_RETRY);
+            }
+        }
+        self.metrics.observe_worker(op, started.elapsed());
+    }
+
+    /// Status from a fresh runtime view, readiness settled by the probers.
+    pub fn compute_status(&self, pod: &Pod, rp: &runtime_pod::RuntimePod) -> PodStatus {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let reasons = self.kr.waiting_reasons(&uid);
+        let kr = Arc::clone(&self.kr);
+        let id_of = move |id: &str| kr.container_id(id);
+        let mut status = generate_pod_status(
+            &self.kr.settings.root_dir,
+            pod,
+            rp,
+            &reasons,
+            &id_of,
+            &self.kr.settings.host_ips,
+        );
+        // Keep the old start time and deadline verdicts across syncs.
+        if let Some(old) = self.status.get(&uid) {
+            if old.reason.as_deref() == Some("DeadlineExceeded") {
+                return old;
+            }
+            if old.start_time.is_some() {
+                status.start_time = old.start_time;
+            }
+        }
+        self.kr.probes.update_pod_status(pod, &mut status);
+        set_ready_conditions(pod, &mut status);
+        status
+    }
+
+    fn note_started(&self, uid: &str, status: &PodStatus) {
+        let all_running = status.container_statuses.as_ref().is_some_and(|cs| {
+            !cs.is_empty()
+                && cs
+                    .iter()
+                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        });
+        if !all_running {
+            return;
+        }
+        if let Ok(mut m) = self.first_seen.lock()
+            && let Some(t) = m.remove(uid)
+        {
+            self.metrics
+                .pod_start_duration
+                .observe(t.elapsed().as_secs_f64());
+        }
+    }
+
+    async fn fail_deadline(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Ok(rp) = runtime_pod::pod_status(&self.kr.rt, &uid).await {
+            if rp.running().next().is_some() || rp.sandboxes.iter().any(|s| s.ready) {
+                tracing::info!(pod = %pod_name(pod), "Pod was active on the node longer than the specified deadline; killing it");
+                self.kr.kill_pod(pod, &rp, None).await;
+            }
+        }
+        let mut status = match runtime_pod::pod_status(&self.kr.rt, &uid).await {
+            Ok(rp) => self.compute_status(pod, &rp),
+            Err(_) => self.status.get(&uid).unwrap_or_default(),
+        };
+        status.phase = Some("Failed".into());
+        status.reason = Some("DeadlineExceeded".into());
+        status.message =
+            Some("Pod was active on the node longer than the specified deadline".into());
+        self.status.set(&uid, status);
+        self.schedule(&uid, SYNC_FREQUENCY);
+    }
+
+    async fn do_terminate(self: Arc<Self>, pod: Pod, grace: Option<i64>) {
+        let started = Instant::now();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        tracing::info!(pod = %pod_name(&pod), ?grace, "terminating pod");
+        self.kr.probes.remove_pod(&pod);
+        match runtime_pod::pod_status(&self.kr.rt, &uid).await {
+            Ok(rp) => {
+                self.kr.kill_pod(&pod, &rp, grace).await;
+                if let Ok(after) = runtime_pod::pod_status(&self.kr.rt, &uid).await {
+                    let mut status = self.compute_status(&pod, &after);
+                    // A terminated pod's containers are all stopped.
+                    for cs in status.container_statuses.iter_mut().flatten() {
+                        cs.ready = false;
+                        if cs.state.as_ref().is_some_and(|s| s.running.is_some()) {
+                            cs.state = Some(k8s_openapi::api::core::v1::ContainerState {
+                                terminated: Some(ContainerStateTerminated {
+                                    exit_code: 137,
+                                    reason: Some("Error".into()),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            });
+                        }
+                    }
+                    self.status.set(&uid, status);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "cannot read pod to terminate it")
+            }
+        }
+        if let Ok(mut m) = self.next_sync.lock() {
+            m.remove(&uid);
+        }
+        tracing::info!(pod = %pod_name(&pod), took = ?started.elapsed(), "pod terminated");
+    }
+
+    async fn do_cleanup(self: Arc<Self>, pod: Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Err(e) = self.kr.remove_pod(&uid).await {
+            tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "removing the pod's containers failed; housekeeping retries");
+        }
+        if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
+            tracing::warn!(pod = %pod_name(&pod), error = %e, "tearing down the pod's volumes failed");
+        }
+        remove_pod_cgroup(&self.kr.pod_cgroup(&uid));
+        self.status.remove(&uid);
+        self.kr.forget(&uid);
+        if let Ok(mut m) = self.first_seen.lock() {
+            m.remove(&uid);
+        }
+        tracing::info!(pod = %pod_name(&pod), "pod cleaned up");
+    }
+}
+
+/// Removes the pod-level cgroup directories the OCI runtime created as parents (v1: one per
+/// controller; v2: one). Best effort: a busy cgroup is retried by housekeeping.
+pub fn remove_pod_cgroup(path: &str) {
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let mut dirs = vec![std::path::PathBuf::from("/sys/fs/cgroup").join(rel)];
+    for e in entries.flatten() {
+        dirs.push(e.path().join(rel));
+    }
+    for d in dirs {
+        if d.is_dir() {
+            // Children first (a container cgroup runc left behind).
+            if let Ok(children) = std::fs::read_dir(&d) {
+                for c in children.flatten() {
+                    if c.path().is_dir() {
+                        let _ = std::fs::remove_dir(c.path());
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+}
+
+/// The pod workers' view of the core.
+pub struct Syncer(pub Arc<Core>);
+
+impl PodSyncer for Syncer {
+    fn sync(&self, pod: Pod, operation: &'static str) -> BoxFuture<'static, ()> {
+        Box::pin(Arc::clone(&self.0).do_sync(pod, operation))
+    }
+    fn terminate(&self, pod: Pod, grace: Option<i64>) -> BoxFuture<'static, ()> {
+        Box::pin(Arc::clone(&self.0).do_terminate(pod, grace))
+    }
+    fn cleanup(&self, pod: Pod) -> BoxFuture<'static, ()> {
+        Box::pin(Arc::clone(&self.0).do_cleanup(pod))
+    }
+}

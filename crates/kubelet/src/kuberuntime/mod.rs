@@ -1,0 +1,145 @@
+//! SyncPod over the CRI (upstream's kuberuntime): compute what a pod needs — a new sandbox,
+//! the next init container, app containers to start or kill — and make it so.
+
+pub mod backoff;
+pub mod container;
+pub mod env;
+pub mod image;
+pub mod labels;
+pub mod runtime_pod;
+pub mod sandbox;
+pub mod sync_pod;
+
+use crate::cri::Runtime;
+use crate::prober::ProbeManager;
+use backoff::Backoff;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+pub use runtime_pod::{ContainerInfo, RuntimePod, SandboxInfo};
+pub use sync_pod::{PodActions, SyncResult};
+
+/// Node-level settings for SyncPod.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub root_dir: PathBuf,
+    /// The cgroup under which pod cgroups are made (`--cgroup-root`, cgroupfs driver).
+    pub cgroup_root: String,
+    pub sandbox: sandbox::SandboxSettings,
+    pub node_cpu_milli: i64,
+    pub node_memory_bytes: i64,
+    pub host_ips: Vec<String>,
+}
+
+/// A waiting reason a sync left for a container (upstream's ReasonCache entry).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
+}
+
+/// The container-runtime half of the kubelet, shared by every pod worker.
+pub struct KubeRuntime {
+    pub rt: Runtime,
+    pub settings: Settings,
+    pub probes: ProbeManager,
+    /// CrashLoopBackOff: 10s doubling to 5m (upstream's MaxContainerBackOff).
+    pub(crate) crash_backoff: Mutex<Backoff>,
+    pub(crate) image_backoff: Mutex<Backoff>,
+    /// pod uid → container name → why it is waiting.
+    pub(crate) reasons: Mutex<HashMap<String, HashMap<String, Waiting>>>,
+    /// The runtime's name as it reports it (`containerd`, `nodus`): the containerID scheme.
+    pub runtime_name: Mutex<String>,
+}
+
+impl KubeRuntime {
+    pub fn new(rt: Runtime, settings: Settings, probes: ProbeManager) -> KubeRuntime {
+        KubeRuntime {
+            rt,
+            settings,
+            probes,
+            crash_backoff: Mutex::new(Backoff::new(
+                Duration::from_secs(10),
+                Duration::from_secs(300),
+            )),
+            image_backoff: Mutex::new(Backoff::new(
+                Duration::from_secs(10),
+                Duration::from_secs(300),
+            )),
+            reasons: Mutex::new(HashMap::new()),
+            runtime_name: Mutex::new("cri".into()),
+        }
+    }
+
+    /// The waiting reasons the last sync of pod `uid` left.
+    pub fn waiting_reasons(&self, uid: &str) -> HashMap<String, Waiting> {
+        self.reasons
+            .lock()
+            .ok()
+            .and_then(|r| r.get(uid).cloned())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn set_reason(&self, uid: &str, container: &str, w: Option<Waiting>) {
+        if let Ok(mut r) = self.reasons.lock() {
+            let pod = r.entry(uid.to_string()).or_default();
+            match w {
+                Some(w) => {
+                    pod.insert(container.to_string(), w);
+                }
+                None => {
+                    pod.remove(container);
+                }
+            }
+        }
+    }
+
+    /// Forgets everything kept for a pod that is gone.
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut r) = self.reasons.lock() {
+            r.remove(uid);
+        }
+        if let Ok(mut b) = self.crash_backoff.lock() {
+            b.forget_prefix(&format!("{uid}_"));
+        }
+        if let Ok(mut b) = self.image_backoff.lock() {
+            b.forget_prefix(&format!("{uid}_"));
+        }
+    }
+
+    /// Asks the runtime its name once (for `containerID: <name>://<id>`).
+    pub async fn refresh_runtime_name(&self) -> Result<String, tonic::Status> {
+        let v = self
+            .rt
+            .runtime
+            .clone()
+            .version(cri::runtime::v1::VersionRequest {
+                version: "v1".into(),
+            })
+            .await?
+            .into_inner();
+        if let Ok(mut n) = self.runtime_name.lock() {
+            *n = v.runtime_name.clone();
+        }
+        Ok(format!("{}://{}", v.runtime_name, v.runtime_version))
+    }
+
+    pub fn container_id(&self, id: &str) -> String {
+        let name = self
+            .runtime_name
+            .lock()
+            .map(|n| n.clone())
+            .unwrap_or_else(|_| "cri".into());
+        format!("{name}://{id}")
+    }
+
+    /// The pod's cgroup parent, cgroupfs style: `<cgroup-root>/pod<uid>`.
+    pub fn pod_cgroup(&self, uid: &str) -> String {
+        format!(
+            "{}/pod{uid}",
+            self.settings.cgroup_root.trim_end_matches('/')
+        )
+    }
+}

@@ -1,0 +1,787 @@
+//! computePodActions and SyncPod: the diff between a pod's spec and what the runtime has,
+//! and the CRI calls that close it, in upstream's order (sandbox, init containers one at a
+//! time, then app containers), with restart policy, back-off, probes and hooks.
+
+use super::container::{ContainerContext, container_config};
+use super::env::EnvContext;
+use super::runtime_pod::{ContainerInfo, RuntimePod, pod_status};
+use super::sandbox::{pod_log_dir, sandbox_config};
+use super::{KubeRuntime, Waiting, image, labels};
+use crate::prober::{ProbeResult, ProbeType};
+use crate::volumes;
+use cri::runtime::v1 as pb;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What SyncPod will do for a pod (upstream's podActions).
+#[derive(Debug, Default)]
+pub struct PodActions {
+    pub kill_pod: bool,
+    pub create_sandbox: bool,
+    /// The sandbox to start containers in (empty when one is to be created).
+    pub sandbox_id: String,
+    pub attempt: u32,
+    /// Index into spec.initContainers of the init container to start next.
+    pub next_init: Option<usize>,
+    /// An init container failed under restartPolicy Never: the pod has failed.
+    pub init_failed: bool,
+    /// Indexes into spec.containers.
+    pub start: Vec<usize>,
+    /// Containers to kill: id → (name, why).
+    pub kill: Vec<(ContainerInfo, String)>,
+}
+
+/// What a sync achieved, for the status and the logs.
+#[derive(Debug, Default)]
+pub struct SyncResult {
+    pub errors: Vec<String>,
+    /// The pod reached a state where nothing more will run (restart policy says so).
+    pub pod_done: bool,
+}
+
+fn restart_policy(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
+}
+
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+fn exited(c: &ContainerInfo) -> bool {
+    c.state == pb::ContainerState::ContainerExited
+}
+
+fn running(c: &ContainerInfo) -> bool {
+    c.state == pb::ContainerState::ContainerRunning
+}
+
+/// Whether a container in state `c` should be (re)started under `policy`.
+fn should_restart(c: Option<&ContainerInfo>, policy: &str) -> bool {
+    match c {
+        None => true,
+        Some(c) if exited(c) => match policy {
+            "Never" => false,
+            "OnFailure" => c.exit_code != 0,
+            _ => true,
+        },
+        Some(_) => true,
+    }
+}
+
+impl KubeRuntime {
+    /// Upstream's computePodActions.
+    pub fn compute_pod_actions(&self, pod: &Pod, rp: &RuntimePod) -> PodActions {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let policy = restart_policy(pod);
+        let host_net = spec.host_network.unwrap_or(false);
+        let mut a = PodActions::default();
+
+        // Is the sandbox still good?
+        let latest = rp.sandboxes.first();
+        let ready = rp.sandboxes.iter().filter(|s| s.ready).count();
+        let (changed, attempt, sandbox_id) = match latest {
+            None => (true, 0, String::new()),
+            Some(s) if ready > 1 => (true, s.attempt + 1, s.id.clone()),
+            Some(s) if !s.ready => (true, s.attempt + 1, s.id.clone()),
+            Some(s) if !host_net && s.ip.is_empty() => (true, s.attempt + 1, s.id.clone()),
+            Some(s) => (false, s.attempt, s.id.clone()),
+        };
+        a.attempt = attempt;
+        a.sandbox_id = sandbox_id;
+        if changed {
+            a.kill_pod = true;
+            // A pod that will not restart its containers does not get a second sandbox.
+            if policy == "Never" && attempt != 0 && !rp.containers.is_empty() {
+                return a;
+            }
+            a.create_sandbox = true;
+            a.sandbox_id.clear();
+            if !spec
+                .init_containers
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty()
+            {
+                a.next_init = Some(0);
+                return a;
+            }
+            for (i, c) in spec.containers.iter().enumerate() {
+                let succeeded = rp
+                    .latest(&c.name)
+                    .is_some_and(|s| exited(s) && s.exit_code == 0);
+                if succeeded && policy == "OnFailure" {
+                    continue;
+                }
+                a.start.push(i);
+            }
+            return a;
+        }
+
+        // Init containers, strictly in order; restartable ones (sidecars) keep running.
+        let inits = spec.init_containers.clone().unwrap_or_default();
+        let mut initialized = true;
+        for (i, c) in inits.iter().enumerate() {
+            let st = rp.latest(&c.name);
+            if is_sidecar(c) {
+                match st {
+                    Some(s) if running(s) => {
+                        if let Some(why) = self.probe_kill_reason(c, s) {
+                            a.kill.push((s.clone(), why));
+                            a.next_init = Some(i);
+                            initialized = false;
+                            break;
+                        }
+                        if self.probes.result(ProbeType::Startup, &s.id)
+                            == Some(ProbeResult::Failure)
+                            || (c.startup_probe.is_some()
+                                && self.probes.result(ProbeType::Startup, &s.id)
+                                    != Some(ProbeResult::Success))
+                        {
+                            initialized = false;
+                            break;
+                        }
+                    }
+                    _ => {
+                        a.next_init = Some(i);
+                        initialized = false;
+                        break;
+                    }
+                }
+                continue;
+            }
+            match st {
+                None => {
+                    a.next_init = Some(i);
+                    initialized = false;
+                    break;
+                }
+                Some(s) if running(s) => {
+                    initialized = false;
+                    break;
+                }
+                Some(s) if exited(s) && s.exit_code == 0 => continue,
+                Some(s) if exited(s) => {
+                    if policy == "Never" {
+                        a.init_failed = true;
+                        a.kill_pod = true;
+                        return a;
+                    }
+                    a.next_init = Some(i);
+                    initialized = false;
+                    break;
+                }
+                Some(s) => {
+                    // Created but never started, or unknown: start over.
+                    a.kill
+                        .push((s.clone(), "Init container is in an unknown state".into()));
+                    a.next_init = Some(i);
+                    initialized = false;
+                    break;
+                }
+            }
+        }
+        if !initialized {
+            return a;
+        }
+
+        // App containers.
+        let mut keep = 0;
+        for (i, c) in spec.containers.iter().enumerate() {
+            let st = rp.latest(&c.name);
+            match st {
+                Some(s) if running(s) => {
+                    let why = if s.hash != labels::container_hash(c) {
+                        Some(format!(
+                            "Container {} definition changed, will be restarted",
+                            c.name
+                        ))
+                    } else {
+                        self.probe_kill_reason(c, s)
+                    };
+                    match why {
+                        Some(why) => {
+                            a.kill.push((s.clone(), why));
+                            if policy != "Never" {
+                                a.start.push(i);
+                            }
+                        }
+                        None => keep += 1,
+                    }
+                }
+                Some(s) if !exited(s) => {
+                    a.kill
+                        .push((s.clone(), "Container is in an unknown state".into()));
+                    a.start.push(i);
+                }
+                other => {
+                    if should_restart(other, policy) {
+                        a.start.push(i);
+                    }
+                }
+            }
+        }
+        // Containers the spec no longer names go.
+        for s in rp.running() {
+            let known = spec.containers.iter().any(|c| c.name == s.name)
+                || inits.iter().any(|c| c.name == s.name);
+            if !known {
+                a.kill
+                    .push((s.clone(), "Container is not in the pod's spec".into()));
+            }
+        }
+        let sidecars_running = inits
+            .iter()
+            .filter(|c| is_sidecar(c))
+            .any(|c| rp.latest(&c.name).is_some_and(running));
+        if keep == 0 && a.start.is_empty() && !sidecars_running {
+            a.kill_pod = true;
+        } else if keep == 0 && a.start.is_empty() && sidecars_running {
+            // Every app container is done: stop the sidecars too.
+            a.kill_pod = true;
+        }
+        a
+    }
+
+    fn probe_kill_reason(&self, c: &Container, s: &ContainerInfo) -> Option<String> {
+        if c.liveness_probe.is_some()
+            && self.probes.result(ProbeType::Liveness, &s.id) == Some(ProbeResult::Failure)
+        {
+            return Some(format!(
+                "Container {} failed liveness probe, will be restarted",
+                c.name
+            ));
+        }
+        if c.startup_probe.is_some()
+            && self.probes.result(ProbeType::Startup, &s.id) == Some(ProbeResult::Failure)
+        {
+            return Some(format!(
+                "Container {} failed startup probe, will be restarted",
+                c.name
+            ));
+        }
+        None
+    }
+
+    /// Reads the pod's runtime state and runs the actions it needs.
+    pub async fn sync_pod(&self, pod: &Pod) -> Result<(SyncResult, RuntimePod), tonic::Status> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let rp = pod_status(&self.rt, &uid).await?;
+        let actions = self.compute_pod_actions(pod, &rp);
+        let mut result = SyncResult::default();
+        tracing::debug!(pod = %pod_name(pod), ?actions.kill_pod, create_sandbox = actions.create_sandbox,
+            next_init = ?actions.next_init, start = ?actions.start, kill = actions.kill.len(), "computed pod actions");
+
+        if actions.kill_pod {
+            self.kill_pod(pod, &rp, None).await;
+            if !actions.create_sandbox {
+                result.pod_done = true;
+                return Ok((result, pod_status(&self.rt, &uid).await?));
+            }
+        }
+        for (c, why) in &actions.kill {
+            tracing::info!(pod = %pod_name(pod), container = %c.name, reason = %why, "killing container");
+            self.kill_container(pod, c, None).await;
+        }
+
+        let volumes = match volumes::set_up(&self.settings.root_dir, pod) {
+            Ok(v) => v,
+            Err(e) => {
+                result.errors.push(e.to_string());
+                for c in pod_containers(pod) {
+                    self.set_reason(
+                        &uid,
+                        &c.name,
+                        Some(Waiting {
+                            reason: "ContainerCreating".into(),
+                            message: e.to_string(),
+                        }),
+                    );
+                }
+                return Ok((result, rp));
+            }
+        };
+
+        let mut sandbox_id = actions.sandbox_id.clone();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let cfg = sandbox_config(
+            pod,
+            actions.attempt,
+            &self.pod_cgroup(&uid),
+            &self.settings.sandbox,
+        );
+        if actions.create_sandbox {
+            let log_dir = pod_log_dir(&self.settings.sandbox.pod_logs_dir, pod);
+            if let Err(e) = std::fs::create_dir_all(&log_dir) {
+                result.errors.push(format!(
+                    "create pod log directory {}: {e}",
+                    log_dir.display()
+                ));
+                return Ok((result, rp));
+            }
+            let handler = spec.runtime_class_name.clone().unwrap_or_default();
+            let started = Instant::now();
+            match self
+                .rt
+                .runtime
+                .clone()
+                .run_pod_sandbox(pb::RunPodSandboxRequest {
+                    config: Some(cfg.clone()),
+                    runtime_handler: handler,
+                })
+                .await
+            {
+                Ok(r) => {
+                    sandbox_id = r.into_inner().pod_sandbox_id;
+                    tracing::info!(pod = %pod_name(pod), sandbox = %sandbox_id, took = ?started.elapsed(), "started pod sandbox");
+                }
+                Err(e) => {
+                    let msg = format!("Failed to create pod sandbox: {}", e.message());
+                    tracing::warn!(pod = %pod_name(pod), error = %msg, "CreatePodSandbox failed");
+                    result.errors.push(msg.clone());
+                    for c in pod_containers(pod) {
+                        self.set_reason(
+                            &uid,
+                            &c.name,
+                            Some(Waiting {
+                                reason: "ContainerCreating".into(),
+                                message: msg.clone(),
+                            }),
+                        );
+                    }
+                    return Ok((result, rp));
+                }
+            }
+        }
+        let pod_ips = if actions.create_sandbox {
+            match self
+                .rt
+                .runtime
+                .clone()
+                .pod_sandbox_status(pb::PodSandboxStatusRequest {
+                    pod_sandbox_id: sandbox_id.clone(),
+                    verbose: false,
+                })
+                .await
+            {
+                Ok(r) => r
+                    .into_inner()
+                    .status
+                    .and_then(|s| s.network)
+                    .map(|n| {
+                        let mut v = vec![n.ip];
+                        v.extend(n.additional_ips.into_iter().map(|i| i.ip));
+                        v.retain(|s| !s.is_empty());
+                        v
+                    })
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            }
+        } else {
+            rp.ips()
+        };
+        let pod_ips = if spec.host_network.unwrap_or(false) {
+            self.settings.host_ips.clone()
+        } else {
+            pod_ips
+        };
+        let etc_hosts = if spec.host_network.unwrap_or(false) {
+            None
+        } else {
+            match volumes::write_etc_hosts(&self.settings.root_dir, pod, &pod_ips) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    result.errors.push(e.to_string());
+                    None
+                }
+            }
+        };
+        let env = EnvContext {
+            node_name: self.settings.sandbox.node_name.clone(),
+            host_ips: self.settings.host_ips.clone(),
+            pod_ips: pod_ips.clone(),
+            node_cpu_milli: self.settings.node_cpu_milli,
+            node_memory_bytes: self.settings.node_memory_bytes,
+        };
+        let ctx = ContainerContext {
+            root_dir: &self.settings.root_dir,
+            volumes: &volumes,
+            etc_hosts: etc_hosts.as_deref(),
+            env: &env,
+            node_memory_bytes: self.settings.node_memory_bytes,
+        };
+
+        let inits = spec.init_containers.clone().unwrap_or_default();
+        if let Some(i) = actions.next_init {
+            let c = &inits[i];
+            if let Err(e) = self
+                .start_container(pod, c, true, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
+                .await
+            {
+                result.errors.push(e);
+            }
+        }
+        // App containers start in spec order, each after the previous one's postStart.
+        for &i in &actions.start {
+            let c = &spec.containers[i];
+            if let Err(e) = self
+                .start_container(pod, c, false, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
+                .await
+            {
+                result.errors.push(e);
+            }
+        }
+        // Containers not started this round and not failing keep no stale reason.
+        for c in spec.containers.iter().chain(inits.iter()) {
+            if rp.latest(&c.name).is_some_and(running) {
+                self.set_reason(&uid, &c.name, None);
+            }
+        }
+        let after = pod_status(&self.rt, &uid).await?;
+        Ok((result, after))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        rp: &RuntimePod,
+        sandbox_id: &str,
+        sandbox_cfg: &pb::PodSandboxConfig,
+        ctx: &ContainerContext<'_>,
+        pod_ips: &[String],
+    ) -> Result<(), String> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let previous = rp.latest(&c.name);
+        // CrashLoopBackOff: a container that exited waits out its back-off before the next start.
+        let key = format!("{uid}_{}", c.name);
+        if let Some(prev) = previous.filter(|p| exited(p)) {
+            let finished = instant_of(prev.finished_at);
+            let now = Instant::now();
+            let in_backoff = self
+                .crash_backoff
+                .lock()
+                .ok()
+                .and_then(|b| b.in_backoff_since(&key, finished, now));
+            if let Some(d) = in_backoff {
+                let msg = format!(
+                    "back-off {} restarting failed container={} pod={}",
+                    human(d),
+                    c.name,
+                    pod_name_uid(pod)
+                );
+                self.set_reason(
+                    &uid,
+                    &c.name,
+                    Some(Waiting {
+                        reason: "CrashLoopBackOff".into(),
+                        message: msg.clone(),
+                    }),
+                );
+                return Err(msg);
+            }
+            if let Ok(mut b) = self.crash_backoff.lock() {
+                b.next(&key, finished);
+            }
+        }
+        let image_ref = match image::ensure_image(&self.rt, &self.image_backoff, &uid, c).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.set_reason(
+                    &uid,
+                    &c.name,
+                    Some(Waiting {
+                        reason: e.reason.into(),
+                        message: e.message.clone(),
+                    }),
+                );
+                return Err(e.message);
+            }
+        };
+        let restart_count = previous.map(|p| p.restart_count + 1).unwrap_or(0);
+        let fail = |reason: &str, message: String| {
+            self.set_reason(
+                &uid,
+                &c.name,
+                Some(Waiting {
+                    reason: reason.into(),
+                    message: message.clone(),
+                }),
+            );
+            Err(message)
+        };
+        let config = match container_config(pod, c, init, restart_count, &image_ref, ctx) {
+            Ok(cfg) => cfg,
+            Err(e) => return fail("CreateContainerConfigError", e.0),
+        };
+        let mut client = self.rt.runtime.clone();
+        let id = match client
+            .create_container(pb::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_cfg.clone()),
+            })
+            .await
+        {
+            Ok(r) => r.into_inner().container_id,
+            Err(e) => return fail("CreateContainerError", e.message().to_string()),
+        };
+        if let Err(e) = client
+            .start_container(pb::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+        {
+            return fail("RunContainerError", e.message().to_string());
+        }
+        tracing::info!(pod = %pod_name(pod), container = %c.name, id = %id, restart_count, "started container");
+        self.set_reason(&uid, &c.name, None);
+        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let grace = grace_period(pod);
+            if let Err(e) = crate::lifecycle::run_handler(
+                &self.rt.runtime,
+                pod,
+                c,
+                &id,
+                h,
+                pod_ips.first().map(String::as_str),
+                Duration::from_secs(grace.max(1) as u64),
+            )
+            .await
+            {
+                tracing::warn!(pod = %pod_name(pod), container = %c.name, error = %e, "FailedPostStartHook");
+                let info = ContainerInfo {
+                    id: id.clone(),
+                    name: c.name.clone(),
+                    sandbox_id: sandbox_id.to_string(),
+                    state: pb::ContainerState::ContainerRunning,
+                    created_at: 0,
+                    started_at: 0,
+                    finished_at: 0,
+                    exit_code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                    image: String::new(),
+                    image_ref: String::new(),
+                    image_id: String::new(),
+                    hash: String::new(),
+                    restart_count,
+                    init,
+                    annotations: HashMap::new(),
+                };
+                self.kill_container(pod, &info, None).await;
+                return fail("PostStartHookError", e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops one container: preStop inside the grace period, then StopContainer with what
+    /// remains (at least 2 s, upstream's minimumGracePeriodInSeconds).
+    pub async fn kill_container(&self, pod: &Pod, c: &ContainerInfo, grace_override: Option<i64>) {
+        // A pod known only from the runtime (an orphan) carries its grace in annotations.
+        let mut grace = grace_override.unwrap_or_else(|| match &pod.spec {
+            Some(_) => grace_period(pod),
+            None => c
+                .annotations
+                .get(labels::POD_TERMINATION_GRACE_PERIOD)
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(30),
+        });
+        let spec_c = pod_containers(pod).into_iter().find(|x| x.name == c.name);
+        let pre_stop = spec_c
+            .as_ref()
+            .and_then(|x| x.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.clone())
+            .or_else(|| {
+                c.annotations
+                    .get(labels::PRE_STOP_HANDLER)
+                    .and_then(|s| serde_json::from_str(s).ok())
+            });
+        if running(c)
+            && let Some(h) = pre_stop
+            && grace > 0
+        {
+            let started = Instant::now();
+            let container = spec_c.clone().unwrap_or_else(|| Container {
+                name: c.name.clone(),
+                ..Default::default()
+            });
+            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+            if let Err(e) = crate::lifecycle::run_handler(
+                &self.rt.runtime,
+                pod,
+                &container,
+                &c.id,
+                &h,
+                ip.as_deref(),
+                Duration::from_secs(grace as u64),
+            )
+            .await
+            {
+                tracing::warn!(pod = %pod_name(pod), container = %c.name, error = %e, "FailedPreStopHook");
+            }
+            grace -= started.elapsed().as_secs() as i64;
+        }
+        let grace = grace.max(2);
+        if let Err(e) = self
+            .rt
+            .runtime
+            .clone()
+            .stop_container(pb::StopContainerRequest {
+                container_id: c.id.clone(),
+                timeout: grace,
+            })
+            .await
+        {
+            tracing::warn!(pod = %pod_name(pod), container = %c.name, error = %e.message(), "StopContainer failed");
+        }
+    }
+
+    /// Stops every running container (in parallel, each with its own grace) and then the
+    /// pod's sandboxes.
+    pub async fn kill_pod(&self, pod: &Pod, rp: &RuntimePod, grace_override: Option<i64>) {
+        let kills = rp
+            .running()
+            .map(|c| self.kill_container(pod, c, grace_override));
+        futures::future::join_all(kills).await;
+        for s in &rp.sandboxes {
+            if let Err(e) = self
+                .rt
+                .runtime
+                .clone()
+                .stop_pod_sandbox(pb::StopPodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await
+            {
+                tracing::warn!(pod = %pod_name(pod), sandbox = %s.id, error = %e.message(), "StopPodSandbox failed");
+            }
+        }
+    }
+
+    /// Removes every container and sandbox of a pod that is gone for good.
+    pub async fn remove_pod(&self, uid: &str) -> Result<(), tonic::Status> {
+        let rp = pod_status(&self.rt, uid).await?;
+        let mut client = self.rt.runtime.clone();
+        for c in &rp.containers {
+            client
+                .remove_container(pb::RemoveContainerRequest {
+                    container_id: c.id.clone(),
+                })
+                .await?;
+        }
+        for s in &rp.sandboxes {
+            client
+                .stop_pod_sandbox(pb::StopPodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await?;
+            client
+                .remove_pod_sandbox(pb::RemovePodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Garbage-collects a live pod's dead instances: every exited container but the newest
+    /// of each name (upstream keeps one for `kubectl logs --previous`), and every sandbox
+    /// but the newest once it is not ready.
+    pub async fn gc_pod(&self, rp: &RuntimePod) {
+        let mut client = self.rt.runtime.clone();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for c in &rp.containers {
+            let n = seen.entry(c.name.as_str()).or_default();
+            *n += 1;
+            if *n > 2 && exited(c) {
+                let _ = client
+                    .remove_container(pb::RemoveContainerRequest {
+                        container_id: c.id.clone(),
+                    })
+                    .await;
+            }
+        }
+        for s in rp.sandboxes.iter().skip(1).filter(|s| !s.ready) {
+            if rp
+                .containers
+                .iter()
+                .any(|c| c.sandbox_id == s.id && running(c))
+            {
+                continue;
+            }
+            let _ = client
+                .remove_pod_sandbox(pb::RemovePodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await;
+        }
+    }
+}
+
+/// spec.initContainers followed by spec.containers.
+pub fn pod_containers(pod: &Pod) -> Vec<Container> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    spec.init_containers
+        .unwrap_or_default()
+        .into_iter()
+        .chain(spec.containers)
+        .collect()
+}
+
+/// The grace period a kill uses: the deletion's, else the spec's, else 30 s.
+pub fn grace_period(pod: &Pod) -> i64 {
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+}
+
+pub fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `name_namespace(uid)`, the form upstream's messages use.
+pub fn pod_name_uid(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// Maps a CRI timestamp (ns since the epoch) onto the monotonic clock.
+fn instant_of(ns: i64) -> Instant {
+    let now_sys = SystemTime::now();
+    let now = Instant::now();
+    let then = UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64);
+    match now_sys.duration_since(then) {
+        Ok(ago) => now.checked_sub(ago).unwrap_or(now),
+        Err(_) => now,
+    }
+}
+
+/// Go's Duration.String for whole seconds: `10s`, `1m20s`, `5m0s`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}

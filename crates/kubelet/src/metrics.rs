@@ -1,0 +1,128 @@
+//! Prometheus metrics with upstream's names (pkg/kubelet/metrics).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerStateLabel {
+    pub container_state: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub pleg_relist_duration: Histogram,
+    pub pleg_last_seen: Gauge<f64, AtomicU64>,
+    pub pod_start_duration: Histogram,
+    pub pod_worker_duration: Family<OperationLabel, Histogram>,
+    pub running_pods: Gauge,
+    pub running_containers: Family<ContainerStateLabel, Gauge>,
+    pub restarted_pods: Family<Vec<(String, String)>, Counter>,
+}
+
+fn seconds_buckets() -> impl Iterator<Item = f64> {
+    // upstream's DefBuckets-like spread, from 5ms to ~80s.
+    exponential_buckets(0.005, 2.0, 15)
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let pleg_relist_duration = Histogram::new(seconds_buckets());
+        registry.register(
+            "kubelet_pleg_relist_duration_seconds",
+            "Duration in seconds for relisting pods in PLEG.",
+            pleg_relist_duration.clone(),
+        );
+        let pleg_last_seen = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "kubelet_pleg_last_seen_seconds",
+            "Timestamp in seconds when PLEG was last seen active.",
+            pleg_last_seen.clone(),
+        );
+        let pod_start_duration = Histogram::new(seconds_buckets());
+        registry.register(
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+            pod_start_duration.clone(),
+        );
+        let pod_worker_duration = Family::<OperationLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(seconds_buckets())
+        });
+        registry.register(
+            "kubelet_pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+            pod_worker_duration.clone(),
+        );
+        let running_pods = Gauge::default();
+        registry.register(
+            "kubelet_running_pods",
+            "Number of pods that have a running pod sandbox",
+            running_pods.clone(),
+        );
+        let running_containers = Family::<ContainerStateLabel, Gauge>::default();
+        registry.register(
+            "kubelet_running_containers",
+            "Number of containers currently running",
+            running_containers.clone(),
+        );
+        let restarted_pods = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kubelet_restarted_pods",
+            "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them (common for static pods, extremely uncommon for API pods)",
+            restarted_pods.clone(),
+        );
+        Metrics {
+            registry,
+            pleg_relist_duration,
+            pleg_last_seen,
+            pod_start_duration,
+            pod_worker_duration,
+            running_pods,
+            running_containers,
+            restarted_pods,
+        }
+    }
+
+    pub fn observe_relist(&self, d: Duration) {
+        self.pleg_relist_duration.observe(d.as_secs_f64());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        self.pleg_last_seen.set(now);
+    }
+
+    pub fn observe_worker(&self, operation: &str, d: Duration) {
+        self.pod_worker_duration
+            .get_or_create(&OperationLabel {
+                operation: operation.into(),
+            })
+            .observe(d.as_secs_f64());
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

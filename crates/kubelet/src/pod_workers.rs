@@ -1,0 +1,240 @@
+//! Pod workers: one task per pod, so work on a pod is serialised while pods proceed in
+//! parallel (upstream's podWorkers). Each worker follows upstream's state machine:
+//! syncing → terminating (containers stopped within the grace period) → terminated
+//! (resources released); a pod that is removed is torn down exactly once, and a pod
+//! re-added with the same UID while terminating waits for the teardown to finish.
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// What the kubelet does for a worker. Implemented by the kubelet core.
+pub trait PodSyncer: Send + Sync + 'static {
+    /// Reconciles a pod that should run. `operation` is `create`, `update` or `sync`.
+    fn sync(&self, pod: Pod, operation: &'static str) -> BoxFuture<'static, ()>;
+    /// Stops every container of the pod within `grace` (None: the pod's own).
+    fn terminate(&self, pod: Pod, grace: Option<i64>) -> BoxFuture<'static, ()>;
+    /// Releases what a terminated pod held: containers, sandboxes, volumes, status.
+    fn cleanup(&self, pod: Pod) -> BoxFuture<'static, ()>;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerPhase {
+    Syncing,
+    Terminating,
+    Terminated,
+}
+
+#[derive(Debug)]
+struct WorkerState {
+    pod: Pod,
+    phase: WorkerPhase,
+    /// The next sync's operation, when one is pending.
+    pending: Option<&'static str>,
+    /// Termination requested (grace) — sticky once set.
+    terminate: Option<Option<i64>>,
+    /// Remove everything after termination (the pod left its source).
+    remove: bool,
+    /// A pod with the same UID added while this one was terminating.
+    readd: Option<Pod>,
+}
+
+struct Worker {
+    state: Arc<Mutex<WorkerState>>,
+    wake: Arc<Notify>,
+}
+
+/// The set of pod workers, by pod UID.
+#[derive(Clone)]
+pub struct PodWorkers {
+    workers: Arc<Mutex<HashMap<String, Worker>>>,
+    syncer: Arc<dyn PodSyncer>,
+}
+
+/// What the syncLoop asks of a worker.
+#[derive(Clone, Debug)]
+pub enum Update {
+    /// Run (or keep running) this pod; `operation` names why, for the metrics.
+    Sync(Pod, &'static str),
+    /// Stop the pod's containers; with `remove`, also release everything afterwards.
+    Kill {
+        pod: Pod,
+        grace: Option<i64>,
+        remove: bool,
+    },
+}
+
+impl PodWorkers {
+    pub fn new(syncer: Arc<dyn PodSyncer>) -> PodWorkers {
+        PodWorkers {
+            workers: Arc::new(Mutex::new(HashMap::new())),
+            syncer,
+        }
+    }
+
+    /// Routes an update to the pod's worker, starting one if needed. Returns true when a
+    /// pod was re-added under a UID that is still terminating (a static pod restart).
+    pub fn update(&self, update: Update) -> bool {
+        let (uid, pod) = match &update {
+            Update::Sync(p, _) | Update::Kill { pod: p, .. } => {
+                (p.metadata.uid.clone().unwrap_or_default(), p.clone())
+            }
+        };
+        let Ok(mut workers) = self.workers.lock() else {
+            return false;
+        };
+        let mut restarted = false;
+        let worker = workers.entry(uid.clone()).or_insert_with(|| {
+            let state = Arc::new(Mutex::new(WorkerState {
+                pod: pod.clone(),
+                phase: WorkerPhase::Syncing,
+                pending: None,
+                terminate: None,
+                remove: false,
+                readd: None,
+            }));
+            let wake = Arc::new(Notify::new());
+            tokio::spawn(run_worker(
+                uid.clone(),
+                Arc::clone(&state),
+                Arc::clone(&wake),
+                Arc::clone(&self.syncer),
+                Arc::clone(&self.workers),
+            ));
+            Worker { state, wake }
+        });
+        if let Ok(mut s) = worker.state.lock() {
+            match update {
+                Update::Sync(p, op) => {
+                    if s.terminate.is_some() {
+                        // Upstream refuses to start a pod whose UID is still being torn
+                        // down; it starts again once the teardown is over.
+                        s.readd = Some(p);
+                        restarted = true;
+                    } else {
+                        s.pod = p;
+                        s.pending = Some(match (s.pending, op) {
+                            (Some("create"), _) => "create",
+                            (_, op) => op,
+                        });
+                    }
+                }
+                Update::Kill { pod, grace, remove } => {
+                    if s.terminate.is_none() || remove {
+                        s.pod = pod;
+                    }
+                    // A shorter grace period wins, as upstream's.
+                    let g = match (s.terminate.flatten(), grace) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => b.or(a),
+                    };
+                    s.terminate = Some(g);
+                    s.remove |= remove;
+                    s.readd = None;
+                }
+            }
+        }
+        worker.wake.notify_one();
+        restarted
+    }
+
+    pub fn phase(&self, uid: &str) -> Option<WorkerPhase> {
+        let workers = self.workers.lock().ok()?;
+        let w = workers.get(uid)?;
+        w.state.lock().ok().map(|s| s.phase)
+    }
+
+    /// UIDs with a live worker.
+    pub fn uids(&self) -> Vec<String> {
+        self.workers
+            .lock()
+            .map(|w| w.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn is_known(&self, uid: &str) -> bool {
+        self.workers
+            .lock()
+            .map(|w| w.contains_key(uid))
+            .unwrap_or(false)
+    }
+}
+
+async fn run_worker(
+    uid: String,
+    state: Arc<Mutex<WorkerState>>,
+    wake: Arc<Notify>,
+    syncer: Arc<dyn PodSyncer>,
+    workers: Arc<Mutex<HashMap<String, Worker>>>,
+) {
+    loop {
+        wake.notified().await;
+        loop {
+            // Take the work under the lock, do it without.
+            let work = {
+                let Ok(mut s) = state.lock() else { return };
+                if let Some(grace) = s.terminate {
+                    if s.phase == WorkerPhase::Syncing {
+                        s.phase = WorkerPhase::Terminating;
+                        s.pending = None;
+                        Some(Work::Terminate(s.pod.clone(), grace))
+                    } else if s.phase == WorkerPhase::Terminating {
+                        None
+                    } else if s.remove {
+                        Some(Work::Cleanup(s.pod.clone()))
+                    } else {
+                        None
+                    }
+                } else {
+                    s.pending.take().map(|op| Work::Sync(s.pod.clone(), op))
+                }
+            };
+            match work {
+                None => break,
+                Some(Work::Sync(pod, op)) => syncer.sync(pod, op).await,
+                Some(Work::Terminate(pod, grace)) => {
+                    syncer.terminate(pod, grace).await;
+                    if let Ok(mut s) = state.lock() {
+                        s.phase = WorkerPhase::Terminated;
+                    }
+                    // Loop: cleanup follows when the pod was removed.
+                }
+                Some(Work::Cleanup(pod)) => {
+                    syncer.cleanup(pod).await;
+                    let readd = {
+                        let Ok(mut w) = workers.lock() else { return };
+                        let readd = state.lock().ok().and_then(|mut s| s.readd.take());
+                        match readd {
+                            Some(p) => {
+                                // Same UID again: start over in this worker.
+                                if let Ok(mut s) = state.lock() {
+                                    s.pod = p;
+                                    s.phase = WorkerPhase::Syncing;
+                                    s.terminate = None;
+                                    s.remove = false;
+                                    s.pending = Some("create");
+                                }
+                                true
+                            }
+                            None => {
+                                w.remove(&uid);
+                                false
+                            }
+                        }
+                    };
+                    if !readd {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Work {
+    Sync(Pod, &'static str),
+    Terminate(Pod, Option<i64>),
+    Cleanup(Pod),
+}

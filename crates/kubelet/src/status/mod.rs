@@ -1,0 +1,71 @@
+//! Pod status as the kubelet reports it (upstream's generateAPIPodStatus and the status
+//! manager's cache): phase, conditions, container statuses with state and lastState,
+//! restart counts, readiness from the probers.
+
+mod generate;
+
+pub use generate::{generate_pod_status, pod_phase, set_ready_conditions};
+
+use crate::prober::PodStatusProvider;
+use k8s_openapi::api::core::v1::PodStatus;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// The latest computed status of every pod the kubelet runs, by uid. Readers are the
+/// probers, the read-only server and (later) the API status sync.
+#[derive(Clone, Default)]
+pub struct StatusManager {
+    inner: Arc<RwLock<HashMap<String, PodStatus>>>,
+}
+
+impl StatusManager {
+    pub fn new() -> StatusManager {
+        StatusManager::default()
+    }
+
+    pub fn get(&self, uid: &str) -> Option<PodStatus> {
+        self.inner.read().ok().and_then(|m| m.get(uid).cloned())
+    }
+
+    /// Stores a status, keeping the conditions' lastTransitionTime when they did not change.
+    pub fn set(&self, uid: &str, mut status: PodStatus) {
+        let Ok(mut m) = self.inner.write() else {
+            return;
+        };
+        if let Some(old) = m.get(uid) {
+            for c in status.conditions.iter_mut().flatten() {
+                if let Some(o) = old
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .find(|o| o.type_ == c.type_ && o.status == c.status)
+                {
+                    c.last_transition_time = o.last_transition_time.clone();
+                }
+            }
+            if old.start_time.is_some() {
+                status.start_time = old.start_time.clone();
+            }
+        }
+        m.insert(uid.to_string(), status);
+    }
+
+    pub fn remove(&self, uid: &str) {
+        if let Ok(mut m) = self.inner.write() {
+            m.remove(uid);
+        }
+    }
+
+    pub fn all(&self) -> HashMap<String, PodStatus> {
+        self.inner.read().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+/// Lets the probers read container ids and start times from the status manager.
+pub struct ProviderAdapter(pub StatusManager);
+
+impl PodStatusProvider for ProviderAdapter {
+    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
+        self.0.get(pod_uid)
+    }
+}

@@ -1,0 +1,238 @@
+//! The syncLoop: one select over pod config updates, PLEG events, probe results, the sync
+//! tick and the housekeeping tick, dispatching work to the pod workers (upstream's
+//! syncLoopIteration). Every decision is logged at debug level.
+
+use crate::config::{PodOperation, PodUpdate};
+use crate::kubelet::Core;
+use crate::kuberuntime::runtime_pod::list_pods;
+use crate::kuberuntime::sync_pod::pod_name;
+use crate::pleg::PodLifecycleEvent;
+use crate::pod_workers::{PodWorkers, Update};
+use crate::prober::ProbeUpdate;
+use crate::volumes;
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// upstream's housekeepingPeriod.
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+
+/// The desired pods, by UID (upstream's pod manager).
+#[derive(Clone, Default)]
+pub struct PodManager {
+    pods: Arc<Mutex<HashMap<String, Pod>>>,
+}
+
+impl PodManager {
+    pub fn get(&self, uid: &str) -> Option<Pod> {
+        self.pods.lock().ok().and_then(|p| p.get(uid).cloned())
+    }
+    pub fn all(&self) -> Vec<Pod> {
+        self.pods
+            .lock()
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
+    }
+    fn set(&self, pod: &Pod) {
+        if let Ok(mut p) = self.pods.lock() {
+            p.insert(uid(pod), pod.clone());
+        }
+    }
+    fn remove(&self, uid: &str) {
+        if let Ok(mut p) = self.pods.lock() {
+            p.remove(uid);
+        }
+    }
+    fn uids(&self) -> HashSet<String> {
+        self.pods
+            .lock()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+pub struct SyncLoop {
+    pub core: Arc<Core>,
+    pub workers: PodWorkers,
+    pub pods: PodManager,
+    /// Whether every configured source has reported at least once (orphans are only
+    /// cleaned up after that, so a restarting kubelet never kills pods it will adopt).
+    pub sources_ready: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Updated on every iteration, for the `syncloop` health check.
+    pub last_iteration: Arc<Mutex<Instant>>,
+}
+
+impl SyncLoop {
+    pub async fn run(
+        self,
+        mut config: UnboundedReceiver<PodUpdate>,
+        mut pleg: UnboundedReceiver<PodLifecycleEvent>,
+        mut probes: UnboundedReceiver<ProbeUpdate>,
+    ) {
+        let mut sync_tick = tokio::time::interval(Duration::from_secs(1));
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let Ok(mut t) = self.last_iteration.lock() {
+                *t = Instant::now();
+            }
+            tokio::select! {
+                u = config.recv() => match u {
+                    Some(u) => self.handle_config(u),
+                    None => {
+                        tracing::info!("pod config closed; syncLoop stops");
+                        return;
+                    }
+                },
+                Some(ev) = pleg.recv() => {
+                    if let Some(pod) = self.pods.get(&ev.pod_uid) {
+                        tracing::debug!(pod = %pod_name(&pod), event = ?ev.kind, container = %ev.data, "SyncLoop (PLEG)");
+                        self.workers.update(Update::Sync(pod, "sync"));
+                    }
+                }
+                Some(p) = probes.recv() => {
+                    if let Some(pod) = self.pods.get(&p.pod_uid) {
+                        tracing::debug!(pod = %pod_name(&pod), container = %p.container_name, probe = ?p.probe, result = ?p.result, "SyncLoop (probe)");
+                        self.workers.update(Update::Sync(pod, "sync"));
+                    }
+                }
+                _ = sync_tick.tick() => {
+                    for u in self.core.due(Instant::now()) {
+                        if let Some(pod) = self.pods.get(&u) {
+                            tracing::debug!(pod = %pod_name(&pod), "SyncLoop (SYNC)");
+                            self.workers.update(Update::Sync(pod, "sync"));
+                        }
+                    }
+                }
+                _ = housekeeping.tick() => self.housekeeping().await,
+            }
+        }
+    }
+
+    fn handle_config(&self, u: PodUpdate) {
+        for pod in u.pods {
+            let name = pod_name(&pod);
+            match u.op {
+                PodOperation::Add => {
+                    tracing::debug!(pod = %name, source = %u.source, "SyncLoop ADD");
+                    self.core.seen(&uid(&pod));
+                    self.pods.set(&pod);
+                    if self.workers.update(Update::Sync(pod, "create")) {
+                        let label = vec![(
+                            "static".to_string(),
+                            (u.source != crate::config::API_SOURCE).to_string(),
+                        )];
+                        self.core.metrics.restarted_pods.get_or_create(&label).inc();
+                    }
+                }
+                PodOperation::Update => {
+                    tracing::debug!(pod = %name, source = %u.source, "SyncLoop UPDATE");
+                    self.pods.set(&pod);
+                    self.workers.update(Update::Sync(pod, "update"));
+                }
+                PodOperation::Remove => {
+                    tracing::debug!(pod = %name, source = %u.source, "SyncLoop REMOVE");
+                    self.pods.remove(&uid(&pod));
+                    self.workers.update(Update::Kill {
+                        pod,
+                        grace: None,
+                        remove: true,
+                    });
+                }
+                PodOperation::Delete => {
+                    tracing::debug!(pod = %name, source = %u.source, "SyncLoop DELETE");
+                    self.pods.set(&pod);
+                    let grace = pod.metadata.deletion_grace_period_seconds;
+                    self.workers.update(Update::Kill {
+                        pod,
+                        grace,
+                        remove: false,
+                    });
+                }
+                PodOperation::Reconcile => {
+                    tracing::debug!(pod = %name, source = %u.source, "SyncLoop RECONCILE");
+                    self.pods.set(&pod);
+                }
+            }
+        }
+    }
+
+    /// upstream's HandlePodCleanups, plus the metrics that need a full listing.
+    async fn housekeeping(&self) {
+        let desired = self.pods.uids();
+        self.core.kr.probes.cleanup_pods(&desired);
+        let listed = match list_pods(&self.core.kr.rt).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e.message(), "housekeeping: cannot list the runtime's pods");
+                return;
+            }
+        };
+        let running_pods = listed
+            .values()
+            .filter(|p| p.sandboxes.iter().any(|(_, ready)| *ready))
+            .count();
+        self.core.metrics.running_pods.set(running_pods as i64);
+        let mut by_state: HashMap<&str, i64> = HashMap::new();
+        for p in listed.values() {
+            for (_, _, s) in &p.containers {
+                let name = match cri::runtime::v1::ContainerState::try_from(*s) {
+                    Ok(cri::runtime::v1::ContainerState::ContainerCreated) => "created",
+                    Ok(cri::runtime::v1::ContainerState::ContainerRunning) => "running",
+                    Ok(cri::runtime::v1::ContainerState::ContainerExited) => "exited",
+                    _ => "unknown",
+                };
+                *by_state.entry(name).or_default() += 1;
+            }
+        }
+        for state in ["created", "running", "exited", "unknown"] {
+            self.core
+                .metrics
+                .running_containers
+                .get_or_create(&crate::metrics::ContainerStateLabel {
+                    container_state: state.into(),
+                })
+                .set(by_state.get(state).copied().unwrap_or(0));
+        }
+        if !(self.sources_ready)() {
+            return;
+        }
+        // Pods the runtime has that nobody wants: stop and remove them, through a worker
+        // so it happens once.
+        for (u, summary) in &listed {
+            if desired.contains(u) || self.workers.is_known(u) {
+                continue;
+            }
+            tracing::info!(pod_uid = %u, pod = %format!("{}/{}", summary.namespace, summary.name), "cleaning up orphaned pod");
+            let mut pod = Pod::default();
+            pod.metadata.uid = Some(u.clone());
+            pod.metadata.name = Some(summary.name.clone());
+            pod.metadata.namespace = Some(summary.namespace.clone());
+            self.workers.update(Update::Kill {
+                pod,
+                grace: None,
+                remove: true,
+            });
+        }
+        // Pod directories of pods that are gone.
+        let root = &self.core.kr.settings.root_dir;
+        for u in volumes::pod_dirs(root) {
+            if !desired.contains(&u) && !self.workers.is_known(&u) && !listed.contains_key(&u) {
+                tracing::info!(pod_uid = %u, "removing the directory of a deleted pod");
+                if let Err(e) = volumes::tear_down(root, &u) {
+                    tracing::warn!(pod_uid = %u, error = %e, "cannot remove orphaned pod directory");
+                }
+            }
+        }
+        if let Ok(mut b) = self.core.kr.crash_backoff.lock() {
+            b.gc(Instant::now());
+        }
+    }
+}
