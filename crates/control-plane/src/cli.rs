@@ -1,7 +1,9 @@
 //! `nodus control-plane`: command-line flags and the entry point.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
+
+use crate::apiserver::server::{self, ControlPlaneConfig, ServerError};
 
 /// Flags of `nodus control-plane`, named as kube-apiserver names them.
 #[derive(Debug, clap::Args)]
@@ -15,15 +17,81 @@ pub struct ControlPlaneArgs {
     /// The HTTPS port of the API server.
     #[arg(long, default_value_t = 6443)]
     pub secure_port: u16,
+    /// The CIDR Service cluster IPs are allocated from.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    pub service_cluster_ip_range: String,
+    /// The port range NodePort Services are allocated from.
+    #[arg(long, default_value = "30000-32767")]
+    pub service_node_port_range: String,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("`nodus control-plane` is not implemented yet (it arrives with the API server issue)")]
-    NotBuilt,
+    #[error("{0}")]
+    Server(#[from] ServerError),
+    #[error("invalid --{flag} {value:?}: {why}")]
+    Flag {
+        flag: &'static str,
+        value: String,
+        why: &'static str,
+    },
+    #[error("installing signal handlers: {0}")]
+    Signal(std::io::Error),
+}
+
+fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), RunError> {
+    let bad = |why| RunError::Flag {
+        flag: "service-cluster-ip-range",
+        value: s.to_string(),
+        why,
+    };
+    let (ip, bits) = s
+        .split_once('/')
+        .ok_or_else(|| bad("expected an IPv4 CIDR like 10.96.0.0/12"))?;
+    let ip: Ipv4Addr = ip.parse().map_err(|_| bad("not an IPv4 address"))?;
+    let bits: u8 = bits.parse().map_err(|_| bad("bad prefix length"))?;
+    if !(8..=30).contains(&bits) {
+        return Err(bad("the prefix length must be between 8 and 30"));
+    }
+    Ok((ip, bits))
+}
+
+fn parse_range(s: &str) -> Result<(u16, u16), RunError> {
+    let bad = |why| RunError::Flag {
+        flag: "service-node-port-range",
+        value: s.to_string(),
+        why,
+    };
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| bad("expected a range like 30000-32767"))?;
+    let a: u16 = a.trim().parse().map_err(|_| bad("bad start port"))?;
+    let b: u16 = b.trim().parse().map_err(|_| bad("bad end port"))?;
+    if a > b {
+        return Err(bad("the start is after the end"));
+    }
+    Ok((a, b))
 }
 
 /// Runs the control plane until SIGTERM/SIGINT.
-pub async fn run(_args: ControlPlaneArgs) -> Result<(), RunError> {
-    Err(RunError::NotBuilt)
+pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
+    let mut cfg = ControlPlaneConfig::new(&args.data_dir, args.bind_address, args.secure_port);
+    cfg.api.service_cidr = parse_cidr(&args.service_cluster_ip_range)?;
+    cfg.api.node_port_range = parse_range(&args.service_node_port_range)?;
+    let handle = server::start(cfg).await?;
+    println!(
+        "nodus control plane: API server at {} ; kubeconfig {}",
+        handle.url,
+        handle.kubeconfig.display()
+    );
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("shutting down");
+    handle.shutdown().await;
+    Ok(())
 }

@@ -1,5 +1,11 @@
 //! The control plane: API server, storage, scheduler and controllers.
 //!
-//! Built by the API server and scheduler/controllers issues.
+//! Owns the Kubernetes API as served to kubectl and kube-rs clients; pure object logic
+//! (selectors, patches, validation, printers) lives in `nodus_k8s`.
 
+pub mod apiserver;
 pub mod cli;
+pub mod pki;
+pub mod storage;
+
+pub use apiserver::server::{ControlPlaneConfig, ServerHandle, start};

@@ -1,0 +1,289 @@
+//! Built-in control loops that run inside the API server process: the ServiceAccount
+//! controller (a `default` ServiceAccount per namespace), namespace deletion, garbage
+//! collection by ownerReferences (background, foreground, orphan) and event-log compaction.
+//!
+//! Each sweep is level-triggered over the whole store: it runs after changes (debounced)
+//! and every few seconds, so a missed change is repaired on the next tick.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nodus_k8s::catalog::{self, ResourceInfo};
+use serde_json::{Value, json};
+
+use crate::apiserver::bootstrap::ensure_object;
+use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
+use crate::apiserver::rest::path::{Target, group_key};
+use crate::apiserver::state::ApiState;
+use crate::storage::{Mutation, Stored};
+
+/// The catalogue entry and namespace a storage key belongs to.
+fn target_of(key: &str) -> Option<(Target, String)> {
+    let parts: Vec<&str> = key.trim_start_matches('/').split('/').collect();
+    let (g, plural, ns, name) = match parts.as_slice() {
+        [g, p, ns, name] => (*g, *p, Some(ns.to_string()), name.to_string()),
+        [g, p, name] => (*g, *p, None, name.to_string()),
+        _ => return None,
+    };
+    let info: &'static ResourceInfo = catalog::all()
+        .iter()
+        .find(|i| group_key(i.group) == g && i.plural == plural)?;
+    Some((
+        Target {
+            info,
+            namespace: ns,
+            name: Some(name.clone()),
+            sub: None,
+            watch_path: false,
+            rest: Vec::new(),
+        },
+        name,
+    ))
+}
+
+fn finalizers(o: &Value) -> Vec<String> {
+    o.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn deleting(o: &Value) -> bool {
+    o.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn uid(o: &Value) -> &str {
+    o.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn owner_uids(o: &Value) -> Vec<String> {
+    o.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r.get("uid")?.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes a finalizer; deletes the object if it was the last thing holding it.
+fn drop_finalizer(st: &ApiState, key: &str, f: &str) {
+    let _ = st.store.mutate(key, &mut |cur| {
+        let Some(cur) = cur else {
+            return Ok(Mutation::Keep);
+        };
+        let mut new = (*cur.object).clone();
+        let Some(list) = new
+            .pointer_mut("/metadata/finalizers")
+            .and_then(Value::as_array_mut)
+        else {
+            return Ok(Mutation::Keep);
+        };
+        let before = list.len();
+        list.retain(|x| x != f);
+        if list.len() == before {
+            return Ok(Mutation::Keep);
+        }
+        if crate::apiserver::rest::update::ready_to_delete(&new) {
+            return Ok(Mutation::Delete);
+        }
+        Ok(Mutation::Put(new))
+    });
+}
+
+/// Drops owner references to `owners` from the object at `key`.
+fn remove_owner_refs(st: &ApiState, key: &str, owners: &HashSet<String>) {
+    let _ = st.store.mutate(key, &mut |cur| {
+        let Some(cur) = cur else {
+            return Ok(Mutation::Keep);
+        };
+        let mut new = (*cur.object).clone();
+        let Some(refs) = new
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        else {
+            return Ok(Mutation::Keep);
+        };
+        refs.retain(|r| {
+            !r.get("uid")
+                .and_then(Value::as_str)
+                .is_some_and(|u| owners.contains(u))
+        });
+        if refs.is_empty()
+            && let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            m.remove("ownerReferences");
+        }
+        Ok(Mutation::Put(new))
+    });
+}
+
+fn delete_key(st: &ApiState, key: &str, propagation: &str) {
+    if let Some((t, name)) = target_of(key) {
+        let opts = DeleteOptions {
+            propagation: Some(propagation.to_string()),
+            ..Default::default()
+        };
+        let _ = delete_object(st, &t, &name, &opts);
+    }
+}
+
+/// One pass of every built-in controller.
+pub fn sweep(st: &ApiState) {
+    let Ok((all, _)) = st.store.list("/") else {
+        return;
+    };
+    let by_uid: HashMap<&str, &Stored> = all
+        .iter()
+        .map(|s| (uid(&s.object), s))
+        .filter(|(u, _)| !u.is_empty())
+        .collect();
+
+    // ServiceAccount controller and namespace lifecycle.
+    for ns in all
+        .iter()
+        .filter(|s| s.key.starts_with("/core/namespaces/"))
+    {
+        let Some(name) = ns.object.pointer("/metadata/name").and_then(Value::as_str) else {
+            continue;
+        };
+        if !deleting(&ns.object) {
+            let _ = ensure_object(
+                st,
+                "",
+                "serviceaccounts",
+                Some(name),
+                json!({"metadata": {"name": "default"}}),
+            );
+            continue;
+        }
+        let contents: Vec<&Stored> = all
+            .iter()
+            .filter(|s| {
+                target_of(&s.key).is_some_and(|(t, _)| t.namespace.as_deref() == Some(name))
+            })
+            .collect();
+        if contents.is_empty() {
+            let _ = st.store.mutate(&ns.key, &mut |cur| {
+                let Some(cur) = cur else {
+                    return Ok(Mutation::Keep);
+                };
+                let mut new = (*cur.object).clone();
+                new["spec"]["finalizers"] = json!([]);
+                if finalizers(&new).is_empty() {
+                    return Ok(Mutation::Delete);
+                }
+                Ok(Mutation::Put(new))
+            });
+        } else {
+            for c in contents.iter().filter(|c| !deleting(&c.object)) {
+                delete_key(st, &c.key, "Background");
+            }
+        }
+    }
+
+    // Garbage collector: dependents whose owners are gone or going.
+    let mut has_dependents: HashSet<String> = HashSet::new();
+    for dep in &all {
+        let owners = owner_uids(&dep.object);
+        if owners.is_empty() {
+            continue;
+        }
+        let mut gone = HashSet::new();
+        let mut orphaning = HashSet::new();
+        let mut foreground = false;
+        for o in &owners {
+            match by_uid.get(o.as_str()) {
+                None => {
+                    gone.insert(o.clone());
+                }
+                Some(owner) => {
+                    has_dependents.insert(o.clone());
+                    let f = finalizers(&owner.object);
+                    if deleting(&owner.object) && f.iter().any(|x| x == "orphan") {
+                        orphaning.insert(o.clone());
+                    } else if deleting(&owner.object) && f.iter().any(|x| x == "foregroundDeletion")
+                    {
+                        foreground = true;
+                    }
+                }
+            }
+        }
+        if !orphaning.is_empty() {
+            remove_owner_refs(st, &dep.key, &orphaning);
+        } else if gone.len() == owners.len() {
+            if !deleting(&dep.object) {
+                delete_key(st, &dep.key, "Background");
+            }
+        } else if foreground {
+            if !deleting(&dep.object) {
+                delete_key(st, &dep.key, "Foreground");
+            }
+        } else if !gone.is_empty() {
+            remove_owner_refs(st, &dep.key, &gone);
+        }
+    }
+    // Owners waiting on dependents: finished once none refers to them.
+    for owner in all.iter().filter(|s| deleting(&s.object)) {
+        let f = finalizers(&owner.object);
+        let u = uid(&owner.object);
+        if has_dependents.contains(u) {
+            continue;
+        }
+        for fin in ["orphan", "foregroundDeletion"] {
+            if f.iter().any(|x| x == fin) {
+                drop_finalizer(st, &owner.key, fin);
+            }
+        }
+    }
+}
+
+/// Runs the controllers and compaction until the task is aborted.
+pub async fn run(st: Arc<ApiState>) {
+    let mut changes = st.store.watch("/", st.store.revision()).ok();
+    let mut history: VecDeque<(Instant, u64)> = VecDeque::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            ev = async {
+                match changes.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if ev.is_none() {
+                    changes = st.store.watch("/", st.store.revision()).ok();
+                }
+                // Let a burst of writes settle into one sweep.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Some(rx) = changes.as_mut() {
+                    while rx.try_recv().is_ok() {}
+                }
+            }
+        }
+        let st2 = st.clone();
+        let _ = tokio::task::spawn_blocking(move || sweep(&st2)).await;
+        let now = Instant::now();
+        history.push_back((now, st.store.revision()));
+        let retention = st.config.event_retention;
+        let mut compact_to = None;
+        while history
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > retention)
+        {
+            compact_to = history.pop_front().map(|(_, r)| r);
+        }
+        if let Some(r) = compact_to {
+            let _ = st.store.compact(r);
+        }
+    }
+}

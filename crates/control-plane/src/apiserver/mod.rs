@@ -1,0 +1,13 @@
+//! The API server: HTTPS serving, authentication and authorization, the REST handlers for
+//! every catalogue resource, discovery and OpenAPI, and the built-in cluster behaviour
+//! (bootstrap objects, admission, garbage collection, namespace deletion).
+
+pub mod admission;
+pub mod auth;
+pub mod bootstrap;
+pub mod controllers;
+pub mod discovery;
+pub mod openapi;
+pub mod rest;
+pub mod server;
+pub mod state;

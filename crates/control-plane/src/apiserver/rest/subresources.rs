@@ -1,0 +1,347 @@
+//! Subresources: status, namespaces/finalize, pods/binding (and the `bindings` resource),
+//! pods/eviction with PodDisruptionBudgets, scale, and the kubelet-proxied streams.
+
+use axum::http::Method;
+use axum::response::Response;
+use nodus_k8s::status;
+use serde_json::{Value, json};
+
+use super::delete::{DeleteOptions, delete_object};
+use super::list::labels_of;
+use super::update::{Part, apply_patch, patch_part, put_part, write};
+use super::{ApiError, ApiResult, Req, json_response, meta_str};
+use crate::apiserver::rest::path::{self, Target};
+use crate::storage::{Mutation, StoreError};
+
+pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResult<Response> {
+    let info = req.target.info;
+    let not_allowed = || {
+        ApiError(status::method_not_allowed(
+            info.group,
+            &format!("{}/{sub}", info.plural),
+            method.as_str(),
+        ))
+    };
+    match (sub, verb) {
+        ("status", "get") => super::list::get(&req),
+        ("status", "update") => put_part(&req, Part::Status).await,
+        ("status", "patch") => patch_part(&req, Part::Status).await,
+        ("finalize", "update") => finalize(&req),
+        ("binding", "create") => {
+            let body = req.json_body()?;
+            let pod = req.target.name.clone().unwrap_or_default();
+            bind(&req, &pod, &body)
+        }
+        ("eviction", "create") => evict(&req),
+        ("scale", "get" | "update" | "patch") => scale(&req, verb),
+        ("log" | "exec" | "attach" | "portforward" | "proxy", _) => {
+            super::proxy::handle(&req, sub).await
+        }
+        _ => Err(not_allowed()),
+    }
+}
+
+/// PUT namespaces/<ns>/finalize: replaces spec.finalizers; an emptied, terminating
+/// namespace is then deleted.
+fn finalize(req: &Req) -> ApiResult<Response> {
+    let name = req.target.name.clone().unwrap_or_default();
+    let body = req.json_body()?;
+    let fins = body
+        .pointer("/spec/finalizers")
+        .cloned()
+        .unwrap_or(json!([]));
+    let key = req.target.key_for(&name);
+    let t = &req.target;
+    let out = req.st.store.mutate(&key, &mut |cur| {
+        let Some(cur) = cur else {
+            return Err(StoreError::NotFound(key.clone()));
+        };
+        let mut new = (*cur.object).clone();
+        new["spec"]["finalizers"] = fins.clone();
+        let empty = fins.as_array().is_none_or(|a| a.is_empty());
+        let meta_fins_empty = new
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(|a| a.is_empty());
+        if empty && meta_fins_empty && new.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(Mutation::Delete);
+        }
+        Ok(Mutation::Put(new))
+    });
+    let out = out.map_err(|e| super::store_error(t, &name, e))?;
+    let obj = out
+        .stored
+        .or(out.deleted)
+        .map(|s| (*s.object).clone())
+        .unwrap_or(Value::Null);
+    Ok(json_response(200, &obj, &[]))
+}
+
+/// Sets spec.nodeName of an unbound pod (the scheduler's Binding).
+pub fn bind(req: &Req, pod: &str, binding: &Value) -> ApiResult<Response> {
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError(status::invalid(
+                "Binding",
+                pod,
+                &[nodus_k8s::validation::FieldError::required(
+                    "target.name",
+                    "",
+                )],
+            ))
+        })?
+        .to_string();
+    let pods = nodus_k8s::catalog::by_plural("", "v1", "pods")
+        .ok_or_else(|| ApiError(status::internal("pods are not in the catalogue")))?;
+    let t = Target {
+        info: pods,
+        namespace: req.target.namespace.clone(),
+        name: Some(pod.to_string()),
+        sub: None,
+        watch_path: false,
+        rest: Vec::new(),
+    };
+    let key = t.key_for(pod);
+    let mut failure = None;
+    let dry = req.dry_run();
+    let out = req.st.store.mutate(&key, &mut |cur| {
+        let Some(cur) = cur else {
+            failure = Some(ApiError(status::not_found("", "pods", pod)));
+            return Err(StoreError::NotFound(key.clone()));
+        };
+        if cur.object.pointer("/metadata/deletionTimestamp").is_some() {
+            failure = Some(ApiError(status::conflict_with("", "pods/binding", pod, &format!("pod {pod} is being deleted, cannot be assigned to a host"))));
+            return Err(StoreError::Backend("aborted".into()));
+        }
+        if let Some(existing) = cur.object.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            failure = Some(ApiError(status::conflict_with(
+                "",
+                "pods/binding",
+                pod,
+                &format!("pod {pod} is already assigned to node {}", status::go_quote(existing)),
+            )));
+            return Err(StoreError::Backend("aborted".into()));
+        }
+        if dry {
+            return Ok(Mutation::Keep);
+        }
+        let mut new = (*cur.object).clone();
+        new["spec"]["nodeName"] = json!(node);
+        if let Some(ann) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+            let m = super::meta_mut(&mut new);
+            let a = m.entry("annotations").or_insert_with(|| json!({}));
+            for (k, v) in ann {
+                a[k] = v.clone();
+            }
+        }
+        let now = super::now_rfc3339();
+        let conds = new["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let mut conds: Vec<Value> = conds.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+        conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+        new["status"]["conditions"] = json!(conds);
+        Ok(Mutation::Put(new))
+    });
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    out.map_err(|e| super::store_error(&t, pod, e))?;
+    Ok(json_response(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    ))
+}
+
+/// POST pods/<name>/eviction: refuses when a matching PodDisruptionBudget allows no
+/// disruption, otherwise deletes the pod and spends one allowed disruption.
+fn evict(req: &Req) -> ApiResult<Response> {
+    let pod_name = req.target.name.clone().unwrap_or_default();
+    let eviction = req.json_body()?;
+    let ns = req.ns().unwrap_or("default").to_string();
+    let mut pod_t = req.target.clone();
+    pod_t.sub = None;
+    let pod = req
+        .st
+        .store
+        .get(&pod_t.key_for(&pod_name))
+        .map_err(|e| super::store_error(&pod_t, &pod_name, e))?
+        .ok_or_else(|| ApiError(status::not_found("", "pods", &pod_name)))?;
+    let labels = labels_of(&pod.object);
+    let phase = pod
+        .object
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let terminal = phase == "Succeeded" || phase == "Failed";
+    if let (false, Some(pdbs)) = (
+        terminal,
+        nodus_k8s::catalog::by_plural("policy", "v1", "poddisruptionbudgets"),
+    ) {
+        let (items, _) = req
+            .st
+            .store
+            .list(&path::prefix(pdbs, Some(&ns)))
+            .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+        let matching: Vec<_> = items
+            .iter()
+            .filter(|p| selector_matches(p.object.pointer("/spec/selector"), &labels))
+            .collect();
+        if matching.len() > 1 {
+            return Err(ApiError(status::internal(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            )));
+        }
+        if let Some(pdb) = matching.first() {
+            let allowed = pdb
+                .object
+                .pointer("/status/disruptionsAllowed")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if allowed <= 0 {
+                let pdb_name = meta_str(&pdb.object, "name").unwrap_or("");
+                let mut s = status::too_many_requests(
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    0,
+                );
+                s["details"] = json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {} healthy pods and has {} currently", pdb.object.pointer("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0), pdb.object.pointer("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0))}]});
+                return Err(ApiError(s));
+            }
+            if !req.dry_run() {
+                let mut t = pod_t.clone();
+                t.info = pdbs;
+                let key = t.key_for(meta_str(&pdb.object, "name").unwrap_or(""));
+                let _ = req.st.store.mutate(&key, &mut |cur| {
+                    let Some(cur) = cur else {
+                        return Ok(Mutation::Keep);
+                    };
+                    let mut new = (*cur.object).clone();
+                    let a = new
+                        .pointer("/status/disruptionsAllowed")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0);
+                    new["status"]["disruptionsAllowed"] = json!((a - 1).max(0));
+                    Ok(Mutation::Put(new))
+                });
+            }
+        }
+    }
+    let mut opts = DeleteOptions {
+        dry_run: req.dry_run(),
+        ..Default::default()
+    };
+    if let Some(d) = eviction.get("deleteOptions") {
+        opts.grace_period = d.get("gracePeriodSeconds").and_then(Value::as_i64);
+        opts.uid = d
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        opts.resource_version = d
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
+    delete_object(&req.st, &pod_t, &pod_name, &opts)?;
+    Ok(json_response(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    ))
+}
+
+/// metav1.LabelSelector matching (matchLabels and matchExpressions).
+pub fn selector_matches(
+    sel: Option<&Value>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    let Some(sel) = sel else { return false };
+    let Ok(ls) = serde_json::from_value::<
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    >(sel.clone()) else {
+        return false;
+    };
+    match nodus_k8s::selector::from_metav1(&ls) {
+        Ok(s) => s.matches(labels),
+        Err(_) => false,
+    }
+}
+
+fn scale_of(obj: &Value) -> Value {
+    let meta = obj.get("metadata").cloned().unwrap_or(json!({}));
+    let selector = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+                     "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"]},
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": selector},
+    })
+}
+
+fn scale(req: &Req, verb: &str) -> ApiResult<Response> {
+    let name = req.target.name.clone().unwrap_or_default();
+    let mut t = req.target.clone();
+    t.sub = None;
+    if verb == "get" {
+        let s = req
+            .st
+            .store
+            .get(&t.key_for(&name))
+            .map_err(|e| super::store_error(&t, &name, e))?
+            .ok_or_else(|| ApiError(status::not_found(t.info.group, t.info.plural, &name)))?;
+        return Ok(json_response(200, &scale_of(&s.object), &[]));
+    }
+    let body: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError(status::bad_request(&format!("error decoding Scale: {e}"))))?;
+    let ct = req
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    let scale_gvk = nodus_k8s::Gvk::new("autoscaling", "v1", "Scale");
+    let inner = Req {
+        st: req.st.clone(),
+        user: req.user.clone(),
+        target: t,
+        query: req.query.clone(),
+        headers: req.headers.clone(),
+        body: req.body.clone(),
+    };
+    let (obj, _) = write(&inner, &name, Part::Main, None, &mut |cur| {
+        let current_scale = scale_of(cur);
+        let new_scale = if verb == "patch" {
+            let ct = if ct.starts_with("application/strategic-merge-patch+json") {
+                "application/merge-patch+json"
+            } else {
+                ct.as_str()
+            };
+            apply_patch(ct, &scale_gvk, &current_scale, &body)?
+        } else {
+            body.clone()
+        };
+        let replicas = new_scale
+            .pointer("/spec/replicas")
+            .cloned()
+            .unwrap_or(json!(0));
+        let mut new = cur.clone();
+        new["spec"]["replicas"] = replicas;
+        let expected = match meta_str(&new_scale, "resourceVersion").filter(|s| !s.is_empty()) {
+            Some(rv) if verb == "update" => rv.parse().ok(),
+            _ => None,
+        };
+        Ok((new, expected))
+    })?;
+    Ok(json_response(200, &scale_of(&obj), &[]))
+}

@@ -1,0 +1,372 @@
+//! The HTTPS server: rustls with optional client certificates, authentication middleware,
+//! health and version endpoints, discovery/OpenAPI routers and the REST fallback.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+use crate::apiserver::auth::{self, User};
+use crate::apiserver::rest::{self, ApiError};
+use crate::apiserver::state::{ApiConfig, ApiState, SharedState};
+use crate::apiserver::{bootstrap, controllers, discovery, openapi};
+use crate::pki;
+use crate::storage::{EmbeddedStore, Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("pki: {0}")]
+    Pki(#[from] pki::PkiError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("tls: {0}")]
+    Tls(String),
+    #[error("listening on {addr}: {err}")]
+    Bind {
+        addr: SocketAddr,
+        err: std::io::Error,
+    },
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+}
+
+/// How to start the control plane.
+#[derive(Clone, Debug)]
+pub struct ControlPlaneConfig {
+    pub data_dir: PathBuf,
+    pub bind_address: IpAddr,
+    /// 0 picks a free port.
+    pub secure_port: u16,
+    pub api: ApiConfig,
+}
+
+impl ControlPlaneConfig {
+    pub fn new(data_dir: impl Into<PathBuf>, bind_address: IpAddr, secure_port: u16) -> Self {
+        ControlPlaneConfig {
+            data_dir: data_dir.into(),
+            bind_address,
+            secure_port,
+            api: ApiConfig::default(),
+        }
+    }
+}
+
+/// A running control plane.
+pub struct ServerHandle {
+    pub addr: SocketAddr,
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    pub data_dir: PathBuf,
+    state: SharedState,
+    tasks: JoinSet<()>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl ServerHandle {
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.state.store.clone()
+    }
+
+    /// Stops serving, ends every connection and controller, and closes the store.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        // Connection tasks hold clones of the state; wait until they are all dropped so the
+        // store file is closed when this returns (a restart in the same process reopens it).
+        for _ in 0..500 {
+            if Arc::strong_count(&self.state) == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[derive(Clone)]
+struct ConnUser(Option<User>);
+
+fn tls_config(p: &pki::Pki) -> Result<rustls::ServerConfig, ServerError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
+    let certs: Vec<CertificateDer<'static>> =
+        rustls_pemfile::certs(&mut p.serving_cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| tls(&e))?;
+    let key: PrivateKeyDer<'static> =
+        rustls_pemfile::private_key(&mut p.serving_key_pem.as_bytes())
+            .map_err(|e| tls(&e))?
+            .ok_or_else(|| ServerError::Tls("no private key in apiserver.key".into()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut p.ca_cert_pem.as_bytes()) {
+        roots.add(c.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| tls(&e))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| tls(&e))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+fn health(path: &str, verbose: bool) -> Response {
+    let name = path
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or("healthz");
+    let body = if verbose {
+        let checks = [
+            "ping",
+            "log",
+            "etcd",
+            "poststarthook/start-apiserver-admission-initializer",
+            "poststarthook/bootstrap-controller",
+        ];
+        let mut s: String = checks.iter().map(|c| format!("[+]{c} ok\n")).collect();
+        s.push_str(&format!("{name} check passed\n"));
+        s
+    } else {
+        "ok".to_string()
+    };
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+async fn health_handler(uri: Uri) -> Response {
+    let verbose = uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    });
+    health(uri.path(), verbose)
+}
+
+async fn version() -> Response {
+    rest::json_response(
+        200,
+        &json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0+nodus",
+            "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0 (nodus is written in Rust)",
+            "compiler": "rustc", "platform": "linux/amd64",
+        }),
+        &[],
+    )
+}
+
+/// Authenticates every request; anonymous users only reach the public paths.
+async fn authenticate(State(st): State<SharedState>, mut req: Request, next: Next) -> Response {
+    let conn = req.extensions().get::<ConnUser>().and_then(|c| c.0.clone());
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string());
+    let user = match (bearer, conn) {
+        (Some(token), _) => match st.tokens.get(&token) {
+            Some(u) => u.clone(),
+            None => return ApiError(nodus_k8s::status::unauthorized()).into_response(),
+        },
+        (None, Some(u)) => u,
+        (None, None) => User::anonymous(),
+    };
+    let path = req.uri().path().to_string();
+    if user.is_anonymous() && !auth::is_public_path(&path) {
+        let verb = match *req.method() {
+            Method::GET | Method::HEAD => "get",
+            Method::POST => "post",
+            Method::PUT => "put",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "get",
+        };
+        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("forbidden: User \"system:anonymous\" cannot {verb} path \"{path}\""),
+            "reason": "Forbidden", "details": {}, "code": 403});
+        return ApiError(body).into_response();
+    }
+    req.extensions_mut().insert(user);
+    next.run(req).await
+}
+
+async fn fallback(st: SharedState, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let user = parts
+        .extensions
+        .get::<User>()
+        .cloned()
+        .unwrap_or_else(User::anonymous);
+    let path = parts.uri.path();
+    if !(path.starts_with("/api/") || path.starts_with("/apis/")) {
+        let mut r = Response::new(Body::from("404 page not found\n"));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        return r;
+    }
+    let bytes: Bytes = match axum::body::to_bytes(body, 3 * 1024 * 1024).await {
+        Ok(b) => b,
+        Err(_) => {
+            let s = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server has received a request that is too large", "reason": "RequestEntityTooLarge", "code": 413});
+            return ApiError(s).into_response();
+        }
+    };
+    let headers: HeaderMap = parts.headers;
+    rest::handle(st, user, parts.method, parts.uri, headers, bytes).await
+}
+
+fn router(st: SharedState) -> Router {
+    let fb = st.clone();
+    Router::new()
+        .route("/healthz", get(health_handler))
+        .route("/healthz/{*check}", get(health_handler))
+        .route("/livez", get(health_handler))
+        .route("/livez/{*check}", get(health_handler))
+        .route("/readyz", get(health_handler))
+        .route("/readyz/{*check}", get(health_handler))
+        .route("/version", get(version))
+        .route("/version/", get(version))
+        .merge(discovery::router())
+        .merge(openapi::router())
+        .fallback(move |req: Request| fallback(fb.clone(), req))
+        .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
+        .layer(middleware::from_fn_with_state(st, authenticate))
+}
+
+/// Starts the API server and built-in controllers; returns once it is listening.
+pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|err| ServerError::Io {
+        path: cfg.data_dir.clone(),
+        err,
+    })?;
+    let pki = pki::ensure(&cfg.data_dir, cfg.bind_address)?;
+    let addr = SocketAddr::new(cfg.bind_address, cfg.secure_port);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|err| ServerError::Bind { addr, err })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|err| ServerError::Bind { addr, err })?;
+    let host = if cfg.bind_address.is_unspecified() {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        cfg.bind_address
+    };
+    let url = match host {
+        IpAddr::V6(v6) => format!("https://[{v6}]:{}", addr.port()),
+        IpAddr::V4(v4) => format!("https://{v4}:{}", addr.port()),
+    };
+    let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &url)?;
+    let token_path = cfg.data_dir.join("tokens.csv");
+    let tokens = auth::load_token_file(&token_path).map_err(|err| ServerError::Io {
+        path: token_path,
+        err,
+    })?;
+    let store_path = cfg.data_dir.join("store.redb");
+    let store: Arc<dyn Store> = Arc::new(tokio::task::block_in_place(|| {
+        EmbeddedStore::open(&store_path)
+    })?);
+    let mut api = cfg.api.clone();
+    api.secure_port = addr.port();
+    api.advertise_address = host;
+    let st: SharedState = Arc::new(ApiState {
+        store,
+        config: api,
+        tokens,
+        ca_pem: pki.ca_cert_pem.clone(),
+        alloc_lock: tokio::sync::Mutex::new(()),
+    });
+    bootstrap::ensure(&st)?;
+    controllers::sweep(&st);
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&pki)?));
+    let app = router(st.clone());
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let mut tasks = JoinSet::new();
+    tasks.spawn(controllers::run(st.clone()));
+    let conn_stop = stop.subscribe();
+    tasks.spawn(async move {
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => break,
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                accepted = listener.accept() => {
+                    let Ok((tcp, peer)) = accepted else { continue };
+                    let _ = tcp.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let app = app.clone();
+                    let mut conn_stop = conn_stop.clone();
+                    conns.spawn(async move {
+                        let tls = match acceptor.accept(tcp).await {
+                            Ok(t) => t,
+                            Err(e) => {
+                                tracing::debug!(%peer, error = %e, "tls handshake failed");
+                                return;
+                            }
+                        };
+                        let user = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .and_then(|c| auth::user_from_cert(c));
+                        let conn_user = ConnUser(user);
+                        let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                            req.extensions_mut().insert(conn_user.clone());
+                            app.clone().oneshot(req.map(Body::new))
+                        });
+                        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+                        tokio::select! {
+                            _ = conn => {}
+                            _ = conn_stop.changed() => {}
+                        }
+                    });
+                }
+            }
+        }
+        conns.abort_all();
+        while conns.join_next().await.is_some() {}
+    });
+    tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
+    Ok(ServerHandle {
+        addr,
+        url,
+        kubeconfig,
+        data_dir: cfg.data_dir,
+        state: st,
+        tasks,
+        stop,
+    })
+}

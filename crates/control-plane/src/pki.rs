@@ -1,0 +1,309 @@
+//! The development PKI: a cluster CA, the API server's serving certificate, client
+//! certificates (admin, nodes) and the kubeconfig files that carry them.
+//!
+//! Files live in `DATA_DIR/pki` and are reused on restart, so kubeconfigs handed out stay
+//! valid.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, date_time_ymd,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("certificate generation: {0}")]
+    Cert(#[from] rcgen::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
+    move |err| PkiError::Io {
+        path: path.to_path_buf(),
+        err,
+    }
+}
+
+/// Paths and PEM contents of the cluster's certificates.
+#[derive(Clone, Debug)]
+pub struct Pki {
+    pub dir: PathBuf,
+    pub ca_cert_pem: String,
+    pub serving_cert_pem: String,
+    pub serving_key_pem: String,
+}
+
+impl Pki {
+    pub fn ca_cert_path(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+}
+
+/// Writes a file with mode 0600 atomically (temp file + rename), so a crash never leaves a
+/// truncated key or kubeconfig behind.
+pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), PkiError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io(&tmp))?;
+        f.write_all(contents).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+fn read(path: &Path) -> Result<String, PkiError> {
+    std::fs::read_to_string(path).map_err(io(path))
+}
+
+fn validity(params: &mut CertificateParams) {
+    params.not_before = date_time_ymd(2024, 1, 1);
+    params.not_after = date_time_ymd(2124, 1, 1);
+}
+
+fn ca_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, PkiError> {
+    let key = KeyPair::from_pem(&read(&dir.join("ca.key"))?)?;
+    Ok(Issuer::from_ca_cert_pem(&read(&dir.join("ca.crt"))?, key)?)
+}
+
+/// A client certificate and key signed by the CA, as PEM.
+fn client_cert(dir: &Path, cn: &str, orgs: &[&str]) -> Result<(String, String), PkiError> {
+    let issuer = ca_issuer(dir)?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    for o in orgs {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    dn.push(DnType::CommonName, cn);
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    validity(&mut params);
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Creates the CA and serving certificate in `data_dir/pki` unless present, and returns them.
+pub fn ensure(data_dir: &Path, bind: IpAddr) -> Result<Pki, PkiError> {
+    let dir = data_dir.join("pki");
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let ca_crt = dir.join("ca.crt");
+    let ca_key = dir.join("ca.key");
+    if !ca_crt.exists() || !ca_key.exists() {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "kubernetes");
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        validity(&mut params);
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        write_private(&ca_key, key.serialize_pem().as_bytes())?;
+        write_private(&ca_crt, cert.pem().as_bytes())?;
+        // A new CA invalidates every certificate it did not sign.
+        let _ = std::fs::remove_file(dir.join("apiserver.crt"));
+    }
+    let srv_crt = dir.join("apiserver.crt");
+    let srv_key = dir.join("apiserver.key");
+    let needs_serving = match read(&srv_crt) {
+        Ok(pem) => !serving_cert_covers(&pem, bind),
+        Err(_) => true,
+    };
+    if needs_serving || !srv_key.exists() {
+        let issuer = ca_issuer(&dir)?;
+        let mut names: Vec<SanType> = Vec::new();
+        for dns in [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ] {
+            names.push(SanType::DnsName(dns.try_into()?));
+        }
+        let mut ips: Vec<IpAddr> = vec![[127, 0, 0, 1].into(), [10, 96, 0, 1].into()];
+        if !ips.contains(&bind) && !bind.is_unspecified() {
+            ips.push(bind);
+        }
+        names.extend(ips.into_iter().map(SanType::IpAddress));
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.subject_alt_names = names;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "kube-apiserver");
+        params.distinguished_name = dn;
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        validity(&mut params);
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &issuer)?;
+        write_private(&srv_key, key.serialize_pem().as_bytes())?;
+        write_private(&srv_crt, cert.pem().as_bytes())?;
+    }
+    Ok(Pki {
+        ca_cert_pem: read(&ca_crt)?,
+        serving_cert_pem: read(&srv_crt)?,
+        serving_key_pem: read(&srv_key)?,
+        dir,
+    })
+}
+
+/// Whether an existing serving certificate already names `bind` (so a restart with another
+/// `--bind-address` gets a fresh one).
+fn serving_cert_covers(pem: &str, bind: IpAddr) -> bool {
+    if bind.is_unspecified() || bind == IpAddr::from([127, 0, 0, 1]) {
+        return true;
+    }
+    let Ok(Some(der)) = rustls_pemfile::certs(&mut pem.as_bytes())
+        .next()
+        .transpose()
+    else {
+        return false;
+    };
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(&der) else {
+        return false;
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return false;
+    };
+    san.value.general_names.iter().any(|n| match n {
+        x509_parser::extensions::GeneralName::IPAddress(b) => match bind {
+            IpAddr::V4(v4) => *b == v4.octets(),
+            IpAddr::V6(v6) => *b == v6.octets(),
+        },
+        _ => false,
+    })
+}
+
+/// Renders a kubeconfig with embedded certificate data, named as kubeadm names them.
+pub fn kubeconfig(ca_pem: &str, server: &str, user: &str, cert_pem: &str, key_pem: &str) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let cfg = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "nodus", "cluster": {
+            "server": server,
+            "certificate-authority-data": b64(ca_pem),
+        }}],
+        "users": [{"name": user, "user": {
+            "client-certificate-data": b64(cert_pem),
+            "client-key-data": b64(key_pem),
+        }}],
+        "contexts": [{"name": format!("{user}@nodus"), "context": {"cluster": "nodus", "user": user}}],
+        "current-context": format!("{user}@nodus"),
+        "preferences": {},
+    });
+    serde_yaml::to_string(&cfg).unwrap_or_default()
+}
+
+/// Writes `data_dir/admin.kubeconfig` (CN kubernetes-admin, O system:masters) for `server`.
+pub fn write_admin_kubeconfig(
+    data_dir: &Path,
+    pki: &Pki,
+    server: &str,
+) -> Result<PathBuf, PkiError> {
+    let cert_path = pki.dir.join("admin.crt");
+    let key_path = pki.dir.join("admin.key");
+    let (cert, key) = match (read(&cert_path), read(&key_path)) {
+        (Ok(c), Ok(k)) if signed_by_ca(&c, &pki.ca_cert_pem) => (c, k),
+        _ => {
+            let (c, k) = client_cert(&pki.dir, "kubernetes-admin", &["system:masters"])?;
+            write_private(&key_path, k.as_bytes())?;
+            write_private(&cert_path, c.as_bytes())?;
+            (c, k)
+        }
+    };
+    let path = data_dir.join("admin.kubeconfig");
+    write_private(
+        &path,
+        kubeconfig(&pki.ca_cert_pem, server, "kubernetes-admin", &cert, &key).as_bytes(),
+    )?;
+    Ok(path)
+}
+
+fn signed_by_ca(cert_pem: &str, ca_pem: &str) -> bool {
+    let first = |pem: &str| {
+        rustls_pemfile::certs(&mut pem.as_bytes())
+            .next()
+            .and_then(Result::ok)
+    };
+    let (Some(cert), Some(ca)) = (first(cert_pem), first(ca_pem)) else {
+        return false;
+    };
+    let (Ok((_, cert)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(&cert),
+        x509_parser::parse_x509_certificate(&ca),
+    ) else {
+        return false;
+    };
+    cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+/// Writes `data_dir/nodes/<node>.kubeconfig` whose client certificate is CN
+/// `system:node:<node>`, O `system:nodes`, as the kubelet's TLS bootstrap would obtain.
+pub fn issue_node_kubeconfig(
+    data_dir: &Path,
+    node_name: &str,
+    server_url: &str,
+) -> Result<PathBuf, PkiError> {
+    if node_name.is_empty() || node_name.contains('/') {
+        return Err(PkiError::Invalid(format!(
+            "invalid node name {node_name:?}"
+        )));
+    }
+    let dir = data_dir.join("pki");
+    let ca = read(&dir.join("ca.crt"))?;
+    let (cert, key) = client_cert(&dir, &format!("system:node:{node_name}"), &["system:nodes"])?;
+    let out_dir = data_dir.join("nodes");
+    std::fs::create_dir_all(&out_dir).map_err(io(&out_dir))?;
+    let path = out_dir.join(format!("{node_name}.kubeconfig"));
+    let user = format!("system:node:{node_name}");
+    write_private(
+        &path,
+        kubeconfig(&ca, server_url, &user, &cert, &key).as_bytes(),
+    )?;
+    Ok(path)
+}
+
+/// Writes a client kubeconfig for any user name and groups (tests, extra identities).
+pub fn issue_user_kubeconfig(
+    data_dir: &Path,
+    file_name: &str,
+    user: &str,
+    groups: &[&str],
+    server_url: &str,
+) -> Result<PathBuf, PkiError> {
+    let dir = data_dir.join("pki");
+    let ca = read(&dir.join("ca.crt"))?;
+    let (cert, key) = client_cert(&dir, user, groups)?;
+    let path = data_dir.join(file_name);
+    write_private(
+        &path,
+        kubeconfig(&ca, server_url, user, &cert, &key).as_bytes(),
+    )?;
+    Ok(path)
+}

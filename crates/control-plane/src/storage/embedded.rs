@@ -1,0 +1,445 @@
+//! The embedded store: a redb file (copy-on-write B-trees, atomic fsynced commits) plus an
+//! in-memory index for reads and a bounded event log for watch replay.
+//!
+//! A kill at any moment leaves the file at the last committed transaction: an object, its
+//! event and the new revision are written in one transaction, so they appear together or
+//! not at all.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::{
+    Event, EventKind, MutateOutcome, Mutation, Store, StoreError, Stored, set_resource_version,
+};
+
+const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Events kept for watch replay before the oldest are compacted away.
+const MAX_EVENTS: usize = 50_000;
+/// Buffered events per watcher before it is dropped as too slow.
+const WATCH_BUFFER: usize = 8192;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EventRecord {
+    kind: EventKind,
+    key: String,
+    object: Value,
+    prev: Option<Value>,
+}
+
+struct Watcher {
+    prefix: String,
+    tx: mpsc::Sender<Arc<Event>>,
+}
+
+struct Inner {
+    objects: BTreeMap<String, Stored>,
+    revision: u64,
+    /// Events with revision > `compacted`, oldest first.
+    events: VecDeque<Arc<Event>>,
+    compacted: u64,
+    watchers: Vec<Watcher>,
+}
+
+/// The default store: one redb file in the data dir.
+pub struct EmbeddedStore {
+    db: Database,
+    inner: Mutex<Inner>,
+}
+
+fn be<E: Into<redb::Error>>(e: E) -> StoreError {
+    StoreError::from(e.into())
+}
+
+fn revision_of(v: &Value) -> u64 {
+    v.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store file at `path` and loads it.
+    pub fn open(path: &Path) -> Result<EmbeddedStore, StoreError> {
+        let db = Database::create(path).map_err(be)?;
+        let txn = db.begin_write().map_err(be)?;
+        {
+            txn.open_table(OBJECTS).map_err(be)?;
+            txn.open_table(EVENTS).map_err(be)?;
+            txn.open_table(META).map_err(be)?;
+        }
+        txn.commit().map_err(be)?;
+
+        let read = db.begin_read().map_err(be)?;
+        let meta = read.open_table(META).map_err(be)?;
+        let revision = meta
+            .get("revision")
+            .map_err(be)?
+            .map(|g| g.value())
+            .unwrap_or(0);
+        let compacted = meta
+            .get("compacted")
+            .map_err(be)?
+            .map(|g| g.value())
+            .unwrap_or(0);
+        let mut objects = BTreeMap::new();
+        for entry in read.open_table(OBJECTS).map_err(be)?.iter().map_err(be)? {
+            let (k, v) = entry.map_err(be)?;
+            let key = k.value().to_string();
+            let object: Value =
+                serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt {
+                    key: key.clone(),
+                    err: e.to_string(),
+                })?;
+            let rev = revision_of(&object);
+            objects.insert(
+                key.clone(),
+                Stored {
+                    key,
+                    revision: rev,
+                    object: Arc::new(object),
+                },
+            );
+        }
+        let mut events = VecDeque::new();
+        for entry in read.open_table(EVENTS).map_err(be)?.iter().map_err(be)? {
+            let (k, v) = entry.map_err(be)?;
+            let rec: EventRecord =
+                serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt {
+                    key: format!("event {}", k.value()),
+                    err: e.to_string(),
+                })?;
+            events.push_back(Arc::new(Event {
+                revision: k.value(),
+                kind: rec.kind,
+                key: rec.key,
+                object: Arc::new(rec.object),
+                prev: rec.prev.map(Arc::new),
+            }));
+        }
+        drop(meta);
+        drop(read);
+        Ok(EmbeddedStore {
+            db,
+            inner: Mutex::new(Inner {
+                objects,
+                revision,
+                events,
+                compacted,
+                watchers: Vec::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the index half-updated: the index is
+        // only touched after a successful commit, so a poisoned lock is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes one change durably; the caller holds the lock and applies it in memory after.
+    #[allow(clippy::too_many_arguments)]
+    fn persist(
+        &self,
+        inner: &Inner,
+        revision: u64,
+        key: &str,
+        kind: EventKind,
+        object: &Value,
+        prev: Option<&Value>,
+        trim_to: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(object).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let rec = EventRecord {
+            kind,
+            key: key.to_string(),
+            object: object.clone(),
+            prev: prev.cloned(),
+        };
+        let rec = serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let txn = self.db.begin_write().map_err(be)?;
+        {
+            let mut objects = txn.open_table(OBJECTS).map_err(be)?;
+            match kind {
+                EventKind::Deleted => {
+                    objects.remove(key).map_err(be)?;
+                }
+                _ => {
+                    objects.insert(key, bytes.as_slice()).map_err(be)?;
+                }
+            }
+            let mut events = txn.open_table(EVENTS).map_err(be)?;
+            events.insert(revision, rec.as_slice()).map_err(be)?;
+            let mut meta = txn.open_table(META).map_err(be)?;
+            meta.insert("revision", revision).map_err(be)?;
+            if let Some(upto) = trim_to {
+                events.retain_in(..=upto, |_, _| false).map_err(be)?;
+                meta.insert("compacted", upto.max(inner.compacted))
+                    .map_err(be)?;
+            }
+        }
+        txn.commit().map_err(be)?;
+        Ok(())
+    }
+
+    fn apply(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        kind: EventKind,
+        mut object: Value,
+        prev: Option<Arc<Value>>,
+    ) -> Result<Stored, StoreError> {
+        let revision = inner.revision + 1;
+        set_resource_version(&mut object, revision);
+        let trim_to = if inner.events.len() >= MAX_EVENTS {
+            inner
+                .events
+                .get(inner.events.len() - MAX_EVENTS)
+                .map(|e| e.revision)
+        } else {
+            None
+        };
+        self.persist(
+            inner,
+            revision,
+            key,
+            kind,
+            &object,
+            prev.as_deref(),
+            trim_to,
+        )?;
+        inner.revision = revision;
+        if let Some(upto) = trim_to {
+            while inner.events.front().is_some_and(|e| e.revision <= upto) {
+                inner.events.pop_front();
+            }
+            inner.compacted = inner.compacted.max(upto);
+        }
+        let object = Arc::new(object);
+        let stored = Stored {
+            key: key.to_string(),
+            revision,
+            object: object.clone(),
+        };
+        match kind {
+            EventKind::Deleted => {
+                inner.objects.remove(key);
+            }
+            _ => {
+                inner.objects.insert(key.to_string(), stored.clone());
+            }
+        }
+        let event = Arc::new(Event {
+            revision,
+            kind,
+            key: key.to_string(),
+            object,
+            prev,
+        });
+        inner.events.push_back(event.clone());
+        inner.watchers.retain(|w| {
+            if !key.starts_with(&w.prefix) {
+                return !w.tx.is_closed();
+            }
+            // A full buffer means the watcher is too slow: dropping it ends its stream, and
+            // the client re-watches from its last resourceVersion, as with upstream.
+            w.tx.try_send(event.clone()).is_ok()
+        });
+        Ok(stored)
+    }
+}
+
+impl Store for EmbeddedStore {
+    fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
+        Ok(self.lock().objects.get(key).cloned())
+    }
+
+    fn list(&self, prefix: &str) -> Result<(Vec<Stored>, u64), StoreError> {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        Ok((items, inner.revision))
+    }
+
+    fn create(&self, key: &str, object: Value) -> Result<Stored, StoreError> {
+        let mut inner = self.lock();
+        if inner.objects.contains_key(key) {
+            return Err(StoreError::AlreadyExists(key.to_string()));
+        }
+        self.apply(&mut inner, key, EventKind::Added, object, None)
+    }
+
+    fn mutate(
+        &self,
+        key: &str,
+        f: &mut dyn FnMut(Option<&Stored>) -> Result<Mutation, StoreError>,
+    ) -> Result<MutateOutcome, StoreError> {
+        let mut inner = self.lock();
+        let current = inner.objects.get(key).cloned();
+        match f(current.as_ref())? {
+            Mutation::Keep => Ok(MutateOutcome {
+                stored: current,
+                deleted: None,
+            }),
+            Mutation::Put(value) => {
+                let (kind, prev) = match &current {
+                    Some(c) => (EventKind::Modified, Some(c.object.clone())),
+                    None => (EventKind::Added, None),
+                };
+                let stored = self.apply(&mut inner, key, kind, value, prev)?;
+                Ok(MutateOutcome {
+                    stored: Some(stored),
+                    deleted: None,
+                })
+            }
+            Mutation::Delete => {
+                let Some(cur) = current else {
+                    return Err(StoreError::NotFound(key.to_string()));
+                };
+                let last = (*cur.object).clone();
+                let stored = self.apply(
+                    &mut inner,
+                    key,
+                    EventKind::Deleted,
+                    last,
+                    Some(cur.object.clone()),
+                )?;
+                Ok(MutateOutcome {
+                    stored: None,
+                    deleted: Some(stored),
+                })
+            }
+        }
+    }
+
+    fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
+        let mut inner = self.lock();
+        if from < inner.compacted {
+            return Err(StoreError::Compacted {
+                requested: from,
+                oldest: inner.compacted + 1,
+            });
+        }
+        let backlog: Vec<Arc<Event>> = inner
+            .events
+            .iter()
+            .filter(|e| e.revision > from && e.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER.max(backlog.len() + 16));
+        for e in backlog {
+            // The channel was sized for the backlog, so this cannot be full.
+            let _ = tx.try_send(e);
+        }
+        inner.watchers.push(Watcher {
+            prefix: prefix.to_string(),
+            tx,
+        });
+        Ok(rx)
+    }
+
+    fn revision(&self) -> u64 {
+        self.lock().revision
+    }
+
+    fn oldest_watchable(&self) -> u64 {
+        self.lock().compacted
+    }
+
+    fn compact(&self, revision: u64) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let upto = revision.min(inner.revision);
+        if upto <= inner.compacted {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(be)?;
+        {
+            let mut events = txn.open_table(EVENTS).map_err(be)?;
+            events.retain_in(..=upto, |_, _| false).map_err(be)?;
+            let mut meta = txn.open_table(META).map_err(be)?;
+            meta.insert("compacted", upto).map_err(be)?;
+        }
+        txn.commit().map_err(be)?;
+        while inner.events.front().is_some_and(|e| e.revision <= upto) {
+            inner.events.pop_front();
+        }
+        inner.compacted = upto;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn revisions_survive_reopen_and_conflicts_are_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = EmbeddedStore::open(&path).unwrap();
+        let a = store
+            .create("/core/pods/default/a", json!({"metadata": {"name": "a"}}))
+            .unwrap();
+        assert_eq!(a.revision, 1);
+        assert!(matches!(
+            store.create("/core/pods/default/a", json!({})),
+            Err(StoreError::AlreadyExists(_))
+        ));
+        let b = store
+            .update(
+                "/core/pods/default/a",
+                json!({"metadata": {"name": "a"}}),
+                Some(1),
+            )
+            .unwrap();
+        assert_eq!(b.revision, 2);
+        assert!(matches!(
+            store.update("/core/pods/default/a", json!({}), Some(1)),
+            Err(StoreError::Conflict { .. })
+        ));
+        drop(store);
+        let store = EmbeddedStore::open(&path).unwrap();
+        assert_eq!(store.revision(), 2);
+        let got = store.get("/core/pods/default/a").unwrap().unwrap();
+        assert_eq!(got.object["metadata"]["resourceVersion"], "2");
+        let c = store.create("/core/pods/default/c", json!({})).unwrap();
+        assert_eq!(c.revision, 3);
+        let (items, rev) = store.list("/core/pods/default/").unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(rev, 3);
+    }
+
+    #[tokio::test]
+    async fn watch_replays_then_streams_and_compaction_gives_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("s.redb")).unwrap();
+        store.create("/core/pods/ns/a", json!({})).unwrap();
+        store.create("/core/configmaps/ns/x", json!({})).unwrap();
+        let mut rx = store.watch("/core/pods/", 0).unwrap();
+        store.delete("/core/pods/ns/a", None).unwrap();
+        let first = rx.recv().await.unwrap();
+        assert_eq!((first.kind, first.revision), (EventKind::Added, 1));
+        let second = rx.recv().await.unwrap();
+        assert_eq!((second.kind, second.revision), (EventKind::Deleted, 3));
+        assert_eq!(second.object["metadata"]["resourceVersion"], "3");
+        store.compact(2).unwrap();
+        assert!(matches!(
+            store.watch("/core/pods/", 1),
+            Err(StoreError::Compacted { .. })
+        ));
+        assert!(store.watch("/core/pods/", 2).is_ok());
+    }
+}

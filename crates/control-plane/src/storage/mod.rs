@@ -1,0 +1,165 @@
+//! The object store behind the API server: keys, revisions, optimistic concurrency and watch.
+//!
+//! Every write bumps one global revision, which is the `resourceVersion` clients see. The
+//! embedded backend ([`embedded::EmbeddedStore`]) keeps the data in a crash-safe redb file;
+//! an etcd backend can implement [`Store`] later.
+
+pub mod embedded;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+pub use embedded::EmbeddedStore;
+
+/// An object as stored, with the revision of its last write.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub key: String,
+    pub revision: u64,
+    pub object: Arc<Value>,
+}
+
+/// What happened to a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One change, as replayed to watchers. `prev` is the object before the change (for
+/// MODIFIED and DELETED), which watchers need to tell when an object leaves a selector.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub revision: u64,
+    pub kind: EventKind,
+    pub key: String,
+    pub object: Arc<Value>,
+    pub prev: Option<Arc<Value>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("key {0} not found")]
+    NotFound(String),
+    #[error("key {0} already exists")]
+    AlreadyExists(String),
+    #[error(
+        "the object has been modified; please apply your changes to the latest version and try again"
+    )]
+    Conflict { key: String, current: u64 },
+    #[error("too old resource version: {requested} ({oldest})")]
+    Compacted { requested: u64, oldest: u64 },
+    #[error("storage backend: {0}")]
+    Backend(String),
+    #[error("storage: object {key} is not valid JSON: {err}")]
+    Corrupt { key: String, err: String },
+}
+
+impl From<redb::Error> for StoreError {
+    fn from(e: redb::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// Result of an atomic read-modify-write: write this value, delete the key, or leave it.
+pub enum Mutation {
+    Put(Value),
+    Delete,
+    Keep,
+}
+
+/// Storage as the API server needs it. Keys look like `/<group>/<resource>/<ns>/<name>`.
+pub trait Store: Send + Sync {
+    fn get(&self, key: &str) -> Result<Option<Stored>, StoreError>;
+    /// Objects under `prefix` and the revision the list is consistent at.
+    fn list(&self, prefix: &str) -> Result<(Vec<Stored>, u64), StoreError>;
+    /// Creates `key`; fails if it exists. `metadata.resourceVersion` is set to the new revision.
+    fn create(&self, key: &str, object: Value) -> Result<Stored, StoreError>;
+    /// Atomically reads `key` (None when absent) and applies `f` under the write lock.
+    /// Returns the stored result (None after a delete or when kept and absent).
+    fn mutate(
+        &self,
+        key: &str,
+        f: &mut dyn FnMut(Option<&Stored>) -> Result<Mutation, StoreError>,
+    ) -> Result<MutateOutcome, StoreError>;
+    /// Replaces `key` if its revision equals `expected` (when given).
+    fn update(
+        &self,
+        key: &str,
+        object: Value,
+        expected: Option<u64>,
+    ) -> Result<Stored, StoreError> {
+        let mut obj = Some(object);
+        let out = self.mutate(key, &mut |cur| {
+            let Some(cur) = cur else {
+                return Err(StoreError::NotFound(key.to_string()));
+            };
+            if let Some(e) = expected
+                && e != cur.revision
+            {
+                return Err(StoreError::Conflict {
+                    key: key.to_string(),
+                    current: cur.revision,
+                });
+            }
+            Ok(Mutation::Put(obj.take().unwrap_or(Value::Null)))
+        })?;
+        out.stored
+            .ok_or_else(|| StoreError::NotFound(key.to_string()))
+    }
+    /// Deletes `key` if its revision equals `expected` (when given); returns the last state.
+    fn delete(&self, key: &str, expected: Option<u64>) -> Result<Stored, StoreError> {
+        let out = self.mutate(key, &mut |cur| {
+            let Some(cur) = cur else {
+                return Err(StoreError::NotFound(key.to_string()));
+            };
+            if let Some(e) = expected
+                && e != cur.revision
+            {
+                return Err(StoreError::Conflict {
+                    key: key.to_string(),
+                    current: cur.revision,
+                });
+            }
+            Ok(Mutation::Delete)
+        })?;
+        out.deleted
+            .ok_or_else(|| StoreError::NotFound(key.to_string()))
+    }
+    /// Events under `prefix` strictly after revision `from`, then live ones. The channel
+    /// closes when the watcher falls too far behind; it must then re-watch or re-list.
+    fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError>;
+    /// The newest revision.
+    fn revision(&self) -> u64;
+    /// The oldest revision a watch can start from.
+    fn oldest_watchable(&self) -> u64;
+    /// Forgets events at or before `revision`.
+    fn compact(&self, revision: u64) -> Result<(), StoreError>;
+}
+
+/// What [`Store::mutate`] did.
+#[derive(Debug, Default)]
+pub struct MutateOutcome {
+    /// The object as now stored (after Put, or the unchanged one after Keep).
+    pub stored: Option<Stored>,
+    /// The object as it was before a Delete, carrying the deletion revision.
+    pub deleted: Option<Stored>,
+}
+
+/// Writes `revision` into `metadata.resourceVersion`.
+pub fn set_resource_version(object: &mut Value, revision: u64) {
+    if let Some(obj) = object.as_object_mut() {
+        let meta = obj
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert(
+                "resourceVersion".into(),
+                Value::String(revision.to_string()),
+            );
+        }
+    }
+}

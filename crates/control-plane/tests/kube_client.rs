@@ -1,0 +1,258 @@
+//! kube-rs clients against an in-process control plane: conflicts, field selectors,
+//! graceful deletion, watches (bookmarks, 410 Gone then re-list) and node identities.
+
+mod common;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use nodus_control_plane::apiserver::state::ApiConfig;
+use serde_json::json;
+
+fn pod(name: &str, node: Option<&str>) -> Pod {
+    let mut v = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    if let Some(n) = node {
+        v["spec"]["nodeName"] = json!(n);
+    }
+    serde_json::from_value(v).expect("pod")
+}
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).expect("cm")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_update_is_a_409_conflict() {
+    let c = common::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(c.client().await, "default");
+    let created = api
+        .create(&PostParams::default(), &cm("c1"))
+        .await
+        .expect("create");
+    let mut first = created.clone();
+    first.data = Some([("k".to_string(), "1".to_string())].into());
+    let updated = api
+        .replace("c1", &PostParams::default(), &first)
+        .await
+        .expect("first update");
+    let rv1: u64 = created
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or(0);
+    let rv2: u64 = updated
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or(0);
+    assert!(rv2 > rv1, "resourceVersion increases: {rv1} -> {rv2}");
+    let mut stale = created.clone();
+    stale.data = Some([("k".to_string(), "2".to_string())].into());
+    let err = api
+        .replace("c1", &PostParams::default(), &stale)
+        .await
+        .expect_err("conflict");
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 409);
+            assert_eq!(s.reason, "Conflict");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    c.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_selector_on_node_name_and_graceful_deletion() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("a", Some("n1")))
+        .await
+        .expect("a");
+    pods.create(&PostParams::default(), &pod("b", Some("n2")))
+        .await
+        .expect("b");
+    pods.create(&PostParams::default(), &pod("c", None))
+        .await
+        .expect("c");
+    let all: Api<Pod> = Api::all(client.clone());
+    let on_n1 = all
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .expect("list");
+    let names: Vec<_> = on_n1
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["a"]);
+    let unbound = pods
+        .list(&ListParams::default().fields("spec.nodeName="))
+        .await
+        .expect("list");
+    let names: Vec<_> = unbound
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["c"]);
+
+    // A pod bound to a node is deleted gracefully: it stays, marked, until the kubelet
+    // confirms with a zero grace period.
+    pods.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let marked = pods.get("a").await.expect("still there");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete(
+        "a",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("final delete");
+    assert!(pods.get_opt("a").await.expect("get").is_none());
+    // An unbound pod goes at once.
+    pods.delete("c", &DeleteParams::default())
+        .await
+        .expect("delete c");
+    assert!(pods.get_opt("c").await.expect("get").is_none());
+    c.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_streams_bookmarks_and_gone_after_compaction() {
+    let api_cfg = ApiConfig {
+        bookmark_interval: Duration::from_millis(300),
+        ..ApiConfig::default()
+    };
+    let c = common::start_with(api_cfg).await;
+    let api: Api<ConfigMap> = Api::namespaced(c.client().await, "default");
+    let list = api.list(&ListParams::default()).await.expect("list");
+    let rv = list.metadata.resource_version.clone().expect("list rv");
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(60), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    api.create(&PostParams::default(), &cm("w1"))
+        .await
+        .expect("create");
+    let mut added = false;
+    let mut bookmark = false;
+    for _ in 0..20 {
+        let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(10), stream.next()).await
+        else {
+            break;
+        };
+        match ev.expect("event") {
+            WatchEvent::Added(o) => added |= o.metadata.name.as_deref() == Some("w1"),
+            WatchEvent::Bookmark(b) => bookmark |= !b.metadata.resource_version.is_empty(),
+            _ => {}
+        }
+        if added && bookmark {
+            break;
+        }
+    }
+    assert!(added, "ADDED event for w1");
+    assert!(bookmark, "a BOOKMARK arrived");
+
+    // Compact past rv: a watch from it is answered with 410 Gone, and a re-list works.
+    api.create(&PostParams::default(), &cm("w2"))
+        .await
+        .expect("create");
+    let store = c.handle.store();
+    store.compact(store.revision()).expect("compact");
+    let mut old = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let ev = tokio::time::timeout(Duration::from_secs(10), old.next())
+        .await
+        .expect("event in time");
+    match ev {
+        Some(Ok(WatchEvent::Error(e))) => {
+            assert_eq!(e.code, 410);
+            assert!(
+                e.message.starts_with("too old resource version"),
+                "{}",
+                e.message
+            );
+        }
+        Some(Err(kube::Error::Api(e))) => assert_eq!(e.code, 410),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    let relist = api.list(&ListParams::default()).await.expect("re-list");
+    assert_eq!(relist.items.len(), 2);
+    c.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_identity_is_limited_to_its_own_objects() {
+    let c = common::start().await;
+    let admin = c.client().await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for n in ["a", "b"] {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": n}})).expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+    }
+    let kc = nodus_control_plane::pki::issue_node_kubeconfig(c.dir.path(), "a", &c.handle.url)
+        .expect("node kubeconfig");
+    let node_client = common::client_for(&kc).await;
+    let as_a: Api<Node> = Api::all(node_client.clone());
+    let mut own = as_a.get("a").await.expect("node a reads itself");
+    own.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+    as_a.replace("a", &PostParams::default(), &own)
+        .await
+        .expect("node a updates itself");
+    let mut other = as_a.get("b").await.expect("nodes may read other nodes");
+    other.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+    let err = as_a
+        .replace("b", &PostParams::default(), &other)
+        .await
+        .expect_err("forbidden");
+    match err {
+        kube::Error::Api(s) => assert_eq!(s.code, 403, "{}", s.message),
+        e => panic!("unexpected {e:?}"),
+    }
+    let leases: Api<Lease> = Api::namespaced(node_client.clone(), "kube-node-lease");
+    let lease: Lease =
+        serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"holderIdentity": "a"}}))
+            .expect("lease");
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("own lease");
+    let lease_b: Lease =
+        serde_json::from_value(json!({"metadata": {"name": "b"}, "spec": {"holderIdentity": "b"}}))
+            .expect("lease");
+    assert!(
+        leases
+            .create(&PostParams::default(), &lease_b)
+            .await
+            .is_err(),
+        "not another node's lease"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(node_client, "default");
+    assert!(
+        secrets.list(&ListParams::default()).await.is_err(),
+        "nodes cannot list secrets"
+    );
+    c.handle.shutdown().await;
+}

@@ -1,0 +1,332 @@
+//! The real kubectl against an in-process control plane: what a user types and sees.
+
+mod common;
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  containers:
+  - name: nginx
+    image: nginx:1.27
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_get_describe_label_annotate_patch_delete() {
+    let c = common::start().await;
+    let out = c.apply(POD).await;
+    assert_eq!(out.ok().trim(), "pod/web created");
+
+    let get = c.kubectl(&["get", "pods"]).await;
+    let text = get.ok();
+    assert!(text.starts_with("NAME"), "table header: {text}");
+    assert!(text.contains("web"), "{text}");
+
+    let yaml = c.kubectl(&["get", "pod", "web", "-o", "yaml"]).await;
+    let y = yaml.ok();
+    assert!(
+        y.contains("serviceAccountName: default"),
+        "ServiceAccount admission: {y}"
+    );
+    assert!(y.contains("phase: Pending"), "{y}");
+    assert!(y.contains("uid:"), "{y}");
+
+    let d = c.kubectl(&["describe", "pod", "web"]).await;
+    let d = d.ok();
+    assert!(d.contains("Name:") && d.contains("web"), "{d}");
+
+    assert_eq!(
+        c.kubectl(&["label", "pod", "web", "tier=front"])
+            .await
+            .ok()
+            .trim(),
+        "pod/web labeled"
+    );
+    assert_eq!(
+        c.kubectl(&["annotate", "pod", "web", "note=hello"])
+            .await
+            .ok()
+            .trim(),
+        "pod/web annotated"
+    );
+    let labels = c
+        .kubectl(&["get", "pods", "-l", "tier=front", "-o", "name"])
+        .await;
+    assert_eq!(labels.ok().trim(), "pod/web");
+    let none = c
+        .kubectl(&["get", "pods", "-l", "tier=back", "-o", "name"])
+        .await;
+    assert_eq!(none.code, 0);
+    assert_eq!(none.stdout.trim(), "");
+
+    let merge = c
+        .kubectl(&[
+            "patch",
+            "pod",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"m":"1"}}}"#,
+        ])
+        .await;
+    assert_eq!(merge.ok().trim(), "pod/web patched");
+    let strategic = c
+        .kubectl(&[
+            "patch",
+            "pod",
+            "web",
+            "-p",
+            r#"{"metadata":{"annotations":{"s":"2"}}}"#,
+        ])
+        .await;
+    assert_eq!(strategic.ok().trim(), "pod/web patched");
+    let json = c
+        .kubectl(&[
+            "patch",
+            "pod",
+            "web",
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/metadata/labels/j","value":"3"}]"#,
+        ])
+        .await;
+    assert_eq!(json.ok().trim(), "pod/web patched");
+    let got = c
+        .kubectl(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.metadata.labels.m}{.metadata.annotations.s}{.metadata.labels.j}",
+        ])
+        .await;
+    assert_eq!(got.ok(), "123");
+
+    // An unbound pod goes at once.
+    assert_eq!(
+        c.kubectl(&["delete", "pod", "web"]).await.ok().trim(),
+        "pod \"web\" deleted"
+    );
+    let gone = c.kubectl(&["get", "pod", "web"]).await;
+    assert_eq!(
+        gone.fails().trim(),
+        "Error from server (NotFound): pods \"web\" not found"
+    );
+    c.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_print_as_kubectl_prints_them() {
+    let c = common::start().await;
+    let nf = c.kubectl(&["get", "pod", "nope"]).await;
+    assert_eq!(
+        nf.fails().trim(),
+        "Error from server (NotFound): pods \"nope\" not found"
+    );
+
+    let bad = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: bad}
+spec:
+  restartPolicy: Sometimes
+  containers: [{name: c, image: busybox}]
+"#;
+    let out = c.kubectl_stdin(&["create", "-f", "-"], Some(bad)).await;
+    let err = out.fails();
+    assert!(err.contains("The Pod \"bad\" is invalid:"), "{err}");
+    assert!(err.contains("spec.restartPolicy"), "{err}");
+
+    let nsless = c.kubectl(&["get", "pods", "-n", "missing-ns"]).await;
+    assert_eq!(
+        nsless.code, 0,
+        "listing in a missing namespace is empty, as upstream"
+    );
+
+    c.kubectl(&["create", "configmap", "cm", "--from-literal=a=1"])
+        .await
+        .ok();
+    let again = c
+        .kubectl(&["create", "configmap", "cm", "--from-literal=a=1"])
+        .await;
+    assert_eq!(
+        again.fails().trim(),
+        "error: failed to create configmap: configmaps \"cm\" already exists"
+    );
+
+    // A stale resourceVersion is a conflict.
+    let stale = c.kubectl(&["get", "configmap", "cm", "-o", "json"]).await;
+    let stale_json = stale.ok().to_string();
+    c.kubectl(&["label", "configmap", "cm", "x=y"]).await.ok();
+    let replace = c
+        .kubectl_stdin(&["replace", "-f", "-"], Some(&stale_json))
+        .await;
+    let err = replace.fails();
+    assert!(
+        err.contains("Operation cannot be fulfilled on configmaps \"cm\": the object has been modified; please apply your changes to the latest version and try again"),
+        "{err}"
+    );
+
+    let intoms = c
+        .kubectl(&[
+            "create",
+            "configmap",
+            "x",
+            "-n",
+            "nowhere",
+            "--from-literal=a=b",
+        ])
+        .await;
+    assert!(
+        intoms.fails().contains("namespaces \"nowhere\" not found"),
+        "{}",
+        intoms.stderr
+    );
+    c.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_leases_and_system_objects() {
+    let c = common::start().await;
+    let node = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels: {kubernetes.io/hostname: n1}
+status:
+  addresses:
+  - {type: InternalIP, address: 10.0.0.5}
+  - {type: Hostname, address: n1}
+  nodeInfo:
+    kubeletVersion: v1.33.0
+    osImage: Debian GNU/Linux 13
+    kernelVersion: 6.1.0
+    containerRuntimeVersion: nodus://0.1.0
+    architecture: amd64
+    operatingSystem: linux
+    bootID: ""
+    machineID: ""
+    systemUUID: ""
+    kubeProxyVersion: ""
+  conditions:
+  - {type: Ready, status: "True", reason: KubeletReady, message: ready}
+"#;
+    c.kubectl_stdin(&["create", "-f", "-"], Some(node))
+        .await
+        .ok();
+    let wide = c.kubectl(&["get", "nodes", "-o", "wide"]).await;
+    let text = wide.ok();
+    assert!(text.contains("INTERNAL-IP"), "{text}");
+    assert!(text.contains("10.0.0.5"), "{text}");
+
+    let lease = r#"
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: n1, namespace: kube-node-lease}
+spec: {holderIdentity: n1, leaseDurationSeconds: 40}
+"#;
+    c.kubectl_stdin(&["create", "-f", "-"], Some(lease))
+        .await
+        .ok();
+    let leases = c.kubectl(&["get", "leases", "-n", "kube-node-lease"]).await;
+    let text = leases.ok();
+    assert!(text.contains("n1"), "{text}");
+
+    let ns = c.kubectl(&["get", "namespaces", "-o", "name"]).await;
+    let text = ns.ok();
+    for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(text.contains(&format!("namespace/{n}")), "{text}");
+    }
+    let svc = c
+        .kubectl(&[
+            "get",
+            "service",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .await;
+    assert_eq!(svc.ok(), "10.96.0.1");
+    let pcs = c
+        .kubectl(&[
+            "get",
+            "priorityclass",
+            "system-node-critical",
+            "-o",
+            "jsonpath={.value}",
+        ])
+        .await;
+    assert_eq!(pcs.ok(), "2000001000");
+    c.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_run_wait_and_watch() {
+    let c = common::start().await;
+    let dry = c
+        .kubectl(&["run", "dry", "--image=busybox", "--dry-run=server"])
+        .await;
+    assert_eq!(dry.ok().trim(), "pod/dry created (server dry run)");
+    let none = c.kubectl(&["get", "pod", "dry"]).await;
+    assert!(none.fails().contains("NotFound"), "{}", none.stderr);
+
+    assert_eq!(
+        c.kubectl(&["run", "one", "--image=busybox"])
+            .await
+            .ok()
+            .trim(),
+        "pod/one created"
+    );
+    let wait = c
+        .kubectl(&[
+            "wait",
+            "--for=jsonpath={.status.phase}=Pending",
+            "pod/one",
+            "--timeout=30s",
+        ])
+        .await;
+    assert_eq!(wait.ok().trim(), "pod/one condition met");
+
+    let home = c.dir.path().join("home");
+    let mut watcher = tokio::process::Command::new(common::kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig())
+        .args(["get", "pods", "-w"])
+        .env("HOME", &home)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl get -w");
+    let stdout = watcher.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("header")
+        .expect("line");
+    assert!(first.is_some_and(|l| l.starts_with("NAME")));
+    c.kubectl(&["run", "two", "--image=busybox"]).await.ok();
+    let mut saw = false;
+    for _ in 0..10 {
+        let Ok(Ok(Some(l))) =
+            tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await
+        else {
+            break;
+        };
+        if l.starts_with("two") {
+            saw = true;
+            break;
+        }
+    }
+    assert!(saw, "kubectl get -w showed the new pod");
+    let _ = watcher.kill().await;
+    c.handle.shutdown().await;
+}
