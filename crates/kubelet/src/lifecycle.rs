@@ -157,4 +157,160 @@ mod tests {
             "Exec lifecycle hook ([/bin/false]) for Container \"c\" in Pod \"p_ns(uid)\" failed - error: command '/bin/false' exited with 1: , message: \"\""
         );
     }
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                uid: Some("uid".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn runtime() -> RuntimeClient {
+        crate::cri::connect(
+            "unix:///nonexistent/nodus-test.sock",
+            Duration::from_secs(1),
+        )
+        .map(|r| r.runtime)
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn container() -> Container {
+        Container {
+            name: "c".into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn http_hook_reaches_the_pod_and_ignores_the_status_code() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let app = axum::Router::new().route(
+            "/pre-stop",
+            axum::routing::get(move |headers: axum::http::HeaderMap| {
+                let h = h.clone();
+                async move {
+                    if headers.get("user-agent").and_then(|v| v.to_str().ok())
+                        == Some("kube-lifecycle/1.33")
+                    {
+                        h.fetch_add(1, Ordering::SeqCst);
+                    }
+                    (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "no")
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let handler = LifecycleHandler {
+            http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
+                path: Some("/pre-stop".into()),
+                port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i32::from(
+                    port,
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let r = run_handler(
+            &runtime(),
+            &pod(),
+            &container(),
+            "cid",
+            &handler,
+            Some("127.0.0.1"),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+        // Nobody listening: the hook fails with upstream's wording.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_default();
+        let mut bad = handler.clone();
+        if let Some(a) = bad.http_get.as_mut() {
+            a.port =
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i32::from(closed));
+        }
+        let err = run_handler(
+            &runtime(),
+            &pod(),
+            &container(),
+            "cid",
+            &bad,
+            Some("127.0.0.1"),
+            Duration::from_secs(5),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert_eq!(
+            err,
+            format!(
+                "HTTP lifecycle hook (/pre-stop) for Container \"c\" in Pod \"p_ns(uid)\" failed - error: Get \"http://127.0.0.1:{closed}/pre-stop\": dial tcp 127.0.0.1:{closed}: connect: connection refused"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn sleep_hook_is_cut_short_by_the_timeout() {
+        let handler = |seconds| LifecycleHandler {
+            sleep: Some(k8s_openapi::api::core::v1::SleepAction { seconds }),
+            ..Default::default()
+        };
+        let ok = run_handler(
+            &runtime(),
+            &pod(),
+            &container(),
+            "cid",
+            &handler(0),
+            None,
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(ok.is_ok());
+        let err = run_handler(
+            &runtime(),
+            &pod(),
+            &container(),
+            "cid",
+            &handler(30),
+            None,
+            Duration::from_millis(100),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert_eq!(
+            err,
+            "Sleep lifecycle hook (30) for Container \"c\" in Pod \"p_ns(uid)\" failed - error: container terminated before sleep hook finished"
+        );
+        let invalid = run_handler(
+            &runtime(),
+            &pod(),
+            &container(),
+            "cid",
+            &LifecycleHandler::default(),
+            None,
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(matches!(invalid, Err(HookError::Invalid(_))));
+    }
 }

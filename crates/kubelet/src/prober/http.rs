@@ -94,6 +94,8 @@ pub fn build_request(
             headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
         }
         Some(v) if v.is_empty() => {
+            // Upstream then sends no Accept at all; the HTTP client puts `*/*` back, which
+            // RFC 9110 defines as meaning the same as no Accept header.
             headers.remove(ACCEPT);
         }
         Some(_) => {}
