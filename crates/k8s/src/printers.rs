@@ -1,42 +1,1412 @@
-//! Server-side `meta.k8s.io/v1` Table output for `kubectl get`.
+//! Server-side `meta.k8s.io/v1` Table output for `kubectl get`, with the columns, priorities
+//! and cell texts of upstream's `pkg/printers/internalversion`.
+//!
+//! The server always produces every column (as upstream does with `Wide: true`); kubectl
+//! hides priority-1 columns unless `-o wide`. Each row's `object` is the object's
+//! PartialObjectMetadata (upstream's default `includeObject=Metadata`).
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::gvk::Gvk;
 
-/// A Table of the objects with upstream's columns for the kind.
+const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const AGE_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+fn col(name: &str, ty: &str, priority: u8, description: &str) -> Value {
+    let format = if name == "Name" { "name" } else { "" };
+    json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority})
+}
+
+fn name_col() -> Value {
+    col("Name", "string", 0, NAME_DOC)
+}
+
+fn age_col() -> Value {
+    col("Age", "string", 0, AGE_DOC)
+}
+
+/// A Table of the objects with upstream's columns for the kind; kinds without a printer get
+/// NAME and AGE (as custom resources do).
 pub fn table(gvk: &Gvk, objects: &[Value], now: Timestamp) -> Value {
-    let _ = gvk;
+    let columns = columns(gvk);
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let name = o.pointer("/metadata/name").cloned().unwrap_or(Value::Null);
-            let age = o
-                .pointer("/metadata/creationTimestamp")
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse::<Timestamp>().ok())
-                .map(|t| human_duration(now.duration_since(t).as_secs()))
-                .unwrap_or_else(|| "<unknown>".to_string());
-            json!({"cells": [name, age], "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))}})
+            let (cells, conditions) = cells(gvk, o, now);
+            let mut row = Map::new();
+            row.insert("cells".into(), Value::Array(cells));
+            if let Some(c) = conditions {
+                row.insert("conditions".into(), c);
+            }
+            row.insert("object".into(), partial_metadata(o));
+            Value::Object(row)
         })
         .collect();
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {},
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0},
-        ],
+        "columnDefinitions": columns,
         "rows": rows,
     })
 }
 
-/// Upstream's `duration.HumanDuration`.
+/// The object's metadata as a `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// Column definitions for a kind.
+pub fn columns(gvk: &Gvk) -> Vec<Value> {
+    let s = |n: &str, d: &str| col(n, "string", 0, d);
+    let w = |n: &str, d: &str| col(n, "string", 1, d);
+    let i = |n: &str, d: &str| col(n, "integer", 0, d);
+    match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("", "Pod") => vec![
+            name_col(),
+            s(
+                "Ready",
+                "The aggregate readiness state of this pod for accepting traffic.",
+            ),
+            s(
+                "Status",
+                "The aggregate status of the containers in this pod.",
+            ),
+            s(
+                "Restarts",
+                "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+            ),
+            age_col(),
+            w(
+                "IP",
+                "podIP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
+            ),
+            w(
+                "Node",
+                "NodeName indicates in which node this pod is scheduled.",
+            ),
+            w(
+                "Nominated Node",
+                "nominatedNodeName is set only when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods.",
+            ),
+            w(
+                "Readiness Gates",
+                "If specified, all readiness gates will be evaluated for pod readiness.",
+            ),
+        ],
+        ("", "Node") => vec![
+            name_col(),
+            s("Status", "The status of the node"),
+            s("Roles", "The roles of the node"),
+            age_col(),
+            s("Version", "Kubelet Version reported by the node."),
+            w("Internal-IP", "List of addresses reachable to the node."),
+            w("External-IP", "List of addresses reachable to the node."),
+            w(
+                "OS-Image",
+                "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+            ),
+            w(
+                "Kernel-Version",
+                "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+            ),
+            w(
+                "Container-Runtime",
+                "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+            ),
+        ],
+        ("", "Namespace") => vec![
+            name_col(),
+            s("Status", "The status of the namespace"),
+            age_col(),
+        ],
+        ("", "Service") => vec![
+            name_col(),
+            s("Type", "type determines how the Service is exposed."),
+            s(
+                "Cluster-IP",
+                "clusterIP is the IP address of the service and is usually assigned randomly.",
+            ),
+            s(
+                "External-IP",
+                "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
+            ),
+            s(
+                "Port(s)",
+                "The list of ports that are exposed by this service.",
+            ),
+            age_col(),
+            w(
+                "Selector",
+                "Route service traffic to pods with label keys and values matching this selector.",
+            ),
+        ],
+        ("", "Endpoints") => vec![
+            name_col(),
+            s(
+                "Endpoints",
+                "Endpoints is the list of endpoints in the service.",
+            ),
+            age_col(),
+        ],
+        ("", "ConfigMap") => vec![
+            name_col(),
+            i("Data", "Number of data in the configmap"),
+            age_col(),
+        ],
+        ("", "Secret") => vec![
+            name_col(),
+            s("Type", "The type of the secret"),
+            i("Data", "The number of data in the secret"),
+            age_col(),
+        ],
+        ("", "ServiceAccount") => vec![
+            name_col(),
+            i(
+                "Secrets",
+                "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.",
+            ),
+            age_col(),
+        ],
+        ("", "Event") | ("events.k8s.io", "Event") => vec![
+            s(
+                "Last Seen",
+                "The time at which the most recent occurrence of this event was recorded.",
+            ),
+            s(
+                "Type",
+                "Type of this event (Normal, Warning), new types could be added in the future",
+            ),
+            s(
+                "Reason",
+                "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+            ),
+            s("Object", "The object that this event is about."),
+            w(
+                "Subobject",
+                "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement.",
+            ),
+            w(
+                "Source",
+                "The component reporting this event. Should be a short machine understandable string.",
+            ),
+            s(
+                "Message",
+                "A human-readable description of the status of this operation.",
+            ),
+            w(
+                "First Seen",
+                "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+            ),
+            w("Count", "The number of times this event has occurred."),
+            col("Name", "string", 1, NAME_DOC),
+        ],
+        ("coordination.k8s.io", "Lease") => vec![
+            name_col(),
+            s(
+                "Holder",
+                "holderIdentity contains the identity of the holder of a current lease.",
+            ),
+            age_col(),
+        ],
+        ("discovery.k8s.io", "EndpointSlice") => vec![
+            name_col(),
+            s(
+                "AddressType",
+                "addressType specifies the type of address carried by this EndpointSlice.",
+            ),
+            s(
+                "Ports",
+                "ports specifies the list of network ports exposed by each endpoint in this slice.",
+            ),
+            s(
+                "Endpoints",
+                "endpoints is a list of unique endpoints in this slice.",
+            ),
+            age_col(),
+        ],
+        ("node.k8s.io", "RuntimeClass") => vec![
+            name_col(),
+            s(
+                "Handler",
+                "handler specifies the underlying runtime and configuration that the CRI implementation will use to handle pods of this class.",
+            ),
+            age_col(),
+        ],
+        ("scheduling.k8s.io", "PriorityClass") => vec![
+            name_col(),
+            i(
+                "Value",
+                "value represents the integer value of this priority class.",
+            ),
+            col(
+                "Global-Default",
+                "boolean",
+                0,
+                "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class.",
+            ),
+            age_col(),
+            s(
+                "PreemptionPolicy",
+                "preemptionPolicy is the Policy for preempting pods with lower priority.",
+            ),
+        ],
+        ("policy", "PodDisruptionBudget") => vec![
+            name_col(),
+            s(
+                "Min Available",
+                "The minimum number of pods that must be available simultaneously. This can be either an integer or a string specifying a percentage, e.g. \"28%\".",
+            ),
+            s(
+                "Max Unavailable",
+                "The maximum number of pods that may be unavailable simultaneously. This can be either an integer or a string specifying a percentage, e.g. \"28%\".",
+            ),
+            i(
+                "Allowed Disruptions",
+                "Calculated number of pods that may be disrupted at this time.",
+            ),
+            age_col(),
+        ],
+        ("apps", "Deployment") => vec![
+            name_col(),
+            s("Ready", "Number of the pod with ready state"),
+            i(
+                "Up-to-date",
+                "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+            ),
+            i(
+                "Available",
+                "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+            ),
+            age_col(),
+            w("Containers", "Names of each container in the template."),
+            w(
+                "Images",
+                "Images referenced by each container in the template.",
+            ),
+            w(
+                "Selector",
+                "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
+            ),
+        ],
+        ("apps", "ReplicaSet") => vec![
+            name_col(),
+            i("Desired", "Replicas is the number of desired replicas."),
+            i(
+                "Current",
+                "Replicas is the most recently observed number of replicas.",
+            ),
+            i(
+                "Ready",
+                "The number of ready replicas for this replica set.",
+            ),
+            age_col(),
+            w("Containers", "Names of each container in the template."),
+            w(
+                "Images",
+                "Images referenced by each container in the template.",
+            ),
+            w(
+                "Selector",
+                "Selector is a label query over pods that should match the replica count.",
+            ),
+        ],
+        ("apps", "DaemonSet") => vec![
+            name_col(),
+            i(
+                "Desired",
+                "The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod).",
+            ),
+            i(
+                "Current",
+                "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod.",
+            ),
+            i(
+                "Ready",
+                "numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition.",
+            ),
+            i(
+                "Up-to-date",
+                "The total number of nodes that are running updated daemon pod",
+            ),
+            i(
+                "Available",
+                "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)",
+            ),
+            s(
+                "Node Selector",
+                "NodeSelector is a selector which must be true for the pod to fit on a node.",
+            ),
+            age_col(),
+            w("Containers", "Names of each container in the template."),
+            w(
+                "Images",
+                "Images referenced by each container in the template.",
+            ),
+            w(
+                "Selector",
+                "A label query over pods that are managed by the daemon set.",
+            ),
+        ],
+        _ => vec![name_col(), age_col()],
+    }
+}
+
+fn s_at<'a>(o: &'a Value, ptr: &str) -> &'a str {
+    o.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+fn i_at(o: &Value, ptr: &str) -> i64 {
+    o.pointer(ptr).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn arr<'a>(o: &'a Value, ptr: &str) -> &'a [Value] {
+    o.pointer(ptr)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+fn or_none(s: &str) -> String {
+    if s.is_empty() {
+        "<none>".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+fn parse_time(s: &str) -> Option<Timestamp> {
+    if s.is_empty() { None } else { s.parse().ok() }
+}
+
+/// Upstream's `translateTimestampSince`: `<unknown>` for a missing time.
+fn since(o: &Value, ptr: &str, now: Timestamp) -> String {
+    match parse_time(s_at(o, ptr)) {
+        Some(t) => human_duration(now.duration_since(t).as_secs()),
+        None => "<unknown>".to_string(),
+    }
+}
+
+fn age(o: &Value, now: Timestamp) -> String {
+    since(o, "/metadata/creationTimestamp", now)
+}
+
+/// `k=v,k2=v2` sorted by key, or `<none>` (upstream `labels.FormatLabels`).
+fn format_labels(o: &Value, ptr: &str) -> String {
+    let map: BTreeMap<&str, &str> = o
+        .pointer(ptr)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    if map.is_empty() {
+        return "<none>".to_string();
+    }
+    map.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
+    let name = json!(s_at(o, "/metadata/name"));
+    let age = json!(age(o, now));
+    let cells = match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("", "Pod") => return pod_cells(o, now),
+        ("", "Node") => node_cells(o, now),
+        ("", "Namespace") => vec![name, json!(s_at(o, "/status/phase")), age],
+        ("", "Service") => service_cells(o, now),
+        ("", "Endpoints") => vec![name, json!(format_endpoints(o)), age],
+        ("", "ConfigMap") => {
+            let n = o.get("data").and_then(Value::as_object).map_or(0, Map::len)
+                + o.get("binaryData")
+                    .and_then(Value::as_object)
+                    .map_or(0, Map::len);
+            vec![name, json!(n), age]
+        }
+        ("", "Secret") => {
+            let n = o.get("data").and_then(Value::as_object).map_or(0, Map::len);
+            vec![name, json!(s_at(o, "/type")), json!(n), age]
+        }
+        ("", "ServiceAccount") => vec![name, json!(arr(o, "/secrets").len()), age],
+        ("", "Event") => event_cells(o, now, false),
+        ("events.k8s.io", "Event") => event_cells(o, now, true),
+        ("coordination.k8s.io", "Lease") => vec![name, json!(s_at(o, "/spec/holderIdentity")), age],
+        ("discovery.k8s.io", "EndpointSlice") => {
+            let ports: Vec<String> = arr(o, "/ports")
+                .iter()
+                .map(|p| {
+                    match (
+                        p.get("port").and_then(Value::as_i64),
+                        p.get("name").and_then(Value::as_str),
+                    ) {
+                        (Some(n), _) => n.to_string(),
+                        (None, Some(n)) => n.to_string(),
+                        _ => "*".to_string(),
+                    }
+                })
+                .collect();
+            let addrs: Vec<String> = arr(o, "/endpoints")
+                .iter()
+                .flat_map(|e| {
+                    arr(e, "/addresses")
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                })
+                .collect();
+            vec![
+                name,
+                json!(s_at(o, "/addressType")),
+                json!(list_with_more(&ports)),
+                json!(list_with_more(&addrs)),
+                age,
+            ]
+        }
+        ("node.k8s.io", "RuntimeClass") => vec![name, json!(s_at(o, "/handler")), age],
+        ("scheduling.k8s.io", "PriorityClass") => vec![
+            name,
+            json!(i_at(o, "/value")),
+            json!(
+                o.get("globalDefault")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            ),
+            age,
+            json!(s_at(o, "/preemptionPolicy")),
+        ],
+        ("policy", "PodDisruptionBudget") => {
+            let int_or_str = |ptr: &str| match o.pointer(ptr) {
+                Some(Value::Number(n)) => n.to_string(),
+                Some(Value::String(s)) => s.clone(),
+                _ => "N/A".to_string(),
+            };
+            vec![
+                name,
+                json!(int_or_str("/spec/minAvailable")),
+                json!(int_or_str("/spec/maxUnavailable")),
+                json!(i_at(o, "/status/disruptionsAllowed")),
+                age,
+            ]
+        }
+        ("apps", "Deployment") => {
+            let desired = o
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let (containers, images) = container_cells(o);
+            vec![
+                name,
+                json!(format!("{}/{}", i_at(o, "/status/readyReplicas"), desired)),
+                json!(i_at(o, "/status/updatedReplicas")),
+                json!(i_at(o, "/status/availableReplicas")),
+                age,
+                json!(containers),
+                json!(images),
+                json!(selector_string(o)),
+            ]
+        }
+        ("apps", "ReplicaSet") => {
+            let (containers, images) = container_cells(o);
+            vec![
+                name,
+                json!(
+                    o.pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                ),
+                json!(i_at(o, "/status/replicas")),
+                json!(i_at(o, "/status/readyReplicas")),
+                age,
+                json!(containers),
+                json!(images),
+                json!(selector_string(o)),
+            ]
+        }
+        ("apps", "DaemonSet") => {
+            let (containers, images) = container_cells(o);
+            vec![
+                name,
+                json!(i_at(o, "/status/desiredNumberScheduled")),
+                json!(i_at(o, "/status/currentNumberScheduled")),
+                json!(i_at(o, "/status/numberReady")),
+                json!(i_at(o, "/status/updatedNumberScheduled")),
+                json!(i_at(o, "/status/numberAvailable")),
+                json!(format_labels(o, "/spec/template/spec/nodeSelector")),
+                age,
+                json!(containers),
+                json!(images),
+                json!(selector_string(o)),
+            ]
+        }
+        _ => vec![name, age],
+    };
+    (cells, None)
+}
+
+fn container_cells(o: &Value) -> (String, String) {
+    let cs = arr(o, "/spec/template/spec/containers");
+    let names: Vec<&str> = cs.iter().map(|c| s_at(c, "/name")).collect();
+    let images: Vec<&str> = cs.iter().map(|c| s_at(c, "/image")).collect();
+    (names.join(","), images.join(","))
+}
+
+fn selector_string(o: &Value) -> String {
+    let Some(sel) = o.pointer("/spec/selector") else {
+        return String::new();
+    };
+    match serde_json::from_value(sel.clone())
+        .map_err(|_| ())
+        .and_then(|s| crate::selector::from_metav1(&s).map_err(|_| ()))
+    {
+        Ok(s) => s.to_string(),
+        Err(()) => "<invalid>".to_string(),
+    }
+}
+
+fn list_with_more(list: &[String]) -> String {
+    const MAX: usize = 3;
+    if list.len() > MAX {
+        return format!("{} + {} more...", list[..MAX].join(","), list.len() - MAX);
+    }
+    if list.is_empty() {
+        "<unset>".to_string()
+    } else {
+        list.join(",")
+    }
+}
+
+fn pod_cells(o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
+    let spec_init = arr(o, "/spec/initContainers");
+    let restartable = |name: &str| {
+        spec_init
+            .iter()
+            .any(|c| s_at(c, "/name") == name && s_at(c, "/restartPolicy") == "Always")
+    };
+    let total = arr(o, "/spec/containers").len()
+        + spec_init
+            .iter()
+            .filter(|c| s_at(c, "/restartPolicy") == "Always")
+            .count();
+    let mut ready = 0usize;
+    let mut restarts = 0i64;
+    let mut sidecar_restarts = 0i64;
+    let mut last_restart: Option<Timestamp> = None;
+    let mut last_sidecar_restart: Option<Timestamp> = None;
+    let phase = s_at(o, "/status/phase");
+    let mut reason = phase.to_string();
+    if !s_at(o, "/status/reason").is_empty() {
+        reason = s_at(o, "/status/reason").to_string();
+    }
+    let conditions = arr(o, "/status/conditions");
+    if conditions
+        .iter()
+        .any(|c| s_at(c, "/type") == "PodScheduled" && s_at(c, "/reason") == "SchedulingGated")
+    {
+        reason = "SchedulingGated".to_string();
+    }
+    let later = |cur: Option<Timestamp>, t: Option<Timestamp>| match (cur, t) {
+        (Some(c), Some(t)) if t > c => Some(t),
+        (None, t) => t,
+        (c, _) => c,
+    };
+    let mut initializing = false;
+    let init_statuses = arr(o, "/status/initContainerStatuses");
+    for (i, c) in init_statuses.iter().enumerate() {
+        let rc = i_at(c, "/restartCount");
+        restarts += rc;
+        let finished = parse_time(s_at(c, "/lastState/terminated/finishedAt"));
+        last_restart = later(last_restart, finished);
+        let cname = s_at(c, "/name");
+        if restartable(cname) {
+            sidecar_restarts += rc;
+            last_sidecar_restart = later(last_sidecar_restart, finished);
+        }
+        let terminated = c.pointer("/state/terminated");
+        let waiting_reason = s_at(c, "/state/waiting/reason");
+        if terminated.is_some() && i_at(c, "/state/terminated/exitCode") == 0 {
+            continue;
+        }
+        if restartable(cname) && c.get("started").and_then(Value::as_bool) == Some(true) {
+            if c.get("ready").and_then(Value::as_bool) == Some(true) {
+                ready += 1;
+            }
+            continue;
+        }
+        if terminated.is_some() {
+            let r = s_at(c, "/state/terminated/reason");
+            reason = if !r.is_empty() {
+                format!("Init:{r}")
+            } else if i_at(c, "/state/terminated/signal") != 0 {
+                format!("Init:Signal:{}", i_at(c, "/state/terminated/signal"))
+            } else {
+                format!("Init:ExitCode:{}", i_at(c, "/state/terminated/exitCode"))
+            };
+        } else if !waiting_reason.is_empty() && waiting_reason != "PodInitializing" {
+            reason = format!("Init:{waiting_reason}");
+        } else {
+            reason = format!("Init:{i}/{}", spec_init.len());
+        }
+        initializing = true;
+        break;
+    }
+    let initialized = conditions
+        .iter()
+        .any(|c| s_at(c, "/type") == "Initialized" && s_at(c, "/status") == "True");
+    if !initializing || initialized {
+        restarts = sidecar_restarts;
+        last_restart = last_sidecar_restart;
+        let mut has_running = false;
+        for c in arr(o, "/status/containerStatuses").iter().rev() {
+            restarts += i_at(c, "/restartCount");
+            last_restart = later(
+                last_restart,
+                parse_time(s_at(c, "/lastState/terminated/finishedAt")),
+            );
+            let waiting = s_at(c, "/state/waiting/reason");
+            let term = c.pointer("/state/terminated");
+            let term_reason = s_at(c, "/state/terminated/reason");
+            if !waiting.is_empty() {
+                reason = waiting.to_string();
+            } else if term.is_some() && !term_reason.is_empty() {
+                reason = term_reason.to_string();
+            } else if term.is_some() {
+                let sig = i_at(c, "/state/terminated/signal");
+                reason = if sig != 0 {
+                    format!("Signal:{sig}")
+                } else {
+                    format!("ExitCode:{}", i_at(c, "/state/terminated/exitCode"))
+                };
+            } else if c.get("ready").and_then(Value::as_bool) == Some(true)
+                && c.pointer("/state/running").is_some()
+            {
+                has_running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && has_running {
+            let pod_ready = conditions
+                .iter()
+                .any(|c| s_at(c, "/type") == "Ready" && s_at(c, "/status") == "True");
+            reason = if pod_ready { "Running" } else { "NotReady" }.to_string();
+        }
+    }
+    let deleting = o
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null());
+    if deleting && s_at(o, "/status/reason") == "NodeLost" {
+        reason = "Unknown".to_string();
+    } else if deleting && phase != "Succeeded" && phase != "Failed" {
+        reason = "Terminating".to_string();
+    }
+    let restarts_str = match last_restart {
+        Some(t) if restarts != 0 => format!(
+            "{restarts} ({} ago)",
+            human_duration(now.duration_since(t).as_secs())
+        ),
+        _ => restarts.to_string(),
+    };
+    let pod_ip = arr(o, "/status/podIPs")
+        .first()
+        .map(|p| s_at(p, "/ip"))
+        .unwrap_or("");
+    let pod_ip = if pod_ip.is_empty() {
+        s_at(o, "/status/podIP")
+    } else {
+        pod_ip
+    };
+    let gates = arr(o, "/spec/readinessGates");
+    let gates_str = if gates.is_empty() {
+        "<none>".to_string()
+    } else {
+        let true_count = gates
+            .iter()
+            .filter(|g| {
+                let t = s_at(g, "/conditionType");
+                conditions
+                    .iter()
+                    .find(|c| s_at(c, "/type") == t)
+                    .is_some_and(|c| s_at(c, "/status") == "True")
+            })
+            .count();
+        format!("{true_count}/{}", gates.len())
+    };
+    let cells = vec![
+        json!(s_at(o, "/metadata/name")),
+        json!(format!("{ready}/{total}")),
+        json!(reason),
+        json!(restarts_str),
+        json!(age(o, now)),
+        json!(or_none(pod_ip)),
+        json!(or_none(s_at(o, "/spec/nodeName"))),
+        json!(or_none(s_at(o, "/status/nominatedNodeName"))),
+        json!(gates_str),
+    ];
+    let conditions = match phase {
+        "Succeeded" => Some(
+            json!([{"type": "Completed", "status": "True", "reason": "Succeeded", "message": "The pod has completed successfully."}]),
+        ),
+        "Failed" => Some(
+            json!([{"type": "Completed", "status": "True", "reason": "Failed", "message": "The pod failed."}]),
+        ),
+        _ => None,
+    };
+    (cells, conditions)
+}
+
+fn node_cells(o: &Value, now: Timestamp) -> Vec<Value> {
+    let mut status: Vec<String> = Vec::new();
+    if let Some(c) = arr(o, "/status/conditions")
+        .iter()
+        .rfind(|c| s_at(c, "/type") == "Ready")
+    {
+        status.push(if s_at(c, "/status") == "True" {
+            "Ready".into()
+        } else {
+            "NotReady".into()
+        });
+    }
+    if status.is_empty() {
+        status.push("Unknown".into());
+    }
+    if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push("SchedulingDisabled".into());
+    }
+    let mut roles: Vec<String> = Vec::new();
+    if let Some(labels) = o.pointer("/metadata/labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            if let Some(role) = k.strip_prefix("node-role.kubernetes.io/") {
+                if !role.is_empty() {
+                    roles.push(role.to_string());
+                }
+            } else if k == "kubernetes.io/role" && v.as_str().is_some_and(|v| !v.is_empty()) {
+                roles.push(v.as_str().unwrap_or("").to_string());
+            }
+        }
+    }
+    roles.sort();
+    roles.dedup();
+    let address = |t: &str| {
+        arr(o, "/status/addresses")
+            .iter()
+            .find(|a| s_at(a, "/type") == t)
+            .map_or("<none>".to_string(), |a| s_at(a, "/address").to_string())
+    };
+    let unknown = |ptr: &str| {
+        let v = s_at(o, ptr);
+        if v.is_empty() {
+            "<unknown>".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    vec![
+        json!(s_at(o, "/metadata/name")),
+        json!(status.join(",")),
+        json!(if roles.is_empty() {
+            "<none>".to_string()
+        } else {
+            roles.join(",")
+        }),
+        json!(age(o, now)),
+        json!(s_at(o, "/status/nodeInfo/kubeletVersion")),
+        json!(address("InternalIP")),
+        json!(address("ExternalIP")),
+        json!(unknown("/status/nodeInfo/osImage")),
+        json!(unknown("/status/nodeInfo/kernelVersion")),
+        json!(unknown("/status/nodeInfo/containerRuntimeVersion")),
+    ]
+}
+
+fn service_cells(o: &Value, now: Timestamp) -> Vec<Value> {
+    let ty = s_at(o, "/spec/type");
+    let cluster_ip = arr(o, "/spec/clusterIPs")
+        .first()
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let cluster_ip = if cluster_ip.is_empty() {
+        s_at(o, "/spec/clusterIP")
+    } else {
+        cluster_ip
+    };
+    let cluster_ip = if cluster_ip.is_empty() {
+        "<none>"
+    } else {
+        cluster_ip
+    };
+    let external: Vec<String> = arr(o, "/spec/externalIPs")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    let lb: Vec<String> = arr(o, "/status/loadBalancer/ingress")
+        .iter()
+        .map(|i| {
+            if s_at(i, "/ip").is_empty() {
+                s_at(i, "/hostname").to_string()
+            } else {
+                s_at(i, "/ip").to_string()
+            }
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    let external_ip = match ty {
+        "ClusterIP" | "NodePort" => {
+            if external.is_empty() {
+                "<none>".to_string()
+            } else {
+                external.join(",")
+            }
+        }
+        "LoadBalancer" => {
+            let mut lb_str = lb.join(",");
+            // Not wide: upstream truncates long ingress lists (the server prints wide cells,
+            // but the LB column is not a wide column, so the short form is what kubectl shows).
+            if lb_str.len() > 16 {
+                lb_str = format!("{}...", &lb_str[..13]);
+            }
+            if !external.is_empty() {
+                let mut all: Vec<String> = if lb_str.is_empty() {
+                    Vec::new()
+                } else {
+                    lb_str.split(',').map(str::to_string).collect()
+                };
+                all.extend(external);
+                all.join(",")
+            } else if !lb_str.is_empty() {
+                lb_str
+            } else {
+                "<pending>".to_string()
+            }
+        }
+        "ExternalName" => s_at(o, "/spec/externalName").to_string(),
+        _ => "<unknown>".to_string(),
+    };
+    let ports: Vec<String> = arr(o, "/spec/ports")
+        .iter()
+        .map(|p| {
+            let port = i_at(p, "/port");
+            let proto = s_at(p, "/protocol");
+            match i_at(p, "/nodePort") {
+                n if n > 0 => format!("{port}:{n}/{proto}"),
+                _ => format!("{port}/{proto}"),
+            }
+        })
+        .collect();
+    vec![
+        json!(s_at(o, "/metadata/name")),
+        json!(ty),
+        json!(cluster_ip),
+        json!(external_ip),
+        json!(if ports.is_empty() {
+            "<none>".to_string()
+        } else {
+            ports.join(",")
+        }),
+        json!(age(o, now)),
+        json!(format_labels(o, "/spec/selector")),
+    ]
+}
+
+fn format_endpoints(o: &Value) -> String {
+    let subsets = arr(o, "/subsets");
+    if subsets.is_empty() {
+        return "<none>".to_string();
+    }
+    const MAX: usize = 3;
+    let mut list: Vec<String> = Vec::new();
+    let mut count = 0;
+    let mut more = false;
+    for ss in subsets {
+        let addrs = arr(ss, "/addresses");
+        let ports = arr(ss, "/ports");
+        if ports.is_empty() {
+            count += addrs.len();
+            for a in addrs {
+                if list.len() == MAX {
+                    more = true;
+                    break;
+                }
+                list.push(s_at(a, "/ip").to_string());
+            }
+            continue;
+        }
+        for p in ports {
+            count += addrs.len();
+            for a in addrs {
+                if list.len() == MAX {
+                    more = true;
+                    break;
+                }
+                let ip = s_at(a, "/ip");
+                let port = i_at(p, "/port");
+                list.push(if ip.contains(':') {
+                    format!("[{ip}]:{port}")
+                } else {
+                    format!("{ip}:{port}")
+                });
+            }
+        }
+    }
+    let ret = list.join(",");
+    if more {
+        format!("{ret} + {} more...", count - MAX)
+    } else {
+        ret
+    }
+}
+
+fn event_cells(o: &Value, now: Timestamp, events_group: bool) -> Vec<Value> {
+    // events.k8s.io/v1 names the core fields differently.
+    let (first_p, last_p, count_p, involved, message_p, source_p) = if events_group {
+        (
+            "/deprecatedFirstTimestamp",
+            "/deprecatedLastTimestamp",
+            "/deprecatedCount",
+            "/regarding",
+            "/note",
+            "/deprecatedSource",
+        )
+    } else {
+        (
+            "/firstTimestamp",
+            "/lastTimestamp",
+            "/count",
+            "/involvedObject",
+            "/message",
+            "/source",
+        )
+    };
+    let mut first = since(o, first_p, now);
+    if parse_time(s_at(o, first_p)).is_none() {
+        first = since(o, "/eventTime", now);
+    }
+    let mut last = since(o, last_p, now);
+    if parse_time(s_at(o, last_p)).is_none() {
+        last = first.clone();
+    }
+    let mut count = i_at(o, count_p);
+    if o.get("series").is_some_and(|s| !s.is_null()) {
+        last = since(o, "/series/lastObservedTime", now);
+        count = i_at(o, "/series/count");
+    } else if count == 0 {
+        count = 1;
+    }
+    let kind = s_at(o, &format!("{involved}/kind")).to_lowercase();
+    let iname = s_at(o, &format!("{involved}/name"));
+    let target = if iname.is_empty() {
+        kind
+    } else {
+        format!("{kind}/{iname}")
+    };
+    let first_non_empty = |a: &str, b: &str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            a.to_string()
+        }
+    };
+    let component = first_non_empty(
+        s_at(o, &format!("{source_p}/component")),
+        s_at(o, "/reportingController"),
+    );
+    let instance = first_non_empty(
+        s_at(o, &format!("{source_p}/host")),
+        s_at(o, "/reportingInstance"),
+    );
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(s_at(o, "/type")),
+        json!(s_at(o, "/reason")),
+        json!(target),
+        json!(s_at(o, &format!("{involved}/fieldPath"))),
+        json!(source),
+        json!(s_at(o, message_p).trim()),
+        json!(first),
+        json!(count),
+        json!(s_at(o, "/metadata/name")),
+    ]
+}
+
+/// Upstream's `duration.HumanDuration` for a number of seconds.
 pub fn human_duration(secs: i64) -> String {
-    if secs < 0 {
+    if secs < -1 {
         return "<invalid>".to_string();
     }
-    format!("{secs}s")
+    if secs < 0 {
+        return "0s".to_string();
+    }
+    if secs < 120 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        let s = secs % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = secs / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let dy = (hours / 24) % 365;
+        return if dy == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{dy}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        "2024-01-01T12:00:00Z"
+            .parse()
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn row(kind: &str, group: &str, obj: Value) -> Vec<Value> {
+        let t = table(&Gvk::new(group, "v1", kind), &[obj], now());
+        t["rows"][0]["cells"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn names(kind: &str, group: &str) -> Vec<(String, u64)> {
+        columns(&Gvk::new(group, "v1", kind))
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or("").to_uppercase(),
+                    c["priority"].as_u64().unwrap_or(9),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn human_durations_like_upstream() {
+        let cases = [
+            (-2, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (5, "5s"),
+            (119, "119s"),
+            (120, "2m"),
+            (182, "3m2s"),
+            (600, "10m"),
+            (3 * 3600 - 1, "179m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 60 * 5, "3h5m"),
+            (8 * 3600, "8h"),
+            (47 * 3600, "47h"),
+            (48 * 3600, "2d"),
+            (51 * 3600, "2d3h"),
+            (8 * 86400, "8d"),
+            (800 * 86400, "2y70d"),
+            (10 * 365 * 86400, "10y"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(human_duration(secs), want, "{secs}");
+        }
+    }
+
+    #[test]
+    fn pod_columns_and_statuses() {
+        assert_eq!(
+            names("Pod", ""),
+            vec![
+                ("NAME".into(), 0),
+                ("READY".into(), 0),
+                ("STATUS".into(), 0),
+                ("RESTARTS".into(), 0),
+                ("AGE".into(), 0),
+                ("IP".into(), 1),
+                ("NODE".into(), 1),
+                ("NOMINATED NODE".into(), 1),
+                ("READINESS GATES".into(), 1)
+            ]
+        );
+        let running = json!({"metadata": {"name": "web", "creationTimestamp": "2024-01-01T11:55:00Z"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n1"},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.1.0.4"}], "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 3, "state": {"running": {}},
+                 "lastState": {"terminated": {"exitCode": 1, "finishedAt": "2024-01-01T11:59:35Z"}}},
+                {"name": "b", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        assert_eq!(
+            row("Pod", "", running),
+            vec![
+                json!("web"),
+                json!("1/2"),
+                json!("CrashLoopBackOff"),
+                json!("3 (25s ago)"),
+                json!("5m"),
+                json!("10.1.0.4"),
+                json!("n1"),
+                json!("<none>"),
+                json!("<none>")
+            ]
+        );
+        let init = json!({"metadata": {"name": "p"}, "spec": {"initContainers": [{"name": "i"}], "containers": [{"name": "c"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [{"name": "i", "restartCount": 0, "state": {"running": {}}}],
+                       "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "PodInitializing"}}}]}});
+        let cells = row("Pod", "", init);
+        assert_eq!(
+            (cells[1].clone(), cells[2].clone(), cells[4].clone()),
+            (json!("0/1"), json!("Init:0/1"), json!("<unknown>"))
+        );
+        let pulling = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Pending", "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ErrImagePull"}}}]}});
+        assert_eq!(row("Pod", "", pulling)[2], json!("ErrImagePull"));
+        let done = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Succeeded", "containerStatuses": [{"name": "c", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}});
+        let t = table(&Gvk::new("", "v1", "Pod"), &[done], now());
+        assert_eq!(t["rows"][0]["cells"][2], json!("Completed"));
+        assert_eq!(t["rows"][0]["conditions"][0]["reason"], json!("Succeeded"));
+        let deleting = json!({"metadata": {"name": "p", "deletionTimestamp": "2024-01-01T11:59:00Z"},
+            "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}});
+        assert_eq!(row("Pod", "", deleting)[2], json!("Terminating"));
+        let crashed = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "c", "state": {"terminated": {"exitCode": 137}}}]}});
+        assert_eq!(row("Pod", "", crashed)[2], json!("ExitCode:137"));
+    }
+
+    #[test]
+    fn node_rows() {
+        assert_eq!(
+            names("Node", "")
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
+            vec![
+                "NAME",
+                "STATUS",
+                "ROLES",
+                "AGE",
+                "VERSION",
+                "INTERNAL-IP",
+                "EXTERNAL-IP",
+                "OS-IMAGE",
+                "KERNEL-VERSION",
+                "CONTAINER-RUNTIME"
+            ]
+        );
+        let node = json!({"metadata": {"name": "n1", "creationTimestamp": "2023-12-30T09:00:00Z",
+                "labels": {"node-role.kubernetes.io/control-plane": "", "kubernetes.io/hostname": "n1"}},
+            "spec": {"unschedulable": true},
+            "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
+                       "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}],
+                       "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                                    "kernelVersion": "6.1.0", "containerRuntimeVersion": "nodus://0.1.0"}}});
+        assert_eq!(
+            row("Node", "", node),
+            vec![
+                json!("n1"),
+                json!("Ready,SchedulingDisabled"),
+                json!("control-plane"),
+                json!("2d3h"),
+                json!("v1.33.0"),
+                json!("10.0.0.2"),
+                json!("<none>"),
+                json!("Debian GNU/Linux 12 (bookworm)"),
+                json!("6.1.0"),
+                json!("nodus://0.1.0")
+            ]
+        );
+        let bare = row(
+            "Node",
+            "",
+            json!({"metadata": {"name": "n2"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}),
+        );
+        assert_eq!(
+            (bare[1].clone(), bare[2].clone(), bare[7].clone()),
+            (json!("NotReady"), json!("<none>"), json!("<unknown>"))
+        );
+        assert_eq!(
+            row("Node", "", json!({"metadata": {"name": "n3"}}))[1],
+            json!("Unknown")
+        );
+    }
+
+    #[test]
+    fn service_and_friends() {
+        let svc = json!({"metadata": {"name": "kubernetes"}, "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
+            "clusterIPs": ["10.96.0.1"], "ports": [{"port": 443, "protocol": "TCP"}], "selector": {"b": "2", "a": "1"}}});
+        assert_eq!(
+            row("Service", "", svc),
+            vec![
+                json!("kubernetes"),
+                json!("ClusterIP"),
+                json!("10.96.0.1"),
+                json!("<none>"),
+                json!("443/TCP"),
+                json!("<unknown>"),
+                json!("a=1,b=2")
+            ]
+        );
+        let np = json!({"metadata": {"name": "np"}, "spec": {"type": "NodePort", "clusterIPs": ["10.96.0.9"],
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}]}});
+        assert_eq!(row("Service", "", np)[4], json!("80:30080/TCP"));
+        let lb = json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "clusterIPs": ["10.96.0.9"]}});
+        assert_eq!(row("Service", "", lb)[3], json!("<pending>"));
+        let ep = json!({"metadata": {"name": "e"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}, {"ip": "10.0.0.3"}, {"ip": "10.0.0.4"}],
+            "ports": [{"port": 80}]}]});
+        assert_eq!(
+            row("Endpoints", "", ep)[1],
+            json!("10.0.0.1:80,10.0.0.2:80,10.0.0.3:80 + 1 more...")
+        );
+        assert_eq!(
+            row("Endpoints", "", json!({"metadata": {"name": "e"}}))[1],
+            json!("<none>")
+        );
+        assert_eq!(
+            row(
+                "ConfigMap",
+                "",
+                json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}})
+            )[1],
+            json!(2)
+        );
+        assert_eq!(
+            row(
+                "Secret",
+                "",
+                json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "MQ=="}})
+            ),
+            vec![json!("s"), json!("Opaque"), json!(1), json!("<unknown>")]
+        );
+        let lease = json!({"metadata": {"name": "n1"}, "spec": {"holderIdentity": "n1"}});
+        assert_eq!(row("Lease", "coordination.k8s.io", lease)[1], json!("n1"));
+        let slice = json!({"metadata": {"name": "s"}, "addressType": "IPv4", "ports": [{"port": 80, "name": "http"}],
+            "endpoints": [{"addresses": ["10.0.0.1"]}]});
+        assert_eq!(
+            row("EndpointSlice", "discovery.k8s.io", slice)[1..4].to_vec(),
+            vec![json!("IPv4"), json!("80"), json!("10.0.0.1")]
+        );
+        assert_eq!(
+            row(
+                "EndpointSlice",
+                "discovery.k8s.io",
+                json!({"metadata": {"name": "s"}})
+            )[2],
+            json!("<unset>")
+        );
+        let pdb = json!({"metadata": {"name": "p"}, "spec": {"minAvailable": "50%"}, "status": {"disruptionsAllowed": 1}});
+        assert_eq!(
+            row("PodDisruptionBudget", "policy", pdb)[1..4].to_vec(),
+            vec![json!("50%"), json!("N/A"), json!(1)]
+        );
+    }
+
+    #[test]
+    fn workloads_and_events() {
+        let d = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1"}, {"name": "side", "image": "busybox"}]}}},
+            "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}});
+        assert_eq!(
+            row("Deployment", "apps", d),
+            vec![
+                json!("web"),
+                json!("2/3"),
+                json!(3),
+                json!(2),
+                json!("<unknown>"),
+                json!("nginx,side"),
+                json!("nginx:1,busybox"),
+                json!("app=web")
+            ]
+        );
+        assert_eq!(
+            names("DaemonSet", "apps")
+                .iter()
+                .filter(|(_, p)| *p == 0)
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
+            vec![
+                "NAME",
+                "DESIRED",
+                "CURRENT",
+                "READY",
+                "UP-TO-DATE",
+                "AVAILABLE",
+                "NODE SELECTOR",
+                "AGE"
+            ]
+        );
+        let ev = json!({"metadata": {"name": "p.1"}, "type": "Normal", "reason": "Pulled", "message": " Pulled image \n",
+            "involvedObject": {"kind": "Pod", "name": "p", "fieldPath": "spec.containers{c}"},
+            "source": {"component": "kubelet", "host": "n1"}, "count": 2,
+            "firstTimestamp": "2024-01-01T11:00:00Z", "lastTimestamp": "2024-01-01T11:59:00Z"});
+        assert_eq!(
+            row("Event", "", ev),
+            vec![
+                json!("60s"),
+                json!("Normal"),
+                json!("Pulled"),
+                json!("pod/p"),
+                json!("spec.containers{c}"),
+                json!("kubelet, n1"),
+                json!("Pulled image"),
+                json!("60m"),
+                json!(2),
+                json!("p.1")
+            ]
+        );
+        let other = table(
+            &Gvk::new("example.com", "v1", "Widget"),
+            &[json!({"metadata": {"name": "w"}})],
+            now(),
+        );
+        assert_eq!(other["columnDefinitions"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            other["rows"][0]["object"]["kind"],
+            json!("PartialObjectMetadata")
+        );
+    }
 }
