@@ -8,6 +8,7 @@ use common::BareNode;
 use common::kubelet::{Kubelet, NODE_NAME, condition, container_status, is_running, phase};
 use serde_json::Value;
 use std::time::Duration;
+use std::time::Instant;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -160,5 +161,403 @@ async fn static_pod_runs_reports_status_and_is_torn_down_when_its_file_goes() {
             k.log()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn pod_yaml(name: &str, body: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 2\n{body}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crashing_container_restarts_with_back_off_and_keeps_its_last_state() {
+    if !common::have_root() {
+        return;
+    }
+    let (_node, k) = node_and_kubelet("10.88.2.0/24", &[]);
+    k.write_manifest(
+        "crash.yaml",
+        &pod_yaml(
+            "crash",
+            r#"  containers:
+  - name: c
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo bye; exit 3"]
+"#,
+        ),
+    );
+    // First exit: restarted at once; second: CrashLoopBackOff with the exit kept as lastState.
+    let p = k.wait_pod(&full("crash"), T, "CrashLoopBackOff", |p| {
+        container_status(p, "c")
+            .is_some_and(|c| c["state"]["waiting"]["reason"] == "CrashLoopBackOff")
+    });
+    let c = container_status(&p, "c").unwrap();
+    assert!(c["restartCount"].as_i64().unwrap() >= 1, "{c}");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 3, "{c}");
+    assert_eq!(c["lastState"]["terminated"]["reason"], "Error", "{c}");
+    let msg = c["state"]["waiting"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("back-off 10s restarting failed container=c pod=crash-test-node_default("),
+        "{msg}"
+    );
+    assert_eq!(
+        phase(&p),
+        "Running",
+        "restartPolicy Always keeps the pod Running"
+    );
+    assert_eq!(condition(&p, "Ready"), Some("False"));
+    // After the back-off the kubelet restarts it again.
+    let before = restarts(&p, "c");
+    k.wait_pod(
+        &full("crash"),
+        T,
+        "another restart after the back-off",
+        |p| restarts(p, "c") > before,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn init_containers_run_in_order_before_app_containers() {
+    if !common::have_root() {
+        return;
+    }
+    let (_node, k) = node_and_kubelet("10.88.3.0/24", &[]);
+    k.write_manifest(
+        "init.yaml",
+        &pod_yaml(
+            "init",
+            r#"  initContainers:
+  - name: first
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "sleep 1; echo first >> /work/order"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  - name: second
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo second >> /work/order"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo app >> /work/order; cat /work/order; exec sleep 3600"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  volumes:
+  - name: work
+    emptyDir: {}
+"#,
+        ),
+    );
+    let p = k.wait_pod(&full("init"), T, "app running", |p| is_running(p, "app"));
+    assert_eq!(condition(&p, "Initialized"), Some("True"));
+    let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
+    for i in inits {
+        assert_eq!(i["state"]["terminated"]["exitCode"], 0, "{i}");
+        assert_eq!(i["state"]["terminated"]["reason"], "Completed", "{i}");
+    }
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let file = k
+        .root()
+        .join("pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~empty-dir/work/order");
+    let deadline = Instant::now() + T;
+    let mut order = String::new();
+    while order.lines().count() < 3 && Instant::now() < deadline {
+        order = std::fs::read_to_string(&file).unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(order, "first\nsecond\napp\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_init_container_under_restart_never_fails_the_pod() {
+    if !common::have_root() {
+        return;
+    }
+    let (_node, k) = node_and_kubelet("10.88.4.0/24", &[]);
+    k.write_manifest(
+        "bad-init.yaml",
+        &pod_yaml(
+            "bad-init",
+            r#"  restartPolicy: Never
+  initContainers:
+  - name: setup
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["false"]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+"#,
+        ),
+    );
+    let p = k.wait_pod(&full("bad-init"), T, "Failed", |p| phase(p) == "Failed");
+    assert!(
+        container_status(&p, "app").is_some_and(|c| c["state"]["running"].is_null()),
+        "{p}"
+    );
+    assert_eq!(condition(&p, "Initialized"), Some("False"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn liveness_failure_restarts_and_readiness_flips_ready() {
+    if !common::have_root() {
+        return;
+    }
+    let (_node, k) = node_and_kubelet("10.88.5.0/24", &[]);
+    k.write_manifest(
+        "probes.yaml",
+        &pod_yaml(
+            "probes",
+            r#"  containers:
+  - name: live
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "touch /tmp/healthy; sleep 3; rm /tmp/healthy; exec sleep 3600"]
+    livenessProbe:
+      exec: {command: ["cat", "/tmp/healthy"]}
+      periodSeconds: 1
+      failureThreshold: 1
+  - name: ready
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "exec sleep 3600"]
+    readinessProbe:
+      exec: {command: ["test", "-f", "/tmp/ready"]}
+      periodSeconds: 1
+"#,
+        ),
+    );
+    let p = k.wait_pod(
+        &full("probes"),
+        T,
+        "live restarted by its liveness probe",
+        |p| restarts(p, "live") >= 1,
+    );
+    // The readiness probe has never succeeded: not ready, so the pod is not Ready.
+    assert_eq!(container_status(&p, "ready").unwrap()["ready"], false);
+    assert_eq!(condition(&p, "Ready"), Some("False"));
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let node_rt = _node.rt.clients().await;
+    let id = container_status(&p, "ready").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("nodus://")
+        .to_string();
+    let exec = |cmd: &[&str]| {
+        let mut rt = node_rt.runtime.clone();
+        let id = id.clone();
+        let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+        async move {
+            rt.exec_sync(cri::runtime::v1::ExecSyncRequest {
+                container_id: id,
+                cmd,
+                timeout: 10,
+            })
+            .await
+            .unwrap();
+        }
+    };
+    exec(&["touch", "/tmp/ready"]).await;
+    k.wait_pod(&full("probes"), T, "ready", |p| {
+        container_status(p, "ready").is_some_and(|c| c["ready"] == true)
+    });
+    exec(&["rm", "/tmp/ready"]).await;
+    k.wait_pod(&full("probes"), T, "not ready again", |p| {
+        container_status(p, "ready").is_some_and(|c| c["ready"] == false)
+    });
+    let _ = uid;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pre_stop_runs_before_the_container_is_stopped() {
+    if !common::have_root() {
+        return;
+    }
+    let (_node, k) = node_and_kubelet("10.88.6.0/24", &[]);
+    let out = tempfile::tempdir().unwrap();
+    k.write_manifest(
+        "hooks.yaml",
+        &pod_yaml(
+            "hooks",
+            &format!(
+                r#"  containers:
+  - name: c
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "exec sleep 3600"]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    lifecycle:
+      postStart:
+        exec: {{command: ["sh", "-c", "echo post-start > /out/post"]}}
+      preStop:
+        exec: {{command: ["sh", "-c", "echo pre-stop > /out/pre"]}}
+  volumes:
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+                out.path().display()
+            ),
+        ),
+    );
+    k.wait_pod(&full("hooks"), T, "running", |p| is_running(p, "c"));
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("post")).unwrap(),
+        "post-start\n"
+    );
+    k.remove_manifest("hooks.yaml");
+    k.wait_gone(&full("hooks"), T);
+    let deadline = Instant::now() + T;
+    while !out.path().join("pre").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "preStop did not run\n{}",
+            k.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("pre")).unwrap(),
+        "pre-stop\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_restart_adopts_running_pods_and_removes_pods_deleted_meanwhile() {
+    if !common::have_root() {
+        return;
+    }
+    let (node, mut k) = node_and_kubelet("10.88.7.0/24", &[]);
+    k.write_manifest("keep.yaml", &pod_yaml("keep", "  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sleep\", \"3600\"]\n"));
+    k.write_manifest("drop.yaml", &pod_yaml("drop", "  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sleep\", \"3600\"]\n"));
+    let keep = k.wait_pod(&full("keep"), T, "running", |p| is_running(p, "c"));
+    let drop_ = k.wait_pod(&full("drop"), T, "running", |p| is_running(p, "c"));
+    let keep_uid = keep["metadata"]["uid"].as_str().unwrap().to_string();
+    let drop_uid = drop_["metadata"]["uid"].as_str().unwrap().to_string();
+    let keep_id = container_status(&keep, "c").unwrap()["containerID"].clone();
+
+    k.kill();
+    k.remove_manifest("drop.yaml");
+    k.start_again();
+
+    let again = k.wait_pod(&full("keep"), T, "running", |p| is_running(p, "c"));
+    assert_eq!(
+        container_status(&again, "c").unwrap()["containerID"],
+        keep_id,
+        "adopted, not restarted"
+    );
+    assert_eq!(restarts(&again, "c"), 0);
+    // Give the kubelet a few sync rounds: still one sandbox, one container.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(runtime_sandboxes(&node, &keep_uid).await.len(), 1);
+    assert_eq!(runtime_containers(&node, &keep_uid).await.len(), 1);
+    // The pod whose file went while the kubelet was down is torn down.
+    let deadline = Instant::now() + T;
+    while !runtime_sandboxes(&node, &drop_uid).await.is_empty() {
+        assert!(Instant::now() < deadline, "orphan not removed\n{}", k.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(k.pod(&full("drop")).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runtime_restart_under_a_running_kubelet_changes_nothing() {
+    if !common::have_root() {
+        return;
+    }
+    let (mut node, k) = node_and_kubelet("10.88.8.0/24", &[]);
+    k.write_manifest("p.yaml", &pod_yaml("p", "  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sleep\", \"3600\"]\n"));
+    let p = k.wait_pod(&full("p"), T, "running", |p| is_running(p, "c"));
+    let id = container_status(&p, "c").unwrap()["containerID"].clone();
+    node.rt.restart();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = k.wait_pod(&full("p"), T, "running", |p| is_running(p, "c"));
+    assert_eq!(container_status(&p, "c").unwrap()["containerID"], id);
+    assert_eq!(restarts(&p, "c"), 0);
+    let (code, body) = k.healthz();
+    assert_eq!((code, body.as_str()), (200, "ok"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_manifests_are_skipped_and_good_pods_run() {
+    if !common::have_root() {
+        return;
+    }
+    let (_node, k) = node_and_kubelet("10.88.9.0/24", &[]);
+    k.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: broken\n",
+    );
+    k.write_manifest(
+        "invalid.yaml",
+        &pod_yaml(
+            "invalid",
+            "  restartPolicy: Sometimes\n  containers:\n  - name: c\n    image: busybox\n",
+        ),
+    );
+    k.write_manifest(
+        "noimage.yaml",
+        &pod_yaml("noimage", "  containers:\n  - name: c\n    image: example.invalid/nope:1\n    imagePullPolicy: Never\n"),
+    );
+    k.write_manifest("good.yaml", &pod_yaml("good", "  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sleep\", \"3600\"]\n"));
+    k.wait_pod(&full("good"), T, "running", |p| is_running(p, "c"));
+    let p = k.wait_pod(&full("noimage"), T, "ErrImageNeverPull", |p| {
+        container_status(p, "c")
+            .is_some_and(|c| c["state"]["waiting"]["reason"] == "ErrImageNeverPull")
+    });
+    assert_eq!(phase(&p), "Pending");
+    assert_eq!(
+        container_status(&p, "c").unwrap()["state"]["waiting"]["message"],
+        "Container image \"example.invalid/nope:1\" is not present with pull policy of Never"
+    );
+    assert!(k.pod(&full("broken")).is_none());
+    assert!(k.pod(&full("invalid")).is_none());
+    let log = k.log();
+    assert!(
+        log.contains("invalid.yaml") && log.contains("spec.restartPolicy"),
+        "{log}"
+    );
+    assert!(log.contains("broken.yaml"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn evented_and_relisting_pleg_deliver_the_same_transitions() {
+    if !common::have_root() {
+        return;
+    }
+    for (subnet, gates) in [
+        ("10.88.10.0/24", "EventedPLEG=false"),
+        ("10.88.11.0/24", "EventedPLEG=true"),
+    ] {
+        let (_node, k) = node_and_kubelet(subnet, &["--feature-gates", gates]);
+        k.write_manifest(
+            "once.yaml",
+            &pod_yaml(
+                "once",
+                "  restartPolicy: OnFailure\n  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"sleep 1; exit 0\"]\n",
+            ),
+        );
+        let p = k.wait_pod(&full("once"), T, "Succeeded", |p| phase(p) == "Succeeded");
+        let c = container_status(&p, "c").unwrap();
+        assert_eq!(c["state"]["terminated"]["exitCode"], 0, "{gates}: {c}");
+        assert_eq!(c["restartCount"], 0, "{gates}");
+        let log = k.log();
+        let pushed = log.contains("evented PLEG event");
+        assert_eq!(
+            pushed,
+            gates.ends_with("true"),
+            "{gates}: evented events in the log: {pushed}\n{log}"
+        );
+        let (_, metrics) = k.get("/metrics");
+        assert!(
+            metrics.contains("kubelet_pleg_relist_duration_seconds_count"),
+            "{metrics}"
+        );
     }
 }
