@@ -212,3 +212,26 @@ async fn a_missing_directory_is_waited_for() {
     let add = next_op(&mut rx, PodOperation::Add).await;
     assert_eq!(names(&add.pods), vec!["again-node-a"]);
 }
+
+#[tokio::test]
+async fn a_single_manifest_file_is_a_valid_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("only.yaml");
+    std::fs::write(&file, manifest("only", "busybox:1")).unwrap();
+    let (config, mut rx) = PodConfig::new();
+    let _source = spawn_file_source(
+        file.clone(),
+        "node-a".into(),
+        NO_RESYNC,
+        config.channel(FILE_SOURCE),
+    );
+    let add = next_op(&mut rx, PodOperation::Add).await;
+    assert_eq!(names(&add.pods), vec!["only-node-a"]);
+
+    // Replaced the way editors and `kubectl`-style tools do: a new file renamed over it.
+    let tmp = dir.path().join("only.yaml.new");
+    std::fs::write(&tmp, manifest("only", "busybox:2")).unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+    let add = next_op(&mut rx, PodOperation::Add).await;
+    assert_eq!(image(&add.pods[0]), "busybox:2");
+}

@@ -153,3 +153,31 @@ async fn an_unreachable_url_is_retried() {
     let add = next_op(&mut rx, PodOperation::Add).await;
     assert_eq!(names(&add), vec!["late-node-b"]);
 }
+
+#[tokio::test]
+async fn manifest_url_headers_are_sent() {
+    let app = Router::new().route(
+        "/pods",
+        get(|headers: axum::http::HeaderMap| async move {
+            match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                Some("Bearer t0ken") => (StatusCode::OK, pod_json("secret").to_string()),
+                _ => (StatusCode::UNAUTHORIZED, String::new()),
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let (config, mut rx) = PodConfig::new();
+    let _src = nodus_kubelet::config::spawn_http_source_with_headers(
+        format!("http://{addr}/pods"),
+        vec![("Authorization".into(), "Bearer t0ken".into())],
+        "node-b".into(),
+        Duration::from_millis(100),
+        config.channel(HTTP_SOURCE),
+    );
+    let add = next_op(&mut rx, PodOperation::Add).await;
+    assert_eq!(names(&add), vec!["secret-node-b"]);
+}

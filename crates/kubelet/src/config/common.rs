@@ -38,6 +38,9 @@ pub enum ManifestError {
     },
     #[error("{origin}: invalid pod: name is needed for the pod")]
     MissingName { origin: String },
+    /// What 1.33 refuses in a static pod: sources only the API server can provide.
+    #[error("{origin}: {message}")]
+    Forbidden { origin: String, message: String },
     #[error("{origin}: invalid pod {pod:?}: [{}]", .errors.join(", "))]
     Invalid {
         origin: String,
@@ -261,7 +264,34 @@ fn finish_pod(
             errors: errors.iter().map(|e| e.to_string()).collect(),
         });
     }
+    if let Some(message) = forbidden_in_static_pod(&pod) {
+        return Err(ManifestError::Forbidden {
+            origin: origin_name,
+            message: message.to_string(),
+        });
+    }
     Ok(pod)
+}
+
+/// Kubernetes 1.33's checks on static pods (before PreventStaticPodAPIReferences): no
+/// ClusterTrustBundle projections and no ResourceClaims, which need the API server.
+fn forbidden_in_static_pod(pod: &Pod) -> Option<&'static str> {
+    let spec = pod.spec.as_ref()?;
+    let trust_bundle = spec.volumes.iter().flatten().any(|v| {
+        v.projected.as_ref().is_some_and(|p| {
+            p.sources
+                .iter()
+                .flatten()
+                .any(|s| s.cluster_trust_bundle.is_some())
+        })
+    });
+    if trust_bundle {
+        return Some("static pods may not use ClusterTrustBundle projected volume sources");
+    }
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Some("static pods may not use ResourceClaims");
+    }
+    None
 }
 
 #[cfg(test)]
@@ -411,6 +441,18 @@ spec:
             errors[0]
                 .to_string()
                 .ends_with("invalid pod: name is needed for the pod"),
+            "{}",
+            errors[0]
+        );
+
+        let claims =
+            format!("{NGINX}  resourceClaims:\n  - name: gpu\n    resourceClaimName: gpu\n");
+        let (pods, errors) = decode_file(&claims);
+        assert!(pods.is_empty());
+        assert!(
+            errors[0]
+                .to_string()
+                .ends_with("static pods may not use ResourceClaims"),
             "{}",
             errors[0]
         );

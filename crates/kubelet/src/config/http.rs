@@ -19,7 +19,34 @@ pub fn spawn_http_source(
     period: Duration,
     tx: SourceSender,
 ) -> tokio::task::JoinHandle<()> {
+    spawn_http_source_with_headers(url, Vec::new(), node_name, period, tx)
+}
+
+/// [`spawn_http_source`] with request headers (upstream's `--manifest-url-header`).
+pub fn spawn_http_source_with_headers(
+    url: String,
+    headers: Vec<(String, String)>,
+    node_name: String,
+    period: Duration,
+    tx: SourceSender,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut header_map = reqwest::header::HeaderMap::new();
+        for (name, value) in &headers {
+            let parsed = (
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+                reqwest::header::HeaderValue::from_str(value),
+            );
+            match parsed {
+                (Ok(n), Ok(v)) => {
+                    header_map.append(n, v);
+                }
+                _ => {
+                    tracing::error!(url, header = %name, "invalid manifest URL header, the source does not start");
+                    return;
+                }
+            }
+        }
         let client = match reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build() {
             Ok(c) => c,
             Err(e) => {
@@ -33,6 +60,7 @@ pub fn spawn_http_source(
             node_name,
             tx,
             client,
+            headers: header_map,
             data: None,
             failure_logs: 0,
         };
@@ -52,6 +80,7 @@ struct HttpSource {
     node_name: String,
     tx: SourceSender,
     client: reqwest::Client,
+    headers: reqwest::header::HeaderMap,
     /// The last body read, to skip unchanged manifests.
     data: Option<Vec<u8>>,
     failure_logs: u32,
@@ -84,6 +113,7 @@ impl HttpSource {
         let resp = self
             .client
             .get(&self.url)
+            .headers(self.headers.clone())
             .send()
             .await
             .map_err(|e| format!("Get {:?}: {e}", self.url))?;

@@ -13,9 +13,12 @@ mod merge;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::{Arc, Mutex};
 
-pub use common::{ManifestError, apply_defaults, decode_manifest, fnv128a_hex, generate_pod_name};
+pub use common::{
+    MAX_CONFIG_LENGTH, ManifestError, ManifestOrigin, apply_defaults, decode_manifest, fnv128a_hex,
+    generate_pod_name,
+};
 pub use file::{FILE_CHECK_FREQUENCY, spawn_file_source};
-pub use http::{HTTP_CHECK_FREQUENCY, spawn_http_source};
+pub use http::{HTTP_CHECK_FREQUENCY, spawn_http_source, spawn_http_source_with_headers};
 
 /// Pods read from the static pod directory (`--pod-manifest-path`).
 pub const FILE_SOURCE: &str = "file";
