@@ -588,3 +588,212 @@ fn explain_with_the_v2_document() {
     assert!(out.contains("FIELD:    image <string>"), "{out}");
     assert!(out.contains("Container image name."), "{out}");
 }
+
+/// The whole control plane (HTTPS, auth, REST, discovery, OpenAPI) in a private thread.
+struct ControlPlane {
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ControlPlane {
+    fn start() -> ControlPlane {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().join("data");
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let cfg = nodus_control_plane::ControlPlaneConfig::new(
+                    data_dir,
+                    std::net::IpAddr::from([127, 0, 0, 1]),
+                    0,
+                );
+                match nodus_control_plane::start(cfg).await {
+                    Ok(handle) => {
+                        let _ = ready_tx.send(Ok(handle.kubeconfig.clone()));
+                        let _ = shutdown_rx.await;
+                        handle.shutdown().await;
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                    }
+                }
+            });
+        });
+        let kubeconfig = match ready_rx.recv() {
+            Ok(Ok(k)) => k,
+            Ok(Err(e)) => panic!("control plane did not start: {e}"),
+            Err(e) => panic!("control plane thread died: {e}"),
+        };
+        ControlPlane {
+            kubeconfig,
+            dir,
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> (String, String, bool) {
+        let out: Output = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("HOME", self.dir.path())
+            .output()
+            .expect("run kubectl (is it installed?)");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.status.success(),
+        )
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (stdout, stderr, ok) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?} failed:\n{stderr}\n{stdout}");
+        assert_eq!(stderr, "", "kubectl {args:?} printed on stderr");
+        stdout
+    }
+
+    fn write(&self, name: &str, content: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, content).expect("write manifest");
+        path.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+const POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  containers:
+  - name: c
+    image: busybox
+    env:
+    - name: A
+      value: \"1\"
+";
+
+#[test]
+fn apply_is_validated_by_the_server_with_strict_field_validation() {
+    let cp = ControlPlane::start();
+    let bad = cp.write("bad.yaml", &POD.replace("    image:", "    imagee:"));
+    let (stdout, stderr, ok) = cp.kubectl(&["apply", "-f", &bad]);
+    assert!(!ok, "{stdout}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "Error from server (BadRequest): error when creating \"{bad}\": Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.containers[0].imagee\""
+        )
+    );
+
+    // Nothing was stored.
+    let (_, stderr, ok) = cp.kubectl(&["get", "pod", "web"]);
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim_end(),
+        "Error from server (NotFound): pods \"web\" not found"
+    );
+}
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: c
+        image: busybox
+        env:
+        - name: A
+          value: \"1\"
+";
+
+#[test]
+fn apply_creates_then_patches_with_the_openapi_patch_strategies() {
+    let cp = ControlPlane::start();
+    let first = cp.write("deploy.yaml", DEPLOYMENT);
+    let out = cp.kubectl_ok(&["apply", "-f", &first]);
+    assert_eq!(out.trim_end(), "deployment.apps/web created");
+
+    // Someone else adds an env var the manifest does not know about.
+    cp.kubectl_ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"c","env":[{"name":"X","value":"x"}]}]}}}}"#,
+    ]);
+
+    // kubectl computes a three-way strategic merge patch from the OpenAPI schema's patch
+    // strategies: env merges by name, so X survives; an atomic list would drop it.
+    let second = cp.write(
+        "deploy2.yaml",
+        &DEPLOYMENT.replace(
+            "          value: \"1\"\n",
+            "          value: \"1\"\n        - name: B\n          value: \"2\"\n",
+        ),
+    );
+    let out = cp.kubectl_ok(&["apply", "-f", &second]);
+    assert_eq!(out.trim_end(), "deployment.apps/web configured");
+    let names = cp.kubectl_ok(&[
+        "get",
+        "deploy",
+        "web",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].env[*].name}",
+    ]);
+    let mut names: Vec<&str> = names.split_whitespace().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["A", "B", "X"]);
+}
+
+#[test]
+fn short_names_and_explain_work_against_the_real_server() {
+    let cp = ControlPlane::start();
+    let out = cp.kubectl_ok(&["get", "ns", "-o", "name"]);
+    assert!(out.lines().any(|l| l == "namespace/kube-system"), "{out}");
+    let out = cp.kubectl_ok(&["get", "pc", "-o", "name"]);
+    assert!(
+        out.lines()
+            .any(|l| l == "priorityclass.scheduling.k8s.io/system-node-critical"),
+        "{out}"
+    );
+    let out = cp.kubectl_ok(&["explain", "pod.spec.containers.image"]);
+    assert!(out.contains("Container image name."), "{out}");
+    let out = cp.kubectl_ok(&["api-resources", "--api-group=apps", "-o", "name"]);
+    assert!(out.lines().any(|l| l == "deployments.apps"), "{out}");
+}
