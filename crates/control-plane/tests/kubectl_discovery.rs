@@ -797,3 +797,66 @@ fn short_names_and_explain_work_against_the_real_server() {
     let out = cp.kubectl_ok(&["api-resources", "--api-group=apps", "-o", "name"]);
     assert!(out.lines().any(|l| l == "deployments.apps"), "{out}");
 }
+
+#[test]
+fn run_create_and_edit_flows_print_no_warnings() {
+    let cp = ControlPlane::start();
+    let out = cp.kubectl_ok(&["run", "p", "--image=busybox"]);
+    assert_eq!(out.trim_end(), "pod/p created");
+    let cm = cp.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  a: b\n",
+    );
+    let out = cp.kubectl_ok(&["create", "-f", &cm]);
+    assert_eq!(out.trim_end(), "configmap/cm created");
+
+    // kubectl edit runs $KUBE_EDITOR on a temp file, then patches what changed.
+    let editor = cp.write(
+        "editor.sh",
+        "#!/bin/sh\nsed -i 's/^  a: b$/  a: c/' \"$1\"\n",
+    );
+    let mut perms = std::fs::metadata(&editor).expect("editor").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&editor, perms).expect("chmod editor");
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .arg("--cache-dir")
+        .arg(cp.dir.path().join("cache"))
+        .args(["edit", "configmap", "cm"])
+        .env_remove("KUBECONFIG")
+        .env("HOME", cp.dir.path())
+        .env("KUBE_EDITOR", &editor)
+        .output()
+        .expect("run kubectl edit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr, "");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        "configmap/cm edited"
+    );
+    let a = cp.kubectl_ok(&["get", "cm", "cm", "-o", "jsonpath={.data.a}"]);
+    assert_eq!(a, "c");
+
+    let out = cp.kubectl_ok(&["label", "po", "p", "tier=x"]);
+    assert_eq!(out.trim_end(), "pod/p labeled");
+    let out = cp.kubectl_ok(&["get", "po,cm", "-o", "name"]);
+    for name in ["pod/p", "configmap/cm"] {
+        assert!(out.lines().any(|l| l == name), "{name} missing: {out}");
+    }
+}
+
+/// kubectl 1.32's typed clients (`kubectl create configmap|deployment|namespace|...`,
+/// `scale`) send protobuf request bodies for built-in kinds, whatever discovery says.
+#[test]
+#[ignore = "the API server does not decode application/vnd.kubernetes.protobuf bodies yet"]
+fn create_generators_send_protobuf_bodies() {
+    let cp = ControlPlane::start();
+    let out = cp.kubectl_ok(&["create", "configmap", "cm", "--from-literal=a=b"]);
+    assert_eq!(out.trim_end(), "configmap/cm created");
+    let out = cp.kubectl_ok(&["create", "deployment", "d", "--image=busybox"]);
+    assert_eq!(out.trim_end(), "deployment.apps/d created");
+    let out = cp.kubectl_ok(&["create", "namespace", "n1"]);
+    assert_eq!(out.trim_end(), "namespace/n1 created");
+}
