@@ -350,6 +350,13 @@ spec:
                     && t.key.is_none())
         );
         assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+        // The API defaults apply as for a pod created through the API server.
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("IfNotPresent")
+        );
         // The source annotation is the merger's business, not the decoder's.
         assert!(!annotations.contains_key(crate::config::CONFIG_SOURCE_ANNOTATION));
         let _ = FILE_SOURCE;

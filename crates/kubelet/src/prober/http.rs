@@ -129,6 +129,9 @@ impl HttpProber {
         let client = reqwest::Client::builder()
             .redirect(policy)
             .danger_accept_invalid_certs(true)
+            // Probes go straight to the pod, never through HTTP(S)_PROXY (upstream sets a
+            // nil proxy on the probe transport).
+            .no_proxy()
             // Upstream disables keep-alive: each probe opens its own connection.
             .pool_max_idle_per_host(0)
             .build()?;
