@@ -594,14 +594,6 @@ async fn group_version(Path((group, version)): Path<(String, String)>) -> Respon
     }
 }
 
-/// Discovery as a JSON value, for callers that need the same data (e.g. tests).
-pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
-    let known = catalog::all()
-        .iter()
-        .any(|r| r.group == group && r.version == version);
-    known.then(|| resource_list(group, version))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

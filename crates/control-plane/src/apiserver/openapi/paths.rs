@@ -579,3 +579,30 @@ pub(crate) fn add_resource(
 pub(crate) fn common_schemas() -> [&'static str; 4] {
     [STATUS, DELETE_OPTIONS, PATCH, WATCH_EVENT]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_and_operation_ids_follow_upstream_naming() {
+        assert_eq!(tag("", "v1"), "core_v1");
+        assert_eq!(tag("apps", "v1"), "apps_v1");
+        assert_eq!(
+            tag("rbac.authorization.k8s.io", "v1"),
+            "rbacAuthorization_v1"
+        );
+        assert_eq!(
+            operation_id("list", "", "v1", "Namespaced", "Pod"),
+            "listCoreV1NamespacedPod"
+        );
+        assert_eq!(
+            operation_id("patch", "coordination.k8s.io", "v1", "Namespaced", "Lease"),
+            "patchCoordinationV1NamespacedLease"
+        );
+        assert_eq!(
+            operation_id("read", "scheduling.k8s.io", "v1", "", "PriorityClass"),
+            "readSchedulingV1PriorityClass"
+        );
+    }
+}
