@@ -42,7 +42,8 @@ pub async fn exec_sync(
     let req = ExecSyncRequest {
         container_id: crate::cri::bare_container_id(container_id).to_string(),
         cmd: cmd.to_vec(),
-        timeout: timeout.as_secs() as i64,
+        // Rounded up: a sub-second remainder must not turn into 0, which means no timeout.
+        timeout: timeout.as_secs_f64().ceil() as i64,
     };
     let mut client = runtime.clone();
     let call = client.exec_sync(req);
