@@ -1081,7 +1081,7 @@ mod tests {
         assert_eq!(
             from_metav1(&bad).err().map(|e| e.to_string()).as_deref(),
             Some(
-                "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty"
+                "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty"
             )
         );
     }

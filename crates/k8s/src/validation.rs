@@ -194,13 +194,35 @@ impl fmt::Display for FieldError {
 
 impl std::error::Error for FieldError {}
 
-/// How Go's `%v`/`%q` print a bad value: strings quoted, numbers and bools bare, null as `null`.
+/// How upstream prints a bad value: strings quoted, numbers and bools bare, null as `null`,
+/// string lists and maps in Go's `%#v` syntax (`[]string{"a", "b"}`,
+/// `map[string]string{"k":"v"}`). A value of the form `{"$stringer": "x"}` prints as the bare
+/// text `x`, for upstream values whose type has a `String()` method (e.g. resource names).
 fn go_value(v: &Value) -> String {
     match v {
         Value::Null => "null".to_string(),
         Value::String(s) => crate::status::go_quote(s),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => n.to_string(),
+        Value::Array(a) if a.is_empty() => "[]string(nil)".to_string(),
+        Value::Array(a) if a.iter().all(Value::is_string) => {
+            let items: Vec<String> = a.iter().map(go_value).collect();
+            format!("[]string{{{}}}", items.join(", "))
+        }
+        Value::Object(m) if m.len() == 1 && m.get("$stringer").is_some_and(Value::is_string) => m
+            .get("$stringer")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        Value::Object(m) if m.values().all(Value::is_string) => {
+            let mut items: Vec<(&String, &Value)> = m.iter().collect();
+            items.sort_by(|a, b| a.0.cmp(b.0));
+            let parts: Vec<String> = items
+                .iter()
+                .map(|(k, v)| format!("{}:{}", crate::status::go_quote(k), go_value(v)))
+                .collect();
+            format!("map[string]string{{{}}}", parts.join(", "))
+        }
         other => other.to_string(),
     }
 }
