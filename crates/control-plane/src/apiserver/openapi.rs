@@ -39,7 +39,20 @@ const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+pro
 const INFO_VERSION: &str = "v1.33.0";
 
 /// The OpenAPI endpoints, stateless (`Router<()>`), ready to be merged into the API server.
+///
+/// Rendering starts in the background right away, so that kubectl's first `apply` or
+/// `explain` does not wait for it.
 pub fn router() -> Router {
+    if DOCS_READY.get().is_none() {
+        let spawned = std::thread::Builder::new()
+            .name("openapi-render".into())
+            .spawn(|| {
+                let _ = DOCS_READY.set(documents());
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "OpenAPI documents will be rendered on first request");
+        }
+    }
     Router::new()
         .route("/openapi/v2", get(v2_handler))
         .route("/openapi/v3", get(v3_index))
