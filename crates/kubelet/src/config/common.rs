@@ -245,6 +245,15 @@ fn finish_pod(
     node_name: &str,
 ) -> Result<Pod, ManifestError> {
     let origin_name = origin.name().to_string();
+    // Upstream's decoder ignores unknown fields in manifests; say so rather than silently.
+    let pod_gvk = nodus_k8s::Gvk::new("", "v1", "Pod");
+    for field in nodus_k8s::strict::unknown_fields(&pod_gvk, &raw) {
+        tracing::warn!(
+            origin = %origin_name,
+            field = %field.trim_start_matches('.'),
+            "unknown field in pod manifest, ignored"
+        );
+    }
     let mut pod: Pod = serde_json::from_value(raw).map_err(|e| ManifestError::Parse {
         origin: origin_name.clone(),
         message: e.to_string(),

@@ -50,13 +50,20 @@ struct FileSource {
     path: PathBuf,
     node_name: String,
     tx: SourceSender,
-    /// Pods parsed from each manifest file, by path.
-    files: BTreeMap<PathBuf, Vec<Pod>>,
+    /// Each manifest file's content and the pods parsed from it, by path.
+    files: BTreeMap<PathBuf, Parsed>,
     /// Which file owns each pod full name; a later file defining the same name is rejected.
     owners: HashMap<String, PathBuf>,
     /// (file, pod name) pairs already reported as duplicates, so each is logged once.
     rejected: BTreeSet<(PathBuf, String)>,
     last_sent: Option<Vec<Pod>>,
+}
+
+struct Parsed {
+    /// The bytes the pods were parsed from: an unchanged file is not parsed (nor its
+    /// problems logged) again at every re-read.
+    data: Vec<u8>,
+    pods: Vec<Pod>,
 }
 
 enum WatchEnd {
@@ -252,21 +259,24 @@ impl FileSource {
             self.files.remove(path);
             return;
         }
+        if self.files.get(path).is_some_and(|p| p.data == data) {
+            return;
+        }
         let path_str = path.to_string_lossy();
         let (pods, errors) =
             decode_manifest(&data, ManifestOrigin::File(&path_str), &self.node_name);
         for e in errors {
             tracing::warn!(path = %path.display(), error = %e, "Can't process manifest file");
         }
-        self.files.insert(path.to_path_buf(), pods);
+        self.files.insert(path.to_path_buf(), Parsed { data, pods });
     }
 
     /// The pod set after resolving duplicate names: a name keeps the file that already had
     /// it; otherwise the first file in name order wins and the others are rejected.
     fn current_pods(&mut self) -> Vec<Pod> {
         let mut owners: HashMap<String, PathBuf> = HashMap::new();
-        for (path, pods) in &self.files {
-            for p in pods {
+        for (path, parsed) in &self.files {
+            for p in &parsed.pods {
                 let name = pod_full_name(p);
                 if self.owners.get(&name) == Some(path) {
                     owners.insert(name, path.clone());
@@ -275,9 +285,9 @@ impl FileSource {
         }
         let mut out = Vec::new();
         let mut rejected = BTreeSet::new();
-        for (path, pods) in &self.files {
+        for (path, parsed) in &self.files {
             let mut names_in_file = BTreeSet::new();
-            for p in pods {
+            for p in &parsed.pods {
                 let name = pod_full_name(p);
                 if !names_in_file.insert(name.clone()) {
                     if self.rejected.insert((path.clone(), name.clone())) {
