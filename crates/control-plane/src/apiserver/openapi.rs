@@ -487,6 +487,10 @@ mod tests {
         assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
         let pod = &doc["components"]["schemas"]["io.k8s.api.core.v1.Pod"];
         assert!(pod.get("required").is_none());
+        let event = &doc["components"]["schemas"]["io.k8s.api.core.v1.Event"];
+        assert_eq!(event["required"], json!(["involvedObject", "metadata"]));
+        let secret_ref = &doc["components"]["schemas"]["io.k8s.api.core.v1.SecretKeySelector"];
+        assert_eq!(secret_ref["required"], json!(["key"]));
     }
 
     #[test]

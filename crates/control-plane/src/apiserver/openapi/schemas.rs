@@ -425,8 +425,9 @@ fn reshape(schemas: &mut BTreeMap<String, Value>, kinds: &[KindSchema]) {
             s.insert("x-kubernetes-group-version-kind".into(), json!([list_gvk]));
         }
     }
-    for s in schemas.values_mut() {
-        relax_required(s);
+    for (name, s) in schemas.iter_mut() {
+        // core/v1 Event is the one kind whose Go struct requires metadata upstream.
+        relax_required(s, name != "io.k8s.api.core.v1.Event");
     }
     // Upstream's v3 documents give these two scalars no `type` but a oneOf; `kubectl explain`
     // then names them (`<IntOrString>`, `<Quantity>`) instead of printing `<string>`.
@@ -463,9 +464,9 @@ fn reshape(schemas: &mut BTreeMap<String, Value>, kinds: &[KindSchema]) {
 }
 
 /// k8s-openapi marks fields required whenever its Rust field is not an `Option`; upstream
-/// does not require `metadata` anywhere, nor the `name` of a local object reference (it
+/// requires `metadata` almost nowhere, nor the `name` of a local object reference (it
 /// defaults to ""). `kubectl explain` prints `-required-` from this list.
-fn relax_required(schema: &mut Value) {
+fn relax_required(schema: &mut Value, drop_metadata: bool) {
     let Value::Object(s) = schema else {
         return;
     };
@@ -476,7 +477,7 @@ fn relax_required(schema: &mut Value) {
         .and_then(Value::as_str)
         .is_some_and(|d| d.starts_with("Name of the referent."));
     if let Some(Value::Array(required)) = s.get_mut("required") {
-        required.retain(|r| r != "metadata" && !(referent_name && r == "name"));
+        required.retain(|r| !(drop_metadata && r == "metadata") && !(referent_name && r == "name"));
         if required.is_empty() {
             s.remove("required");
         }
