@@ -477,7 +477,9 @@ fn relax_required(schema: &mut Value, drop_metadata: bool) {
         .and_then(Value::as_str)
         .is_some_and(|d| d.starts_with("Name of the referent."));
     if let Some(Value::Array(required)) = s.get_mut("required") {
-        required.retain(|r| !(drop_metadata && r == "metadata") && !(referent_name && r == "name"));
+        let dropped =
+            |r: &Value| (drop_metadata && r == "metadata") || (referent_name && r == "name");
+        required.retain(|r| !dropped(r));
         if required.is_empty() {
             s.remove("required");
         }
