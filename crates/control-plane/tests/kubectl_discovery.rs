@@ -860,3 +860,24 @@ fn create_generators_send_protobuf_bodies() {
     let out = cp.kubectl_ok(&["create", "namespace", "n1"]);
     assert_eq!(out.trim_end(), "namespace/n1 created");
 }
+
+#[test]
+fn explain_knows_every_catalogue_kind() {
+    let server = Server::start();
+    for r in nodus_k8s::catalog::all() {
+        let api_version = if r.group.is_empty() {
+            r.version.to_string()
+        } else {
+            format!("{}/{}", r.group, r.version)
+        };
+        let flag = format!("--api-version={api_version}");
+        let out = server.kubectl_ok(&["explain", r.plural, &flag]);
+        assert!(
+            out.contains(&format!("KIND:       {}", r.kind)),
+            "{api_version} {}: {out}",
+            r.plural
+        );
+        assert!(out.contains(&format!("VERSION:    {}", r.version)), "{out}");
+        assert!(out.contains("FIELDS:"), "{api_version} {}: {out}", r.plural);
+    }
+}
