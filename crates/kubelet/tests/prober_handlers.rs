@@ -342,13 +342,14 @@ async fn grpc_health_checks() {
     );
 
     let closed = free_port();
-    let r = grpc::probe("127.0.0.1", closed, "", T).await;
-    assert_eq!(r.outcome, Outcome::Failure);
-    assert!(
-        r.output.starts_with(&format!(
-            "error: failed to connect service at \"127.0.0.1:{closed}\""
-        )),
-        "{}",
-        r.output
+    let r = grpc::probe("127.0.0.1", closed, "", Duration::from_secs(1)).await;
+    assert_eq!(
+        r,
+        HandlerResult::new(
+            Outcome::Failure,
+            format!(
+                "timeout: failed to connect service \"127.0.0.1:{closed}\" within 1s: context deadline exceeded"
+            )
+        )
     );
 }

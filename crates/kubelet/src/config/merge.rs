@@ -309,8 +309,8 @@ mod tests {
         assert_eq!(annotation(added, CONFIG_SOURCE_ANNOTATION), Some("file"));
         let seen = annotation(added, CONFIG_FIRST_SEEN_ANNOTATION).unwrap_or_default();
         assert!(
-            seen.parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
-            "config.seen {seen:?} is not RFC 3339"
+            seen.parse::<k8s_openapi::jiff::Timestamp>().is_ok() && seen.ends_with('Z'),
+            "config.seen {seen:?} is not RFC 3339 in UTC"
         );
         assert_eq!(out[0].source, "file");
     }

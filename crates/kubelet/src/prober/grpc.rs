@@ -53,19 +53,29 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> H
         Ok(e) => e,
         Err(e) => return fail(format!("error: failed to connect service at {addr:?}: {e}")),
     };
-    let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            return fail(format!(
-                "error: failed to connect service at {addr:?}: {}",
-                error_chain(&e)
-            ));
-        }
-        Err(_) => {
-            return fail(format!(
-                "timeout: failed to connect service {addr:?} within {}: context deadline exceeded",
-                go_duration(timeout)
-            ));
+    // Upstream dials with WithBlock: a refused connection is retried until the timeout,
+    // so a closed port reads as a connect timeout.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let connect_timeout = || {
+        fail(format!(
+            "timeout: failed to connect service {addr:?} within {}: context deadline exceeded",
+            go_duration(timeout)
+        ))
+    };
+    let mut backoff = Duration::from_millis(50);
+    let channel = loop {
+        match tokio::time::timeout_at(deadline, endpoint.connect()).await {
+            Ok(Ok(c)) => break c,
+            Ok(Err(e)) => {
+                tracing::trace!(addr, error = %error_chain(&e), "grpc probe connect failed, retrying");
+                if tokio::time::Instant::now() + backoff >= deadline {
+                    tokio::time::sleep_until(deadline).await;
+                    return connect_timeout();
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(_) => return connect_timeout(),
         }
     };
     let mut grpc = tonic::client::Grpc::new(channel);
@@ -83,7 +93,7 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> H
         )
         .await
     };
-    let resp = match tokio::time::timeout(timeout, call).await {
+    let resp = match tokio::time::timeout_at(deadline, call).await {
         Ok(Ok(r)) => r.into_inner(),
         Ok(Err(status)) => {
             return match status.code() {
