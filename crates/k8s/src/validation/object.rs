@@ -258,7 +258,10 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
             }
         }
         ("", "Service") => validate_service(&mut errs, obj, old),
-        ("", "Node") => validate_node(&mut errs, obj),
+        ("", "Node") => validate_node(&mut errs, obj, old),
+        ("", "Endpoints") => validate_endpoints(&mut errs, obj),
+        ("", "Binding") => validate_binding(&mut errs, obj),
+        ("policy", "PodDisruptionBudget") => validate_pdb(&mut errs, obj),
         ("", "Namespace") => validate_namespace(&mut errs, obj),
         ("", "ConfigMap") => validate_config_map(&mut errs, obj, old),
         ("", "Secret") => validate_secret(&mut errs, obj, old),
@@ -1476,7 +1479,42 @@ fn validate_service(errs: &mut Errs, obj: &Value, old: Option<&Value>) {
     }
 }
 
-fn validate_node(errs: &mut Errs, obj: &Value) {
+fn validate_node(errs: &mut Errs, obj: &Value, old: Option<&Value>) {
+    let empty_spec = json!({});
+    let spec_v = obj.get("spec").unwrap_or(&empty_spec);
+    let cp = Path::new("spec").child("podCIDRs");
+    let cidrs = arr(spec_v, "podCIDRs");
+    for (i, c) in cidrs.iter().enumerate() {
+        let c = c.as_str().unwrap_or("");
+        if !is_valid_cidr(c) {
+            errs.push(FieldError::invalid(
+                cp.index(i),
+                json!(c),
+                "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)",
+            ));
+        }
+    }
+    if cidrs.len() > 2 {
+        errs.push(FieldError::invalid(
+            &cp,
+            json!(cidrs),
+            "may specify no more than one CIDR for each IP family",
+        ));
+    }
+    if let Some(old) = old {
+        let old_spec = old.get("spec").unwrap_or(&empty_spec);
+        let old_cidrs = arr(old_spec, "podCIDRs");
+        if !old_cidrs.is_empty() && old_cidrs != cidrs {
+            errs.push(FieldError::forbidden(&cp, "may not change once set"));
+        }
+        let old_provider = s(old_spec, "providerID");
+        if !old_provider.is_empty() && old_provider != s(spec_v, "providerID") {
+            errs.push(FieldError::forbidden(
+                Path::new("spec").child("providerID"),
+                "may not change once set",
+            ));
+        }
+    }
     let tp = Path::new("spec").child("taints");
     let empty = json!({});
     let spec = obj.get("spec").unwrap_or(&empty);
@@ -1815,6 +1853,30 @@ fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Option<&Value
                 "may not be specified when strategy `type` is 'Recreate'",
             ));
         }
+        if ty == "RollingUpdate"
+            && let Some(ru) = st.get("rollingUpdate").filter(|v| !v.is_null())
+        {
+            let rp = sp.child("strategy").child("rollingUpdate");
+            let unavailable = int_or_percent(
+                errs,
+                ru.get("maxUnavailable"),
+                rp.child("maxUnavailable"),
+                true,
+            );
+            let surge = int_or_percent(errs, ru.get("maxSurge"), rp.child("maxSurge"), false);
+            if unavailable == Some(0) && surge == Some(0) {
+                let shown = match ru.get("maxUnavailable") {
+                    Some(Value::String(t)) => json!({"$stringer": t}),
+                    Some(other) => other.clone(),
+                    None => Value::Null,
+                };
+                errs.push(FieldError::invalid(
+                    rp.child("maxUnavailable"),
+                    shown,
+                    "may not be 0 when `maxSurge` is 0",
+                ));
+            }
+        }
         nonnegative(
             errs,
             sp.child("revisionHistoryLimit"),
@@ -1834,6 +1896,18 @@ fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Option<&Value
                 "must be greater than minReadySeconds",
             ));
         }
+    }
+    if gvk.kind == "DaemonSet" {
+        let ty = spec
+            .pointer("/updateStrategy/type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        enum_field(
+            errs,
+            sp.child("updateStrategy").child("type"),
+            ty,
+            &["OnDelete", "RollingUpdate"],
+        );
     }
     if let Some(old) = old
         && spec.get("selector") != old.pointer("/spec/selector")
@@ -2389,6 +2463,64 @@ mod tests {
     }
 
     #[test]
+    fn more_kinds() {
+        let old = json!({"metadata": {"name": "n"}, "spec": {"podCIDRs": ["10.244.0.0/24"]}});
+        let new = json!({"metadata": {"name": "n"}, "spec": {"podCIDRs": ["10.244.1.0/24"]}});
+        assert_eq!(
+            check("Node", "", new, Some(old)),
+            vec!["spec.podCIDRs: Forbidden: may not change once set"]
+        );
+        assert_eq!(
+            check(
+                "Node",
+                "",
+                json!({"metadata": {"name": "n"}, "spec": {"podCIDRs": ["10.244.0.0/33"]}}),
+                None
+            ),
+            vec![
+                "spec.podCIDRs[0]: Invalid value: \"10.244.0.0/33\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+            ]
+        );
+        let ep = json!({"metadata": {"name": "e", "namespace": "d"}, "subsets": [{"addresses": [{"ip": "nope"}], "ports": [{"port": 80}]}]});
+        assert_eq!(
+            check("Endpoints", "", ep, None),
+            vec!["subsets[0].addresses[0].ip: Invalid value: \"nope\": must be a valid IP address"]
+        );
+        let pdb =
+            json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {"minAvailable": "150%"}});
+        assert_eq!(
+            check("PodDisruptionBudget", "policy", pdb, None),
+            vec!["spec.minAvailable: Invalid value: 150%: must not be greater than 100%"]
+        );
+        let d = json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+        assert_eq!(
+            check("Deployment", "apps", d, None),
+            vec![
+                "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: 0%: may not be 0 when `maxSurge` is 0"
+            ]
+        );
+        let b = json!({"metadata": {"name": "p", "namespace": "d"}, "target": {"kind": "Pod", "name": ""}});
+        assert_eq!(
+            check("Binding", "", b, None),
+            vec![
+                "target.name: Required value",
+                "target.kind: Unsupported value: \"Pod\": supported values: \"Node\", \"<empty>\"",
+            ]
+        );
+        let ds = json!({"metadata": {"name": "d", "namespace": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}},
+            "updateStrategy": {"type": "Sometimes"},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+        assert_eq!(
+            check("DaemonSet", "apps", ds, None),
+            vec![
+                "spec.updateStrategy.type: Unsupported value: \"Sometimes\": supported values: \"OnDelete\", \"RollingUpdate\""
+            ]
+        );
+    }
+
+    #[test]
     fn kubelet_static_pod() {
         let mut p: Pod = serde_json::from_value(json!({"metadata": {"name": "static-web", "namespace": "default"},
             "spec": {"containers": [{"name": "web", "image": "nginx:1", "ports": [{"containerPort": 80}]}]}})).unwrap_or_default();
@@ -2402,5 +2534,159 @@ mod tests {
             .collect();
         assert_eq!(errs.len(), 2);
         assert_eq!(errs[1], "spec.containers: Required value");
+    }
+}
+
+/// A CIDR as upstream's `IsValidCIDR` accepts it (address/prefix within the family's length).
+fn is_valid_cidr(c: &str) -> bool {
+    let Some((ip, bits)) = c.split_once('/') else {
+        return false;
+    };
+    let Ok(bits) = bits.parse::<u8>() else {
+        return false;
+    };
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => bits <= 32,
+        Ok(std::net::IpAddr::V6(_)) => bits <= 128,
+        Err(_) => false,
+    }
+}
+
+fn validate_endpoints(errs: &mut Errs, obj: &Value) {
+    let sp = Path::new("subsets");
+    for (i, ss) in arr(obj, "subsets").iter().enumerate() {
+        let ip = sp.index(i);
+        let addrs = arr(ss, "addresses");
+        let not_ready = arr(ss, "notReadyAddresses");
+        for (key, list) in [("addresses", addrs), ("notReadyAddresses", not_ready)] {
+            for (j, a) in list.iter().enumerate() {
+                let addr = s(a, "ip");
+                if addr.parse::<std::net::IpAddr>().is_err() {
+                    errs.push(FieldError::invalid(
+                        ip.child(key).index(j).child("ip"),
+                        json!(addr),
+                        "must be a valid IP address",
+                    ));
+                }
+            }
+        }
+        let ports = arr(ss, "ports");
+        for (j, p) in ports.iter().enumerate() {
+            let pp = ip.child("ports").index(j);
+            let name = s(p, "name");
+            if ports.len() > 1 && name.is_empty() {
+                errs.push(FieldError::required(pp.child("name"), ""));
+            } else if !name.is_empty() {
+                dns_label(errs, &pp.child("name"), name);
+            }
+            let num = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+            for m in is_valid_port_num(num) {
+                errs.push(FieldError::invalid(pp.child("port"), json!(num), m));
+            }
+            enum_field(errs, pp.child("protocol"), s(p, "protocol"), &PROTOCOLS);
+        }
+    }
+}
+
+fn validate_binding(errs: &mut Errs, obj: &Value) {
+    let empty = json!({});
+    let target = obj.get("target").unwrap_or(&empty);
+    let tp = Path::new("target");
+    if s(target, "name").is_empty() {
+        errs.push(FieldError::required(tp.child("name"), ""));
+    }
+    let kind = s(target, "kind");
+    if !kind.is_empty() && kind != "Node" {
+        not_supported(errs, tp.child("kind"), kind, &["Node", "<empty>"]);
+    }
+}
+
+/// Upstream's `ValidatePositiveIntOrPercent` (and `IsNotMoreThan100Percent` when `max_100`).
+fn int_or_percent(errs: &mut Errs, v: Option<&Value>, p: Path, max_100: bool) -> Option<i64> {
+    match v {
+        Some(Value::Number(n)) => {
+            let n = n.as_i64().unwrap_or(0);
+            if n < 0 {
+                errs.push(FieldError::invalid(
+                    &p,
+                    json!(n),
+                    "must be greater than or equal to 0",
+                ));
+            }
+            Some(n)
+        }
+        Some(Value::String(sv)) => {
+            let pct = sv
+                .strip_suffix('%')
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse::<i64>().ok());
+            match pct {
+                None => {
+                    errs.push(FieldError::invalid(
+                        &p,
+                        json!({"$stringer": sv}),
+                        "must be an integer or percentage (e.g '5%')",
+                    ));
+                    None
+                }
+                Some(n) => {
+                    if max_100 && n > 100 {
+                        errs.push(FieldError::invalid(
+                            &p,
+                            json!({"$stringer": sv}),
+                            "must not be greater than 100%",
+                        ));
+                    }
+                    Some(n)
+                }
+            }
+        }
+        _ => None,
+    }
+}
+
+fn validate_pdb(errs: &mut Errs, obj: &Value) {
+    let empty = json!({});
+    let spec = obj.get("spec").unwrap_or(&empty);
+    let sp = Path::new("spec");
+    if present(spec, "minAvailable") && present(spec, "maxUnavailable") {
+        errs.push(FieldError::invalid(
+            &sp,
+            spec.clone(),
+            "minAvailable and maxUnavailable cannot be both set",
+        ));
+    }
+    int_or_percent(
+        errs,
+        spec.get("minAvailable"),
+        sp.child("minAvailable"),
+        true,
+    );
+    int_or_percent(
+        errs,
+        spec.get("maxUnavailable"),
+        sp.child("maxUnavailable"),
+        true,
+    );
+    if let Some(sel) = spec.get("selector").filter(|v| !v.is_null()) {
+        let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
+            serde_json::from_value(sel.clone());
+        let checked = parsed
+            .map_err(|e| e.to_string())
+            .and_then(|sel| crate::selector::from_metav1(&sel).map_err(|e| e.to_string()));
+        if let Err(e) = checked {
+            errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), e));
+        }
+    }
+    if let Some(p) = spec
+        .get("unhealthyPodEvictionPolicy")
+        .and_then(Value::as_str)
+    {
+        enum_field(
+            errs,
+            sp.child("unhealthyPodEvictionPolicy"),
+            p,
+            &["AlwaysAllow", "IfHealthyBudget"],
+        );
     }
 }
