@@ -1,5 +1,7 @@
 //! Shared pieces of nodus's benchmarks: writing a result section into docs/PERFORMANCE.md.
 
+pub mod targets;
+
 use std::path::Path;
 
 /// Replaces the section between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`

@@ -73,6 +73,39 @@ impl Netns {
         Ok(cmd)
     }
 
+    /// A TCP connection to `addr` made from inside the namespace: a short-lived thread
+    /// enters it, so the socket lives there while the caller stays where it is.
+    pub fn connect_tcp(&self, addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpStream> {
+        let ns = self.file.try_clone()?;
+        std::thread::spawn(move || {
+            // SAFETY: setns on this thread only; the fd is valid for the call.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(10))
+        })
+        .join()
+        .map_err(|_| std::io::Error::other("connect thread panicked"))?
+    }
+
+    /// `GET path` from `127.0.0.1:port` inside the namespace: (status code, body).
+    pub fn http_get(&self, port: u16, path: &str) -> std::io::Result<(u16, String)> {
+        use std::io::{Read as _, Write as _};
+        let mut s = self.connect_tcp(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)?;
+        let buf = String::from_utf8_lossy(&buf);
+        let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        Ok((code, body.to_string()))
+    }
+
     /// Runs `program args…` inside the namespace and returns its output.
     pub fn run(&self, program: &str, args: &[&str]) -> Result<std::process::Output> {
         self.command(program)?

@@ -4,8 +4,6 @@
 
 use super::nodus_bin;
 use serde_json::Value;
-use std::io::{Read as _, Write as _};
-use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,32 +24,9 @@ pub struct Kubelet {
     starts: usize,
 }
 
-/// GET `path` from `127.0.0.1:port` inside `netns`: a thread enters the namespace, so the
-/// socket lives there, and the test process stays where it is.
+/// GET `path` from `127.0.0.1:port` inside `netns`.
 pub fn http_get(netns: &Netns, port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let ns_path = netns.path();
-    let path = path.to_string();
-    std::thread::spawn(move || -> std::io::Result<(u16, String)> {
-        let f = std::fs::File::open(&ns_path)?;
-        // SAFETY: setns on this short-lived thread only; the fd is valid for the call.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf)?;
-        let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        Ok((code, body.to_string()))
-    })
-    .join()
-    .map_err(|_| std::io::Error::other("http_get thread panicked"))?
+    netns.http_get(port, path)
 }
 
 impl Kubelet {

@@ -1,0 +1,187 @@
+//! Runtimes under test for the benchmarks: nodus's runtime and containerd, each a node in
+//! its own network namespace and cgroup parent with the real CNI plugins, images imported
+//! offline; plus the /proc readings and percentiles the benchmarks share.
+
+use anyhow::{Result, bail};
+use nodus_crictl::Clients;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use testkit::daemon::Daemon;
+use testkit::{CgroupParent, Containerd, ContainerdOptions, Netns};
+
+pub fn conflist(data_dir: &Path) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"bench","plugins":[{{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":true,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.98.0.0/16"}}]],"dataDir":"{}"}}}},{{"type":"portmap","capabilities":{{"portMappings":true}}}}]}}"#,
+        data_dir.display()
+    )
+}
+
+/// A runtime under test with everything it needs kept alive.
+pub struct Target {
+    pub name: String,
+    pub c: Clients,
+    pub daemon_pid: u32,
+    /// The CRI endpoint, `unix://…`.
+    pub endpoint: String,
+    /// Matches the per-pod processes of this runtime (shims, pause), by /proc cmdline.
+    pub per_pod: Box<dyn Fn(&str) -> bool>,
+    pub cgroup: CgroupParent,
+    pub logs: PathBuf,
+    /// The node's network namespace (for processes that must run inside it).
+    pub netns: std::sync::Arc<Netns>,
+    pub _keep: Vec<Box<dyn std::any::Any>>,
+}
+
+pub fn write_archives(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let busybox = dir.join("busybox.tar");
+    testkit::image::busybox().write_oci_archive(&busybox, "docker.io/library/busybox:latest")?;
+    let pause = dir.join("pause.tar");
+    testkit::image::busybox_builder()
+        .entrypoint(["/bin/sleep", "inf"])
+        .build()?
+        .write_oci_archive(&pause, "registry.k8s.io/pause:3.8")?;
+    Ok((busybox, pause))
+}
+
+pub async fn nodus(bin: &Path) -> Result<Target> {
+    let netns = std::sync::Arc::new(Netns::new("nodus-bench")?);
+    let dir = tempfile::Builder::new().prefix("bench-nodus-").tempdir()?;
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("net.d"))?;
+    std::fs::write(d.join("net.d/10-bench.conflist"), conflist(&d.join("ipam")))?;
+    std::fs::write(
+        d.join("runtime.toml"),
+        format!(
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+            d.join("net.d").display()
+        ),
+    )?;
+    let (busybox, _) = write_archives(d)?;
+    let out = Command::new(bin)
+        .args(["runtime", "import"])
+        .arg(&busybox)
+        .arg("--root-dir")
+        .arg(d.join("root"))
+        .output()?;
+    if !out.status.success() {
+        bail!("import: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let sock = d.join("nodus.sock");
+    let mut cmd = netns.command(bin)?;
+    cmd.arg("runtime")
+        .arg("--listen")
+        .arg(&sock)
+        .arg("--root-dir")
+        .arg(d.join("root"))
+        .arg("--state-dir")
+        .arg(d.join("state"))
+        .arg("--config")
+        .arg(d.join("runtime.toml"))
+        .env("NODUS_LOG", "warn");
+    let mut daemon = Daemon::spawn(
+        "nodus-runtime",
+        cmd,
+        &d.join("log"),
+        Duration::from_secs(10),
+    )?;
+    daemon.wait_ready(Duration::from_secs(30), || {
+        std::os::unix::net::UnixStream::connect(&sock).is_ok()
+    })?;
+    let c = nodus_crictl::connect(
+        &format!("unix://{}", sock.display()),
+        None,
+        Duration::from_secs(10),
+    )
+    .await?;
+    let state = d.join("state").display().to_string();
+    Ok(Target {
+        name: "nodus runtime".into(),
+        endpoint: format!("unix://{}", sock.display()),
+        c,
+        daemon_pid: daemon.pid(),
+        per_pod: Box::new(move |cmdline| cmdline.contains(" shim ") && cmdline.contains(&state)),
+        cgroup: CgroupParent::new("nodus-bench"),
+        logs: d.join("logs"),
+        netns: std::sync::Arc::clone(&netns),
+        _keep: vec![Box::new(daemon), Box::new(dir), Box::new(netns)],
+    })
+}
+
+pub async fn containerd() -> Result<Target> {
+    let netns = std::sync::Arc::new(Netns::new("ctrd-bench")?);
+    let dir = tempfile::Builder::new().prefix("bench-ctrd-").tempdir()?;
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("net.d"))?;
+    std::fs::write(d.join("net.d/10-bench.conflist"), conflist(&d.join("ipam")))?;
+    let ctrd = Containerd::start_with(ContainerdOptions {
+        netns: Some(netns.as_ref()),
+        cni_bin_dir: Some(Path::new("/usr/lib/cni")),
+        cni_conf_dir: Some(&d.join("net.d")),
+        ..Default::default()
+    })?;
+    let (busybox, pause) = write_archives(d)?;
+    for a in [&busybox, &pause] {
+        let out = ctrd
+            .ctr(["-n", "k8s.io", "images", "import"])
+            .arg(a)
+            .output()?;
+        if !out.status.success() {
+            bail!("ctr import: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let c = nodus_crictl::connect(&ctrd.endpoint(), None, Duration::from_secs(10)).await?;
+    let sock = ctrd.socket().display().to_string();
+    let version = Command::new("containerd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .nth(2)
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    // containerd-shim-runc-v2 processes of this containerd, and the pause processes (the
+    // sandbox containers), which the app containers ("sleep 3600") are not.
+    Ok(Target {
+        name: format!("containerd {version}"),
+        endpoint: ctrd.endpoint(),
+        c,
+        daemon_pid: ctrd.pid(),
+        per_pod: Box::new(move |cmdline| {
+            (cmdline.contains("containerd-shim") && cmdline.contains(&sock))
+                || cmdline.starts_with("/bin/sleep inf")
+        }),
+        cgroup: CgroupParent::new("ctrd-bench"),
+        logs: d.join("logs"),
+        netns: std::sync::Arc::clone(&netns),
+        _keep: vec![Box::new(ctrd), Box::new(dir), Box::new(netns)],
+    })
+}
+
+pub fn kib(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn rss_kib(pid: u32) -> u64 {
+    kib(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default(),
+        "VmRSS:",
+    )
+}
+
+pub fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let idx = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[idx.min(v.len() - 1)]
+}
