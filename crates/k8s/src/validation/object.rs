@@ -1993,6 +1993,160 @@ fn validate_runtime_class(errs: &mut Errs, obj: &Value, old: Option<&Value>) {
     }
 }
 
+/// A CIDR as upstream's `IsValidCIDR` accepts it (address/prefix within the family's length).
+fn is_valid_cidr(c: &str) -> bool {
+    let Some((ip, bits)) = c.split_once('/') else {
+        return false;
+    };
+    let Ok(bits) = bits.parse::<u8>() else {
+        return false;
+    };
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => bits <= 32,
+        Ok(std::net::IpAddr::V6(_)) => bits <= 128,
+        Err(_) => false,
+    }
+}
+
+fn validate_endpoints(errs: &mut Errs, obj: &Value) {
+    let sp = Path::new("subsets");
+    for (i, ss) in arr(obj, "subsets").iter().enumerate() {
+        let ip = sp.index(i);
+        let addrs = arr(ss, "addresses");
+        let not_ready = arr(ss, "notReadyAddresses");
+        for (key, list) in [("addresses", addrs), ("notReadyAddresses", not_ready)] {
+            for (j, a) in list.iter().enumerate() {
+                let addr = s(a, "ip");
+                if addr.parse::<std::net::IpAddr>().is_err() {
+                    errs.push(FieldError::invalid(
+                        ip.child(key).index(j).child("ip"),
+                        json!(addr),
+                        "must be a valid IP address",
+                    ));
+                }
+            }
+        }
+        let ports = arr(ss, "ports");
+        for (j, p) in ports.iter().enumerate() {
+            let pp = ip.child("ports").index(j);
+            let name = s(p, "name");
+            if ports.len() > 1 && name.is_empty() {
+                errs.push(FieldError::required(pp.child("name"), ""));
+            } else if !name.is_empty() {
+                dns_label(errs, &pp.child("name"), name);
+            }
+            let num = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+            for m in is_valid_port_num(num) {
+                errs.push(FieldError::invalid(pp.child("port"), json!(num), m));
+            }
+            enum_field(errs, pp.child("protocol"), s(p, "protocol"), &PROTOCOLS);
+        }
+    }
+}
+
+fn validate_binding(errs: &mut Errs, obj: &Value) {
+    let empty = json!({});
+    let target = obj.get("target").unwrap_or(&empty);
+    let tp = Path::new("target");
+    if s(target, "name").is_empty() {
+        errs.push(FieldError::required(tp.child("name"), ""));
+    }
+    let kind = s(target, "kind");
+    if !kind.is_empty() && kind != "Node" {
+        not_supported(errs, tp.child("kind"), kind, &["Node", "<empty>"]);
+    }
+}
+
+/// Upstream's `ValidatePositiveIntOrPercent` (and `IsNotMoreThan100Percent` when `max_100`).
+fn int_or_percent(errs: &mut Errs, v: Option<&Value>, p: Path, max_100: bool) -> Option<i64> {
+    match v {
+        Some(Value::Number(n)) => {
+            let n = n.as_i64().unwrap_or(0);
+            if n < 0 {
+                errs.push(FieldError::invalid(
+                    &p,
+                    json!(n),
+                    "must be greater than or equal to 0",
+                ));
+            }
+            Some(n)
+        }
+        Some(Value::String(sv)) => {
+            let pct = sv
+                .strip_suffix('%')
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse::<i64>().ok());
+            match pct {
+                None => {
+                    errs.push(FieldError::invalid(
+                        &p,
+                        json!({"$stringer": sv}),
+                        "must be an integer or percentage (e.g '5%')",
+                    ));
+                    None
+                }
+                Some(n) => {
+                    if max_100 && n > 100 {
+                        errs.push(FieldError::invalid(
+                            &p,
+                            json!({"$stringer": sv}),
+                            "must not be greater than 100%",
+                        ));
+                    }
+                    Some(n)
+                }
+            }
+        }
+        _ => None,
+    }
+}
+
+fn validate_pdb(errs: &mut Errs, obj: &Value) {
+    let empty = json!({});
+    let spec = obj.get("spec").unwrap_or(&empty);
+    let sp = Path::new("spec");
+    if present(spec, "minAvailable") && present(spec, "maxUnavailable") {
+        errs.push(FieldError::invalid(
+            &sp,
+            spec.clone(),
+            "minAvailable and maxUnavailable cannot be both set",
+        ));
+    }
+    int_or_percent(
+        errs,
+        spec.get("minAvailable"),
+        sp.child("minAvailable"),
+        true,
+    );
+    int_or_percent(
+        errs,
+        spec.get("maxUnavailable"),
+        sp.child("maxUnavailable"),
+        true,
+    );
+    if let Some(sel) = spec.get("selector").filter(|v| !v.is_null()) {
+        let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
+            serde_json::from_value(sel.clone());
+        let checked = parsed
+            .map_err(|e| e.to_string())
+            .and_then(|sel| crate::selector::from_metav1(&sel).map_err(|e| e.to_string()));
+        if let Err(e) = checked {
+            errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), e));
+        }
+    }
+    if let Some(p) = spec
+        .get("unhealthyPodEvictionPolicy")
+        .and_then(Value::as_str)
+    {
+        enum_field(
+            errs,
+            sp.child("unhealthyPodEvictionPolicy"),
+            p,
+            &["AlwaysAllow", "IfHealthyBudget"],
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2534,159 +2688,5 @@ mod tests {
             .collect();
         assert_eq!(errs.len(), 2);
         assert_eq!(errs[1], "spec.containers: Required value");
-    }
-}
-
-/// A CIDR as upstream's `IsValidCIDR` accepts it (address/prefix within the family's length).
-fn is_valid_cidr(c: &str) -> bool {
-    let Some((ip, bits)) = c.split_once('/') else {
-        return false;
-    };
-    let Ok(bits) = bits.parse::<u8>() else {
-        return false;
-    };
-    match ip.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(_)) => bits <= 32,
-        Ok(std::net::IpAddr::V6(_)) => bits <= 128,
-        Err(_) => false,
-    }
-}
-
-fn validate_endpoints(errs: &mut Errs, obj: &Value) {
-    let sp = Path::new("subsets");
-    for (i, ss) in arr(obj, "subsets").iter().enumerate() {
-        let ip = sp.index(i);
-        let addrs = arr(ss, "addresses");
-        let not_ready = arr(ss, "notReadyAddresses");
-        for (key, list) in [("addresses", addrs), ("notReadyAddresses", not_ready)] {
-            for (j, a) in list.iter().enumerate() {
-                let addr = s(a, "ip");
-                if addr.parse::<std::net::IpAddr>().is_err() {
-                    errs.push(FieldError::invalid(
-                        ip.child(key).index(j).child("ip"),
-                        json!(addr),
-                        "must be a valid IP address",
-                    ));
-                }
-            }
-        }
-        let ports = arr(ss, "ports");
-        for (j, p) in ports.iter().enumerate() {
-            let pp = ip.child("ports").index(j);
-            let name = s(p, "name");
-            if ports.len() > 1 && name.is_empty() {
-                errs.push(FieldError::required(pp.child("name"), ""));
-            } else if !name.is_empty() {
-                dns_label(errs, &pp.child("name"), name);
-            }
-            let num = p.get("port").and_then(Value::as_i64).unwrap_or(0);
-            for m in is_valid_port_num(num) {
-                errs.push(FieldError::invalid(pp.child("port"), json!(num), m));
-            }
-            enum_field(errs, pp.child("protocol"), s(p, "protocol"), &PROTOCOLS);
-        }
-    }
-}
-
-fn validate_binding(errs: &mut Errs, obj: &Value) {
-    let empty = json!({});
-    let target = obj.get("target").unwrap_or(&empty);
-    let tp = Path::new("target");
-    if s(target, "name").is_empty() {
-        errs.push(FieldError::required(tp.child("name"), ""));
-    }
-    let kind = s(target, "kind");
-    if !kind.is_empty() && kind != "Node" {
-        not_supported(errs, tp.child("kind"), kind, &["Node", "<empty>"]);
-    }
-}
-
-/// Upstream's `ValidatePositiveIntOrPercent` (and `IsNotMoreThan100Percent` when `max_100`).
-fn int_or_percent(errs: &mut Errs, v: Option<&Value>, p: Path, max_100: bool) -> Option<i64> {
-    match v {
-        Some(Value::Number(n)) => {
-            let n = n.as_i64().unwrap_or(0);
-            if n < 0 {
-                errs.push(FieldError::invalid(
-                    &p,
-                    json!(n),
-                    "must be greater than or equal to 0",
-                ));
-            }
-            Some(n)
-        }
-        Some(Value::String(sv)) => {
-            let pct = sv
-                .strip_suffix('%')
-                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|n| n.parse::<i64>().ok());
-            match pct {
-                None => {
-                    errs.push(FieldError::invalid(
-                        &p,
-                        json!({"$stringer": sv}),
-                        "must be an integer or percentage (e.g '5%')",
-                    ));
-                    None
-                }
-                Some(n) => {
-                    if max_100 && n > 100 {
-                        errs.push(FieldError::invalid(
-                            &p,
-                            json!({"$stringer": sv}),
-                            "must not be greater than 100%",
-                        ));
-                    }
-                    Some(n)
-                }
-            }
-        }
-        _ => None,
-    }
-}
-
-fn validate_pdb(errs: &mut Errs, obj: &Value) {
-    let empty = json!({});
-    let spec = obj.get("spec").unwrap_or(&empty);
-    let sp = Path::new("spec");
-    if present(spec, "minAvailable") && present(spec, "maxUnavailable") {
-        errs.push(FieldError::invalid(
-            &sp,
-            spec.clone(),
-            "minAvailable and maxUnavailable cannot be both set",
-        ));
-    }
-    int_or_percent(
-        errs,
-        spec.get("minAvailable"),
-        sp.child("minAvailable"),
-        true,
-    );
-    int_or_percent(
-        errs,
-        spec.get("maxUnavailable"),
-        sp.child("maxUnavailable"),
-        true,
-    );
-    if let Some(sel) = spec.get("selector").filter(|v| !v.is_null()) {
-        let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
-            serde_json::from_value(sel.clone());
-        let checked = parsed
-            .map_err(|e| e.to_string())
-            .and_then(|sel| crate::selector::from_metav1(&sel).map_err(|e| e.to_string()));
-        if let Err(e) = checked {
-            errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), e));
-        }
-    }
-    if let Some(p) = spec
-        .get("unhealthyPodEvictionPolicy")
-        .and_then(Value::as_str)
-    {
-        enum_field(
-            errs,
-            sp.child("unhealthyPodEvictionPolicy"),
-            p,
-            &["AlwaysAllow", "IfHealthyBudget"],
-        );
     }
 }
