@@ -216,7 +216,13 @@ pub fn parse_quantity(s: &str) -> Result<ParsedQuantity, QuantityError> {
         dec_exp += i64::from(exponent);
     }
     let bin_exp = if base == 2 { exponent as u32 } else { 0 };
-    let cap = Big::from_u128(MAX_NANOS as u128);
+    // Upstream keeps short decimal values exactly (its int64 mantissa/scale fast path) and
+    // caps everything that takes its arbitrary-precision path at the int64 maximum.
+    let digit_count = parts.num.len() + parts.denom.len();
+    let fast_path =
+        base == 10 && digit_count <= 18 && i64::from(exponent) - parts.denom.len() as i64 >= -9;
+    let limit = if fast_path { i128::MAX } else { MAX_NANOS };
+    let cap = Big::from_u128(limit as u128);
     // At most 60 doublings: cheap, and capping must wait until the decimal scale is applied.
     for _ in 0..bin_exp {
         digits.mul_add(2, 0);
@@ -240,14 +246,20 @@ pub fn parse_quantity(s: &str) -> Result<ParsedQuantity, QuantityError> {
         }
     }
     let mut nanos = if digits.gt(&cap) {
-        MAX_NANOS
+        limit
     } else {
         digits.to_u128() as i128
     };
     if inexact {
         // Upstream rounds any non-zero remainder up to the next nano-unit.
-        nanos = (nanos + 1).min(MAX_NANOS);
+        nanos = (nanos + 1).min(limit);
     }
+    // Upstream reports a binary quantity below one unit as decimal ("avoids confusion").
+    let format = if format == Format::BinarySI && nanos > 0 && nanos < NANOS_PER_UNIT {
+        Format::DecimalSI
+    } else {
+        format
+    };
     if !parts.positive {
         nanos = -nanos;
     }
@@ -424,6 +436,171 @@ mod tests {
         assert_eq!(q("100000000000000000000E").value(), i64::MAX);
         assert_eq!(q("1Ei").value(), 1_152_921_504_606_846_976);
         assert_eq!(q("1234567890123456789.5m").value(), 1_234_567_890_123_457);
+    }
+
+    /// `decQuantity(v, scale, format)` of upstream's TestQuantityParse, as nano-units.
+    fn dec(v: i128, scale: i32) -> i128 {
+        let e = scale + 9;
+        if e >= 0 {
+            v * 10i128.pow(e as u32)
+        } else {
+            v / 10i128.pow((-e) as u32)
+        }
+    }
+
+    #[test]
+    fn upstream_parse_table() {
+        use Format::*;
+        let max = MAX_NANOS;
+        let table: Vec<(&str, i128, Format)> = vec![
+            ("0", 0, DecimalSI),
+            ("0n", 0, DecimalSI),
+            ("0u", 0, DecimalSI),
+            ("0m", 0, DecimalSI),
+            ("0Ki", 0, BinarySI),
+            ("0k", 0, DecimalSI),
+            ("0Mi", 0, BinarySI),
+            ("0M", 0, DecimalSI),
+            ("0Gi", 0, BinarySI),
+            ("0G", 0, DecimalSI),
+            ("0Ti", 0, BinarySI),
+            ("0T", 0, DecimalSI),
+            ("1", dec(1, 0), DecimalSI),
+            ("1Ki", dec(1024, 0), BinarySI),
+            ("8Ki", dec(8 * 1024, 0), BinarySI),
+            ("7Mi", dec(7 << 20, 0), BinarySI),
+            ("6Gi", dec(6 << 30, 0), BinarySI),
+            ("5Ti", dec(5 << 40, 0), BinarySI),
+            ("4Pi", dec(4 << 50, 0), BinarySI),
+            ("3Ei", dec(3 << 60, 0), BinarySI),
+            ("10Ti", dec(10 << 40, 0), BinarySI),
+            ("100Ti", dec(100 << 40, 0), BinarySI),
+            ("5n", dec(5, -9), DecimalSI),
+            ("4u", dec(4, -6), DecimalSI),
+            ("3m", dec(3, -3), DecimalSI),
+            ("9", dec(9, 0), DecimalSI),
+            ("8k", dec(8, 3), DecimalSI),
+            ("50k", dec(5, 4), DecimalSI),
+            ("7M", dec(7, 6), DecimalSI),
+            ("6G", dec(6, 9), DecimalSI),
+            ("5T", dec(5, 12), DecimalSI),
+            ("40T", dec(4, 13), DecimalSI),
+            ("300T", dec(3, 14), DecimalSI),
+            ("2P", dec(2, 15), DecimalSI),
+            ("1E", dec(1, 18), DecimalSI),
+            ("1E-3", dec(1, -3), DecimalExponent),
+            ("1e3", dec(1, 3), DecimalExponent),
+            ("1E6", dec(1, 6), DecimalExponent),
+            ("1e9", dec(1, 9), DecimalExponent),
+            ("1E12", dec(1, 12), DecimalExponent),
+            ("1e15", dec(1, 15), DecimalExponent),
+            ("1E18", dec(1, 18), DecimalExponent),
+            ("1e14", dec(1, 14), DecimalExponent),
+            ("100.035k", dec(100035, 0), DecimalSI),
+            ("0.001", dec(1, -3), DecimalSI),
+            ("0.0005k", dec(5, -1), DecimalSI),
+            ("0.005", dec(5, -3), DecimalSI),
+            ("0.05", dec(5, -2), DecimalSI),
+            ("0.5", dec(5, -1), DecimalSI),
+            ("0.00050k", dec(5, -1), DecimalSI),
+            ("0.00500", dec(5, -3), DecimalSI),
+            ("0.50000", dec(5, -1), DecimalSI),
+            ("0.5e0", dec(5, -1), DecimalExponent),
+            ("0.5e-1", dec(5, -2), DecimalExponent),
+            ("0.5e-2", dec(5, -3), DecimalExponent),
+            ("10.035M", dec(10035, 3), DecimalSI),
+            ("1.2e3", dec(12, 2), DecimalExponent),
+            ("1.3E+6", dec(13, 5), DecimalExponent),
+            ("1.40e9", dec(14, 8), DecimalExponent),
+            ("1.53E12", dec(153, 10), DecimalExponent),
+            ("1.6e15", dec(16, 14), DecimalExponent),
+            ("1.7E18", dec(17, 17), DecimalExponent),
+            ("9.01", dec(901, -2), DecimalSI),
+            ("8.1k", dec(81, 2), DecimalSI),
+            ("7.123456M", dec(7123456, 0), DecimalSI),
+            ("6.987654321G", dec(6987654321, 0), DecimalSI),
+            ("5.444T", dec(5444, 9), DecimalSI),
+            ("40.1T", dec(401, 11), DecimalSI),
+            ("300.2T", dec(3002, 11), DecimalSI),
+            ("2.5P", dec(25, 14), DecimalSI),
+            ("1.01E", dec(101, 16), DecimalSI),
+            ("3.001n", dec(4, -9), DecimalSI),
+            ("1.1E-9", dec(2, -9), DecimalExponent),
+            ("0.0000000001", dec(1, -9), DecimalSI),
+            ("0.0000000005", dec(1, -9), DecimalSI),
+            ("0.00000000050", dec(1, -9), DecimalSI),
+            ("0.5e-9", dec(1, -9), DecimalExponent),
+            ("0.9n", dec(1, -9), DecimalSI),
+            ("0.00000012345", dec(124, -9), DecimalSI),
+            ("0.00000012354", dec(124, -9), DecimalSI),
+            ("9Ei", max, BinarySI),
+            ("9223372036854775807Ki", max, BinarySI),
+            ("12E", dec(12, 18), DecimalSI),
+            ("100.035Ki", dec(10243584, -2), BinarySI),
+            ("0.5Mi", dec(512 * 1024, 0), BinarySI),
+            ("0.05Gi", dec(536870912, -1), BinarySI),
+            ("0.025Ti", dec(274877906944, -1), BinarySI),
+            ("0.000000000001Ki", dec(2, -9), DecimalSI),
+            (".001", dec(1, -3), DecimalSI),
+            (".0001k", dec(100, -3), DecimalSI),
+            ("1.", dec(1, 0), DecimalSI),
+            ("1.G", dec(1, 9), DecimalSI),
+        ];
+        for (input, nanos, format) in table {
+            for (prefix, sign) in [("", 1), ("+", 1), ("-", -1)] {
+                let s = format!("{prefix}{input}");
+                let got = parse_quantity(&s).map(|q| (q.nano_value(), q.format()));
+                assert_eq!(got, Ok((sign * nanos, format)), "{s}");
+            }
+        }
+        for bad in [
+            "1.1.M", "1+1.0M", "0.1mi", "0.1am", "aoeu", ".5i", "1i", "-3.01i", "-3.01e-", " 1",
+            "1 ",
+        ] {
+            assert!(parse_quantity(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn upstream_string_table() {
+        let cases = [
+            ("1Gi", "1Gi"),
+            ("300Mi", "300Mi"),
+            ("6Ki", "6Ki"),
+            ("1001Gi", "1001Gi"),
+            ("1024Gi", "1Ti"),
+            ("5", "5"),
+            ("1G", "1G"),
+            ("1000M", "1G"),
+            ("1000000k", "1G"),
+            ("1000000000", "1G"),
+            ("1m", "1m"),
+            ("80m", "80m"),
+            ("1080m", "1080m"),
+            ("1.08", "1080m"),
+            ("300M", "300M"),
+            ("1T", "1T"),
+            ("1234567M", "1234567M"),
+            ("3k", "3k"),
+            ("1025", "1025"),
+            ("0", "0"),
+            ("1e9", "1e9"),
+            ("1e-3", "1e-3"),
+            ("1e-9", "1e-9"),
+            ("80e-3", "80e-3"),
+            ("300e6", "300e6"),
+            ("1e12", "1e12"),
+            ("3e3", "3e3"),
+            ("-9010m", "-9010m"),
+            ("0.5Ki", "512"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                parse_quantity(input).map(|q| q.canonical()),
+                Ok(want.to_string()),
+                "{input}"
+            );
+        }
     }
 
     #[test]
