@@ -592,6 +592,7 @@ fn explain_with_the_v2_document() {
 /// The whole control plane (HTTPS, auth, REST, discovery, OpenAPI) in a private thread.
 struct ControlPlane {
     kubeconfig: PathBuf,
+    addr: SocketAddr,
     dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -617,7 +618,7 @@ impl ControlPlane {
                 );
                 match nodus_control_plane::start(cfg).await {
                     Ok(handle) => {
-                        let _ = ready_tx.send(Ok(handle.kubeconfig.clone()));
+                        let _ = ready_tx.send(Ok((handle.kubeconfig.clone(), handle.addr)));
                         let _ = shutdown_rx.await;
                         handle.shutdown().await;
                     }
@@ -627,13 +628,14 @@ impl ControlPlane {
                 }
             });
         });
-        let kubeconfig = match ready_rx.recv() {
+        let (kubeconfig, addr) = match ready_rx.recv() {
             Ok(Ok(k)) => k,
             Ok(Err(e)) => panic!("control plane did not start: {e}"),
             Err(e) => panic!("control plane thread died: {e}"),
         };
         ControlPlane {
             kubeconfig,
+            addr,
             dir,
             shutdown: Some(shutdown_tx),
             thread: Some(thread),
@@ -796,6 +798,13 @@ fn short_names_and_explain_work_against_the_real_server() {
     assert!(out.contains("Container image name."), "{out}");
     let out = cp.kubectl_ok(&["api-resources", "--api-group=apps", "-o", "name"]);
     assert!(out.lines().any(|l| l == "deployments.apps"), "{out}");
+    // Over HTTPS kubectl speaks HTTP/2: the address comes from `:authority`, not Host.
+    let out = cp.kubectl_ok(&["get", "--raw", "/api"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    assert_eq!(
+        v["serverAddressByClientCIDRs"][0]["serverAddress"],
+        cp.addr.to_string()
+    );
 }
 
 #[test]

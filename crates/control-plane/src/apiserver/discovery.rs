@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Path;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
 use base64::Engine;
@@ -530,18 +530,22 @@ fn aggregated_response(doc: &Aggregated, wanted: Wanted, headers: &HeaderMap) ->
     resp
 }
 
-/// `serverAddressByClientCIDRs` names the address clients reach us on; the Host header is
-/// exactly that address as this client sees it.
-fn server_address(headers: &HeaderMap) -> String {
-    headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .filter(|h| !h.is_empty())
-        .map(str::to_string)
+/// `serverAddressByClientCIDRs` names the address clients reach us on: the authority this
+/// client used, from the HTTP/2 `:authority` (kept in the URI) or the HTTP/1.1 Host header.
+fn server_address(uri: &Uri, headers: &HeaderMap) -> String {
+    uri.authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .filter(|h| !h.is_empty())
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| "127.0.0.1:6443".to_string())
 }
 
-async fn api(headers: HeaderMap) -> Response {
+async fn api(uri: Uri, headers: HeaderMap) -> Response {
     let docs = documents();
     match negotiate(&headers) {
         Some(Wanted::Legacy) => {
@@ -554,7 +558,7 @@ async fn api(headers: HeaderMap) -> Response {
                 "kind": "APIVersions",
                 "versions": versions,
                 "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address(&headers)}
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address(&uri, &headers)}
                 ],
             });
             json_response(StatusCode::OK, JSON, render(&body))
