@@ -118,11 +118,17 @@ pub fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Value {
     let causes: Vec<Value> = errs
         .iter()
         .map(|e| {
-            json!({
-                "reason": e.kind.reason(),
-                "message": e.body(),
-                "field": e.field,
-            })
+            // StatusCause fields are all omitempty upstream.
+            let mut c = Map::new();
+            c.insert("reason".into(), json!(e.kind.reason()));
+            let body = e.body();
+            if !body.is_empty() {
+                c.insert("message".into(), json!(body));
+            }
+            if !e.field.is_empty() {
+                c.insert("field".into(), json!(e.field));
+            }
+            Value::Object(c)
         })
         .collect();
     let message = match aggregate_messages(errs) {
@@ -327,6 +333,15 @@ mod tests {
             ),
             FieldError::required("spec.containers[0].name", ""),
         ];
+        let whole = invalid("ConfigMap", "c", &[FieldError::too_long("", 1_048_576)]);
+        assert_eq!(
+            whole["details"]["causes"],
+            json!([{"reason": "FieldValueTooLong", "message": "Too long: may not be more than 1048576 bytes"}])
+        );
+        assert_eq!(
+            whole["message"],
+            "ConfigMap \"c\" is invalid: : Too long: may not be more than 1048576 bytes"
+        );
         assert_eq!(
             invalid("Pod", "foo", &two)["message"],
             "Pod \"foo\" is invalid: [spec.containers[0].name: Required value, spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"Never\", \"OnFailure\"]"
