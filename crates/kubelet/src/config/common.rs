@@ -325,7 +325,7 @@ spec:
         decode_manifest(
             data.as_bytes(),
             ManifestOrigin::File("/etc/kubernetes/manifests/web.yaml"),
-            "Node-1",
+            "node-1",
         )
     }
 
@@ -349,7 +349,10 @@ spec:
         let annotations = p.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(annotations.get(CONFIG_HASH_ANNOTATION), Some(&uid));
         let spec = p.spec.as_ref().unwrap();
-        assert_eq!(spec.node_name.as_deref(), Some("Node-1"));
+        assert_eq!(spec.node_name.as_deref(), Some("node-1"));
+        // Node names are lowercase (the kubelet lowercases the host name); the pod name
+        // lowercases whatever it is given, as upstream's generatePodName.
+        assert_eq!(generate_pod_name("web", "Node-1"), "web-node-1");
         let tolerations = spec.tolerations.clone().unwrap_or_default();
         assert!(
             tolerations
@@ -479,5 +482,21 @@ spec:
         );
         let (pods, errors) = decode_file(&mixed);
         assert_eq!((pods.len(), errors.len()), (1, 1));
+    }
+
+    #[test]
+    fn validation_errors_name_the_field() {
+        let (pods, errors) = decode_file(&NGINX.replace("    image: nginx:1.27\n", ""));
+        assert!(pods.is_empty());
+        let msg = errors.first().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("spec.containers[0].image"), "{msg}");
+        assert!(
+            msg.starts_with("/etc/kubernetes/manifests/web.yaml: invalid pod"),
+            "{msg}"
+        );
+        let (pods, errors) = decode_file(&format!("{NGINX}  restartPolicy: Sometimes\n"));
+        assert!(pods.is_empty());
+        let msg = errors.first().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("spec.restartPolicy"), "{msg}");
     }
 }
