@@ -150,15 +150,12 @@ spec:
         "listing in a missing namespace is empty, as upstream"
     );
 
-    c.kubectl(&["create", "configmap", "cm", "--from-literal=a=1"])
-        .await
-        .ok();
-    let again = c
-        .kubectl(&["create", "configmap", "cm", "--from-literal=a=1"])
-        .await;
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: \"1\"}\n";
+    c.kubectl_stdin(&["create", "-f", "-"], Some(cm)).await.ok();
+    let again = c.kubectl_stdin(&["create", "-f", "-"], Some(cm)).await;
     assert_eq!(
         again.fails().trim(),
-        "error: failed to create configmap: configmaps \"cm\" already exists"
+        "Error from server (AlreadyExists): error when creating \"STDIN\": configmaps \"cm\" already exists"
     );
 
     // A stale resourceVersion is a conflict.
@@ -174,15 +171,9 @@ spec:
         "{err}"
     );
 
+    let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n";
     let intoms = c
-        .kubectl(&[
-            "create",
-            "configmap",
-            "x",
-            "-n",
-            "nowhere",
-            "--from-literal=a=b",
-        ])
+        .kubectl_stdin(&["create", "-n", "nowhere", "-f", "-"], Some(other))
         .await;
     assert!(
         intoms.fails().contains("namespaces \"nowhere\" not found"),
