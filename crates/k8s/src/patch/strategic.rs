@@ -112,12 +112,19 @@ fn merge_map(
 fn clean(v: Value, meta: FieldMeta) -> Result<Value, PatchError> {
     match v {
         Value::Object(p) => Ok(Value::Object(merge_map(Map::new(), p, meta.ty)?)),
-        Value::Array(p) if meta.merge => Ok(Value::Array(merge_slice_handler(
-            Vec::new(),
-            p,
-            meta,
-            false,
-        )?)),
+        // With nothing to merge into, upstream takes the list as given minus its directives
+        // (no merge keys are required; validation reports missing ones).
+        Value::Array(p) if meta.merge => {
+            let mut out = Vec::with_capacity(p.len());
+            for item in p {
+                match item {
+                    Value::Object(m) if m.contains_key(DIRECTIVE) => {}
+                    Value::Object(m) => out.push(Value::Object(merge_map(Map::new(), m, meta.ty)?)),
+                    other => out.push(other),
+                }
+            }
+            Ok(Value::Array(out))
+        }
         Value::Array(p) => Ok(Value::Array(p.into_iter().map(discard_nulls).collect())),
         other => Ok(other),
     }
@@ -610,6 +617,17 @@ mod tests {
         assert_eq!(
             smp("Pod", orig, patch).map(|o| o["spec"].clone()),
             Ok(json!({"containers": [{"name": "a", "image": "x"}]}))
+        );
+    }
+
+    #[test]
+    fn new_lists_need_no_merge_keys() {
+        let orig = json!({"metadata": {"name": "p"}});
+        let patch =
+            json!({"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "name": "rs"}]}});
+        assert_eq!(
+            smp("Pod", orig, patch).map(|o| o["metadata"]["ownerReferences"].clone()),
+            Ok(json!([{"kind": "ReplicaSet", "name": "rs"}]))
         );
     }
 
