@@ -455,6 +455,21 @@ async fn workers_end_with_the_pod() {
     wait_until("worker exit on Succeeded", || pm.worker_count() == 0).await;
     assert_eq!(pm.result(ProbeType::Readiness, "c1"), None);
 
+    // A terminating pod keeps only its readiness probing.
+    let with_liveness = {
+        let mut p = pod.clone();
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.liveness_probe = c.readiness_probe.clone();
+        p
+    };
+    statuses.set(running("app", "c1", true, started_ago(3600)));
+    pm.add_pod(&with_liveness);
+    assert_eq!(pm.worker_count(), 2);
+    pm.stop_liveness_and_startup(&with_liveness);
+    wait_until("liveness worker exit", || pm.worker_count() == 1).await;
+    pm.remove_pod(&with_liveness);
+    wait_until("readiness worker exit", || pm.worker_count() == 0).await;
+
     // cleanup_pods stops workers of pods no longer desired.
     statuses.set(running("app", "c1", true, started_ago(3600)));
     pm.add_pod(&pod);

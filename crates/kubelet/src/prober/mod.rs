@@ -225,6 +225,20 @@ impl ProbeManager {
         }
     }
 
+    /// Stops the pod's liveness and startup workers while it terminates (upstream's
+    /// `StopLivenessAndStartup`): a container being stopped must not be restarted for
+    /// failing them. Readiness keeps running so the pod turns not ready.
+    pub fn stop_liveness_and_startup(&self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        for (key, w) in lock(&self.inner.workers).iter() {
+            if key.pod_uid == uid && matches!(key.probe, ProbeType::Liveness | ProbeType::Startup) {
+                w.stop.notify_one();
+            }
+        }
+    }
+
     /// Stops the workers of every pod not in `desired_pod_uids`.
     pub fn cleanup_pods(&self, desired_pod_uids: &HashSet<String>) {
         lock(&self.inner.pods).retain(|uid, _| desired_pod_uids.contains(uid));
