@@ -1218,6 +1218,52 @@ mod tests {
     }
 
     #[test]
+    fn init_and_sidecar_pods() {
+        let pod = |init_status: Value| {
+            json!({"metadata": {"name": "p"},
+                   "spec": {"initContainers": [{"name": "a"}, {"name": "b"}], "containers": [{"name": "c"}]},
+                   "status": {"phase": "Pending", "initContainerStatuses": [init_status],
+                              "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "PodInitializing"}}}]}})
+        };
+        let status = |v: Value| row("Pod", "", v)[2].clone();
+        assert_eq!(
+            status(pod(
+                json!({"name": "a", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}})
+            )),
+            json!("Init:Error")
+        );
+        assert_eq!(
+            status(pod(
+                json!({"name": "a", "state": {"waiting": {"reason": "CrashLoopBackOff"}}})
+            )),
+            json!("Init:CrashLoopBackOff")
+        );
+        assert_eq!(
+            status(pod(
+                json!({"name": "a", "state": {"terminated": {"exitCode": 3}}})
+            )),
+            json!("Init:ExitCode:3")
+        );
+        assert_eq!(
+            status(pod(
+                json!({"name": "a", "state": {"terminated": {"exitCode": 0, "signal": 9}}})
+            )),
+            json!("Pending")
+        );
+        let sidecar = json!({"metadata": {"name": "p"},
+            "spec": {"initContainers": [{"name": "proxy", "restartPolicy": "Always"}], "containers": [{"name": "app"}]},
+            "status": {"phase": "Running",
+                "conditions": [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": "True"}],
+                "initContainerStatuses": [{"name": "proxy", "started": true, "ready": true, "restartCount": 2, "state": {"running": {}}}],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]}});
+        let cells = row("Pod", "", sidecar);
+        assert_eq!(
+            (cells[1].clone(), cells[2].clone(), cells[3].clone()),
+            (json!("2/2"), json!("Running"), json!("2"))
+        );
+    }
+
+    #[test]
     fn node_rows() {
         assert_eq!(
             names("Node", "")
