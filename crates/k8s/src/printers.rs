@@ -1248,7 +1248,7 @@ mod tests {
             status(pod(
                 json!({"name": "a", "state": {"terminated": {"exitCode": 0, "signal": 9}}})
             )),
-            json!("Pending")
+            json!("PodInitializing")
         );
         let sidecar = json!({"metadata": {"name": "p"},
             "spec": {"initContainers": [{"name": "proxy", "restartPolicy": "Always"}], "containers": [{"name": "app"}]},
