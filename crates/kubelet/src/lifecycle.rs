@@ -236,6 +236,24 @@ mod tests {
         assert!(r.is_ok(), "{r:?}");
         assert_eq!(hits.load(Ordering::SeqCst), 1);
 
+        // An https hook answered in plain HTTP is retried over http, as upstream.
+        let mut https = handler.clone();
+        if let Some(a) = https.http_get.as_mut() {
+            a.scheme = Some("HTTPS".into());
+        }
+        let r = run_handler(
+            &runtime(),
+            &pod(),
+            &container(),
+            "cid",
+            &https,
+            Some("127.0.0.1"),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+
         // Nobody listening: the hook fails with upstream's wording.
         let closed = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())

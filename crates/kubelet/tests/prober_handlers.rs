@@ -170,6 +170,20 @@ async fn http_connection_errors_and_timeouts_are_failures_worded_like_go() {
         )
     );
 
+    let plain = serve(Router::new().route("/", get(|| async { "plain" }))).await;
+    let mut https = action(plain, "/");
+    https.scheme = Some("HTTPS".into());
+    let r = probe(&https).await;
+    assert_eq!(
+        r,
+        HandlerResult::new(
+            Outcome::Failure,
+            format!(
+                "Get \"https://127.0.0.1:{plain}/\": http: server gave HTTP response to HTTPS client"
+            )
+        )
+    );
+
     let slow = serve(Router::new().route(
         "/slow",
         get(|| async {

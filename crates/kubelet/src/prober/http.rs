@@ -272,6 +272,9 @@ fn go_client_error(url: &str, e: &reqwest::Error) -> String {
             "Get {url:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
         );
     }
+    if url.starts_with("https://") && is_http_response_to_https(e) {
+        return format!("Get {url:?}: http: server gave HTTP response to HTTPS client");
+    }
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
