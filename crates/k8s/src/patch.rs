@@ -46,9 +46,18 @@ pub fn json_merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// Whether strategic merge patch knows the kind (every built-in kind of the catalogue).
+/// Built-in kinds served only through subresources, which upstream also patches strategically.
+const SUBRESOURCE_KINDS: [(&str, &str); 3] = [
+    ("autoscaling", "Scale"),
+    ("policy", "Eviction"),
+    ("authentication.k8s.io", "TokenRequest"),
+];
+
+/// Whether strategic merge patch knows the kind: every built-in kind of the catalogue and
+/// the subresource kinds (Scale, Eviction, TokenRequest); never custom resources.
 pub fn supports_strategic(gvk: &Gvk) -> bool {
     crate::catalog::by_kind(&gvk.group, &gvk.kind).is_some()
+        || SUBRESOURCE_KINDS.contains(&(gvk.group.as_str(), gvk.kind.as_str()))
 }
 
 #[cfg(test)]

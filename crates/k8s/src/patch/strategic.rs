@@ -632,6 +632,17 @@ mod tests {
     }
 
     #[test]
+    fn scale_subresource_patches() {
+        let gvk = Gvk::new("autoscaling", "v1", "Scale");
+        let out = strategic_merge_patch(
+            &gvk,
+            &json!({"spec": {"replicas": 1}}),
+            &json!({"spec": {"replicas": 3}}),
+        );
+        assert_eq!(out, Ok(json!({"spec": {"replicas": 3}})));
+    }
+
+    #[test]
     fn unknown_kinds_are_unsupported() {
         let gvk = Gvk::new("example.com", "v1", "Widget");
         assert_eq!(
