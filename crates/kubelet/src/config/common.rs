@@ -499,4 +499,88 @@ spec:
         let msg = errors.first().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("spec.restartPolicy"), "{msg}");
     }
+
+    /// The shape kubeadm writes to /etc/kubernetes/manifests: host network, priority
+    /// class, seccomp, probes against 127.0.0.1, hostPath volumes, resource requests.
+    const KUBEADM_ETCD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  annotations:
+    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://10.0.0.10:2379
+  creationTimestamp: null
+  labels:
+    component: etcd
+    tier: control-plane
+  name: etcd
+  namespace: kube-system
+spec:
+  containers:
+  - command:
+    - etcd
+    - --advertise-client-urls=https://10.0.0.10:2379
+    - --data-dir=/var/lib/etcd
+    image: registry.k8s.io/etcd:3.5.21-0
+    imagePullPolicy: IfNotPresent
+    livenessProbe:
+      failureThreshold: 8
+      httpGet:
+        host: 127.0.0.1
+        path: /livez
+        port: 2381
+        scheme: HTTP
+      initialDelaySeconds: 10
+      periodSeconds: 10
+      timeoutSeconds: 15
+    name: etcd
+    resources:
+      requests:
+        cpu: 100m
+        memory: 100Mi
+    startupProbe:
+      failureThreshold: 24
+      httpGet:
+        host: 127.0.0.1
+        path: /readyz
+        port: 2381
+        scheme: HTTP
+      initialDelaySeconds: 10
+      periodSeconds: 10
+      timeoutSeconds: 15
+    volumeMounts:
+    - mountPath: /var/lib/etcd
+      name: etcd-data
+  hostNetwork: true
+  priority: 2000001000
+  priorityClassName: system-node-critical
+  securityContext:
+    seccompProfile:
+      type: RuntimeDefault
+  volumes:
+  - hostPath:
+      path: /var/lib/etcd
+      type: DirectoryOrCreate
+    name: etcd-data
+status: {}
+"#;
+
+    #[test]
+    fn a_kubeadm_control_plane_manifest_is_accepted() {
+        let (pods, errors) = decode_manifest(
+            KUBEADM_ETCD.as_bytes(),
+            ManifestOrigin::File("/etc/kubernetes/manifests/etcd.yaml"),
+            "cp-1",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let p = &pods[0];
+        assert_eq!(p.metadata.name.as_deref(), Some("etcd-cp-1"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("kube-system"));
+        let annotations = p.metadata.annotations.clone().unwrap_or_default();
+        assert!(annotations.contains_key("kubeadm.kubernetes.io/etcd.advertise-client-urls"));
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.host_network, Some(true));
+        let probe = spec.containers[0].startup_probe.as_ref().unwrap();
+        assert_eq!(probe.failure_threshold, Some(24));
+        assert_eq!(probe.success_threshold, Some(1), "probe defaults applied");
+    }
 }
