@@ -143,6 +143,12 @@ fn default_pod_value(o: &mut Map<String, Value>) {
         for c in arr_mut(spec, list) {
             if let Value::Object(c) = c {
                 requests_from_limits(c);
+                // InPlacePodVerticalScaling (on by default since 1.33) defaults the resize
+                // policy of app containers and sidecars that have requests.
+                let is_sidecar = c.get("restartPolicy").and_then(Value::as_str) == Some("Always");
+                if list == "containers" || is_sidecar {
+                    default_resize_policy(c);
+                }
             }
         }
     }
@@ -166,6 +172,50 @@ fn requests_from_limits(c: &mut Map<String, Value>) {
     let requests = obj_mut(obj_mut(c, "resources"), "requests");
     for (k, v) in limits {
         requests.entry(k).or_insert(v);
+    }
+}
+
+/// Upstream's `setDefaultResizePolicy`: `NotRequired` for cpu and memory when the container
+/// requests or limits them and names no policy for them.
+fn default_resize_policy(c: &mut Map<String, Value>) {
+    let Some(resources) = c.get("resources") else {
+        return;
+    };
+    if resources
+        .get("requests")
+        .and_then(Value::as_object)
+        .is_none()
+    {
+        return;
+    }
+    let has = |kind: &str, name: &str| resources.get(kind).and_then(|r| r.get(name)).is_some();
+    let wanted: Vec<&str> = ["cpu", "memory"]
+        .into_iter()
+        .filter(|r| has("requests", r) || has("limits", r))
+        .collect();
+    let named: Vec<String> = c
+        .get("resizePolicy")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p.get("resourceName").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let missing: Vec<Value> = wanted
+        .into_iter()
+        .filter(|r| !named.iter().any(|n| n == r))
+        .map(|r| json!({"resourceName": r, "restartPolicy": "NotRequired"}))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let list = c.entry("resizePolicy").or_insert_with(|| json!([]));
+    if let Value::Array(a) = list {
+        a.extend(missing);
+    } else {
+        *list = Value::Array(missing);
     }
 }
 
@@ -492,6 +542,11 @@ mod tests {
             json!({"cpu": "500m", "memory": "1Gi"})
         );
         assert_eq!(
+            c["resizePolicy"],
+            json!([{"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                   {"resourceName": "memory", "restartPolicy": "NotRequired"}])
+        );
+        assert_eq!(
             c["livenessProbe"],
             json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
                    "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
@@ -542,6 +597,7 @@ mod tests {
         assert_eq!(t["restartPolicy"], "Always");
         assert!(t.get("enableServiceLinks").is_none());
         assert!(t["containers"][0]["resources"].get("requests").is_none());
+        assert!(t["containers"][0].get("resizePolicy").is_none());
         let recreate = defaulted(
             "Deployment",
             "apps",
