@@ -160,6 +160,15 @@ pub fn is_static_pod(pod: &Pod) -> bool {
     matches!(pod_source(pod), Some(s) if s != API_SOURCE)
 }
 
+/// A mirror pod is the API server's copy of a static pod; it carries the
+/// `kubernetes.io/config.mirror` annotation (upstream's `kubetypes.IsMirrorPod`).
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
+}
+
 /// `<name>_<namespace>`, upstream's `kubecontainer.GetPodFullName`.
 pub fn pod_full_name(pod: &Pod) -> String {
     format!(
@@ -233,6 +242,10 @@ mod tests {
             Some([(CONFIG_SOURCE_ANNOTATION.to_string(), "api".to_string())].into());
         assert!(!is_static_pod(&p));
         assert_eq!(pod_full_name(&p), "etcd-node1_kube-system");
+        assert!(!is_mirror_pod(&p));
+        p.metadata.annotations =
+            Some([(CONFIG_MIRROR_ANNOTATION.to_string(), "hash".to_string())].into());
+        assert!(is_mirror_pod(&p));
         assert_eq!(format_pod(&p), "etcd-node1_kube-system(1)");
     }
 }
