@@ -143,12 +143,6 @@ fn default_pod_value(o: &mut Map<String, Value>) {
         for c in arr_mut(spec, list) {
             if let Value::Object(c) = c {
                 requests_from_limits(c);
-                // InPlacePodVerticalScaling (on by default since 1.33) defaults the resize
-                // policy of app containers and sidecars that have requests.
-                let is_sidecar = c.get("restartPolicy").and_then(Value::as_str) == Some("Always");
-                if list == "containers" || is_sidecar {
-                    default_resize_policy(c);
-                }
             }
         }
     }
@@ -172,50 +166,6 @@ fn requests_from_limits(c: &mut Map<String, Value>) {
     let requests = obj_mut(obj_mut(c, "resources"), "requests");
     for (k, v) in limits {
         requests.entry(k).or_insert(v);
-    }
-}
-
-/// Upstream's `setDefaultResizePolicy`: `NotRequired` for cpu and memory when the container
-/// requests or limits them and names no policy for them.
-fn default_resize_policy(c: &mut Map<String, Value>) {
-    let Some(resources) = c.get("resources") else {
-        return;
-    };
-    if resources
-        .get("requests")
-        .and_then(Value::as_object)
-        .is_none()
-    {
-        return;
-    }
-    let has = |kind: &str, name: &str| resources.get(kind).and_then(|r| r.get(name)).is_some();
-    let wanted: Vec<&str> = ["cpu", "memory"]
-        .into_iter()
-        .filter(|r| has("requests", r) || has("limits", r))
-        .collect();
-    let named: Vec<String> = c
-        .get("resizePolicy")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| p.get("resourceName").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    let missing: Vec<Value> = wanted
-        .into_iter()
-        .filter(|r| !named.iter().any(|n| n == r))
-        .map(|r| json!({"resourceName": r, "restartPolicy": "NotRequired"}))
-        .collect();
-    if missing.is_empty() {
-        return;
-    }
-    let list = c.entry("resizePolicy").or_insert_with(|| json!([]));
-    if let Value::Array(a) = list {
-        a.extend(missing);
-    } else {
-        *list = Value::Array(missing);
     }
 }
 
@@ -247,13 +197,49 @@ fn default_pod_spec(spec: &mut Map<String, Value>) {
         for c in arr_mut(spec, list) {
             if let Value::Object(c) = c {
                 default_container(c);
+                if let Some(Value::Object(r)) = c.get_mut("resources") {
+                    for key in ["requests", "limits"] {
+                        canonical_resource_list(r.get_mut(key));
+                    }
+                }
             }
+        }
+    }
+    canonical_resource_list(spec.get_mut("overhead"));
+    if let Some(Value::Object(r)) = spec.get_mut("resources") {
+        for key in ["requests", "limits"] {
+            canonical_resource_list(r.get_mut(key));
         }
     }
     for v in arr_mut(spec, "volumes") {
         if let Value::Object(v) = v {
             default_volume(v);
         }
+    }
+}
+
+/// Upstream's `SetDefaults_ResourceList` rounds every quantity up to milli-units, and the
+/// stored object carries each quantity in its canonical form (`0.5` → `500m`,
+/// `1024Mi` → `1Gi`). Unparseable quantities are left for validation to report.
+fn canonical_resource_list(list: Option<&mut Value>) {
+    let Some(Value::Object(m)) = list else { return };
+    for v in m.values_mut() {
+        let Some(q) = v
+            .as_str()
+            .and_then(|s| crate::quantity::parse_quantity(s).ok())
+        else {
+            continue;
+        };
+        let n = q.nano_value();
+        let milli = 1_000_000i128;
+        let rounded = if n % milli == 0 {
+            n
+        } else if n > 0 {
+            (n / milli + 1) * milli
+        } else {
+            (n / milli - 1) * milli
+        };
+        *v = json!(crate::quantity::ParsedQuantity::from_nanos(rounded, q.format()).canonical());
     }
 }
 
@@ -368,6 +354,17 @@ fn default_volume(v: &mut Map<String, Value>) {
     if let Some(Value::Object(h)) = v.get_mut("hostPath") {
         set_val(h, "type", json!(""));
     }
+    if let Some(Value::Object(img)) = v.get_mut("image")
+        && is_unset(img.get("pullPolicy"))
+    {
+        let reference = img.get("reference").and_then(Value::as_str).unwrap_or("");
+        let policy = if image_tag(reference) == "latest" {
+            "Always"
+        } else {
+            "IfNotPresent"
+        };
+        img.insert("pullPolicy".into(), json!(policy));
+    }
     for src in ["secret", "configMap", "downwardAPI", "projected"] {
         if let Some(Value::Object(s)) = v.get_mut(src) {
             set_val(s, "defaultMode", json!(420));
@@ -432,8 +429,23 @@ fn default_daemonset(o: &mut Map<String, Value>) {
 fn default_service(o: &mut Map<String, Value>) {
     let spec = obj_mut(o, "spec");
     set_str(spec, "sessionAffinity", "None");
-    if spec.get("sessionAffinity").and_then(Value::as_str) == Some("None") {
-        spec.remove("sessionAffinityConfig");
+    match spec.get("sessionAffinity").and_then(Value::as_str) {
+        Some("None") => {
+            spec.remove("sessionAffinityConfig");
+        }
+        Some("ClientIP") => {
+            let has_timeout = spec
+                .get("sessionAffinityConfig")
+                .and_then(|c| c.pointer("/clientIP/timeoutSeconds"))
+                .is_some_and(|t| !t.is_null());
+            if !has_timeout {
+                spec.insert(
+                    "sessionAffinityConfig".into(),
+                    json!({"clientIP": {"timeoutSeconds": 10800}}),
+                );
+            }
+        }
+        _ => {}
     }
     set_str(spec, "type", "ClusterIP");
     let ty = spec
@@ -473,6 +485,22 @@ fn default_service(o: &mut Map<String, Value>) {
     if ty != "ExternalName" {
         set_val(spec, "ipFamilyPolicy", json!("SingleStack"));
     }
+    if ty == "LoadBalancer"
+        && let Some(Value::Array(ingress)) = o
+            .get_mut("status")
+            .and_then(|s| s.get_mut("loadBalancer"))
+            .and_then(|l| l.get_mut("ingress"))
+    {
+        for ing in ingress.iter_mut() {
+            let has_ip = ing
+                .get("ip")
+                .and_then(Value::as_str)
+                .is_some_and(|ip| !ip.is_empty());
+            if let (true, Value::Object(m)) = (has_ip, ing) {
+                set_val(m, "ipMode", json!("VIP"));
+            }
+        }
+    }
 }
 
 fn default_namespace(o: &mut Map<String, Value>) {
@@ -495,6 +523,8 @@ fn default_node(o: &mut Map<String, Value>) {
     let Some(Value::Object(status)) = o.get_mut("status") else {
         return;
     };
+    canonical_resource_list(status.get_mut("capacity"));
+    canonical_resource_list(status.get_mut("allocatable"));
     if matches!(status.get("allocatable"), None | Some(Value::Null))
         && let Some(cap) = status.get("capacity").cloned()
         && !cap.is_null()
@@ -541,11 +571,8 @@ mod tests {
             c["resources"]["requests"],
             json!({"cpu": "500m", "memory": "1Gi"})
         );
-        assert_eq!(
-            c["resizePolicy"],
-            json!([{"resourceName": "cpu", "restartPolicy": "NotRequired"},
-                   {"resourceName": "memory", "restartPolicy": "NotRequired"}])
-        );
+        // No resize policy defaulting: upstream dropped it when the feature went beta.
+        assert!(c.get("resizePolicy").is_none());
         assert_eq!(
             c["livenessProbe"],
             json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
@@ -555,6 +582,37 @@ mod tests {
         assert_eq!(spec["volumes"][0]["emptyDir"], json!({}));
         assert_eq!(spec["volumes"][1]["secret"]["defaultMode"], 420);
         assert_eq!(spec["volumes"][2]["hostPath"]["type"], "");
+    }
+
+    #[test]
+    fn quantities_are_rounded_to_milli_and_canonical() {
+        let pod = defaulted(
+            "Pod",
+            "",
+            json!({"spec": {"containers": [{"name": "c", "image": "x:1",
+            "resources": {"limits": {"cpu": "0.5", "memory": "1024Mi"}, "requests": {"cpu": "1.5m", "memory": "1e3"}}}]}}),
+        );
+        let r = &pod["spec"]["containers"][0]["resources"];
+        assert_eq!(r["limits"], json!({"cpu": "500m", "memory": "1Gi"}));
+        assert_eq!(r["requests"], json!({"cpu": "2m", "memory": "1e3"}));
+        let node = defaulted(
+            "Node",
+            "",
+            json!({"status": {"capacity": {"cpu": "4", "memory": "8048312Ki", "pods": "110"}}}),
+        );
+        assert_eq!(
+            node["status"]["allocatable"],
+            json!({"cpu": "4", "memory": "8048312Ki", "pods": "110"})
+        );
+        let svc = defaulted(
+            "Service",
+            "",
+            json!({"spec": {"sessionAffinity": "ClientIP", "ports": [{"port": 80}]}}),
+        );
+        assert_eq!(
+            svc["spec"]["sessionAffinityConfig"],
+            json!({"clientIP": {"timeoutSeconds": 10800}})
+        );
     }
 
     #[test]
@@ -597,7 +655,6 @@ mod tests {
         assert_eq!(t["restartPolicy"], "Always");
         assert!(t.get("enableServiceLinks").is_none());
         assert!(t["containers"][0]["resources"].get("requests").is_none());
-        assert!(t["containers"][0].get("resizePolicy").is_none());
         let recreate = defaulted(
             "Deployment",
             "apps",
