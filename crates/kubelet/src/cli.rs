@@ -4,6 +4,7 @@
 use crate::config::{self, PodConfig};
 use crate::cri;
 use crate::kubelet::{Core, Syncer};
+use crate::kubeletconfig::{KubeletConfiguration, parse_duration};
 use crate::kuberuntime::sandbox::SandboxSettings;
 use crate::kuberuntime::{KubeRuntime, Settings};
 use crate::metrics::Metrics;
@@ -18,88 +19,183 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Flags of `nodus kubelet`, named and defaulted as upstream's kubelet.
+/// Flags of `nodus kubelet`, named and defaulted as upstream's kubelet. Flags left unset
+/// take their value from `--config`, then upstream's default.
 #[derive(Debug, clap::Args)]
 pub struct KubeletArgs {
-    /// The CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
-    #[arg(long, default_value = "unix:///run/nodus/nodus.sock")]
-    pub container_runtime_endpoint: String,
+    /// A kubelet.config.k8s.io/v1beta1 KubeletConfiguration file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The CRI endpoint [default: unix:///run/nodus/nodus.sock].
+    #[arg(long)]
+    pub container_runtime_endpoint: Option<String>,
     /// Directory for the kubelet's files (pod dirs, volumes).
     #[arg(long, default_value = "/var/lib/kubelet")]
     pub root_dir: PathBuf,
-    /// Directory of static pod manifests (upstream's staticPodPath).
+    /// Directory of static pod manifests (staticPodPath).
     #[arg(long)]
     pub pod_manifest_path: Option<PathBuf>,
     /// URL of a pod manifest or PodList to run as static pods (staticPodURL).
     #[arg(long)]
     pub manifest_url: Option<String>,
-    /// How often the static pod directory is re-read besides inotify (fileCheckFrequency).
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
-    pub file_check_frequency: Duration,
-    /// How often the manifest URL is fetched (httpCheckFrequency).
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
-    pub http_check_frequency: Duration,
+    /// How often the static pod directory is re-read besides inotify [default: 20s].
+    #[arg(long)]
+    pub file_check_frequency: Option<String>,
+    /// How often the manifest URL is fetched [default: 20s].
+    #[arg(long)]
+    pub http_check_frequency: Option<String>,
+    /// How often every pod is re-synced at the latest [default: 1m].
+    #[arg(long)]
+    pub sync_frequency: Option<String>,
     /// The node's name instead of the host name.
     #[arg(long)]
     pub hostname_override: Option<String>,
     /// The node's IP address (default: the first global address of the host).
     #[arg(long)]
     pub node_ip: Option<IpAddr>,
-    /// The cgroup under which pod cgroups are created (cgroupfs driver).
-    #[arg(long, default_value = "/kubepods")]
-    pub cgroup_root: String,
-    /// Where containers' logs go (upstream's podLogsDir).
-    #[arg(long, default_value = "/var/log/pods")]
-    pub pod_logs_dir: PathBuf,
+    /// The cgroup under which pod cgroups are created, cgroupfs driver [default: /kubepods].
+    #[arg(long)]
+    pub cgroup_root: Option<String>,
+    /// Where containers' logs go (podLogsDir) [default: /var/log/pods].
+    #[arg(long)]
+    pub pod_logs_dir: Option<PathBuf>,
     /// DNS servers pods with dnsPolicy ClusterFirst use (clusterDNS).
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
-    /// The cluster's DNS domain (clusterDomain).
-    #[arg(long, default_value = "cluster.local")]
-    pub cluster_domain: String,
-    /// The resolver file pods with dnsPolicy Default inherit (resolvConf).
-    #[arg(long, default_value = "/etc/resolv.conf")]
-    pub resolv_conf: PathBuf,
-    /// Port of the healthz server; 0 disables it.
-    #[arg(long, default_value_t = 10248)]
-    pub healthz_port: u16,
-    #[arg(long, default_value = "127.0.0.1")]
-    pub healthz_bind_address: IpAddr,
-    /// The unauthenticated read-only port (/pods, /metrics, /healthz); 0 disables it.
-    #[arg(long, default_value_t = 0)]
-    pub read_only_port: u16,
-    /// Address the read-only port binds to.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub address: IpAddr,
+    /// The cluster's DNS domain [default: cluster.local].
+    #[arg(long)]
+    pub cluster_domain: Option<String>,
+    /// The resolver file pods with dnsPolicy Default inherit [default: /etc/resolv.conf].
+    #[arg(long)]
+    pub resolv_conf: Option<PathBuf>,
+    /// Port of the healthz server; 0 disables it [default: 10248].
+    #[arg(long)]
+    pub healthz_port: Option<u16>,
+    /// [default: 127.0.0.1]
+    #[arg(long)]
+    pub healthz_bind_address: Option<IpAddr>,
+    /// The unauthenticated read-only port (/pods, /metrics, /healthz); 0 disables it [default: 0].
+    #[arg(long)]
+    pub read_only_port: Option<u16>,
+    /// Address the read-only port binds to [default: 0.0.0.0].
+    #[arg(long)]
+    pub address: Option<IpAddr>,
     /// Feature gates, e.g. EventedPLEG=true.
     #[arg(long, value_delimiter = ',')]
     pub feature_gates: Vec<String>,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("invalid duration {s:?}: use Go's form, e.g. 20s, 1m, 500ms");
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        let value: f64 = rest[..n].parse().map_err(|_| err())?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = match &rest[..u] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(err()),
-        };
-        rest = &rest[u..];
-        total += Duration::from_secs_f64(value * unit);
-    }
-    Ok(total)
+/// Flags, config file and defaults merged.
+struct Resolved {
+    endpoint: String,
+    pod_manifest_path: Option<PathBuf>,
+    manifest_url: Option<String>,
+    file_check_frequency: Duration,
+    http_check_frequency: Duration,
+    sync_frequency: Duration,
+    cgroup_root: String,
+    pod_logs_dir: PathBuf,
+    cluster_dns: Vec<String>,
+    cluster_domain: String,
+    resolv_conf: PathBuf,
+    healthz: SocketAddr,
+    read_only: SocketAddr,
+    evented_pleg: bool,
+}
+
+fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
+    let c = match &args.config {
+        Some(p) => KubeletConfiguration::load(p)?,
+        None => KubeletConfiguration::default(),
+    };
+    let dur = |flag: &Option<String>, file: &Option<String>, default: &str, name: &str| {
+        let v = flag
+            .clone()
+            .or_else(|| file.clone())
+            .unwrap_or_else(|| default.to_string());
+        parse_duration(&v).map_err(|e| RunError::Flag(format!("--{name}: {e}")))
+    };
+    let ip = |flag: Option<IpAddr>, file: &Option<String>, default: &str, name: &str| match flag {
+        Some(ip) => Ok(ip),
+        None => file
+            .as_deref()
+            .unwrap_or(default)
+            .parse::<IpAddr>()
+            .map_err(|e| RunError::Flag(format!("{name}: {e}"))),
+    };
+    let mut gates: Vec<String> = c
+        .feature_gates
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    gates.extend(args.feature_gates.iter().cloned());
+    Ok(Resolved {
+        endpoint: args
+            .container_runtime_endpoint
+            .clone()
+            .or(c.container_runtime_endpoint)
+            .unwrap_or_else(|| "unix:///run/nodus/nodus.sock".into()),
+        pod_manifest_path: args.pod_manifest_path.clone().or(c.static_pod_path),
+        manifest_url: args.manifest_url.clone().or(c.static_pod_url),
+        file_check_frequency: dur(
+            &args.file_check_frequency,
+            &c.file_check_frequency,
+            "20s",
+            "file-check-frequency",
+        )?,
+        http_check_frequency: dur(
+            &args.http_check_frequency,
+            &c.http_check_frequency,
+            "20s",
+            "http-check-frequency",
+        )?,
+        sync_frequency: dur(
+            &args.sync_frequency,
+            &c.sync_frequency,
+            "1m",
+            "sync-frequency",
+        )?,
+        cgroup_root: args
+            .cgroup_root
+            .clone()
+            .or(c.cgroup_root)
+            .unwrap_or_else(|| "/kubepods".into()),
+        pod_logs_dir: args
+            .pod_logs_dir
+            .clone()
+            .or(c.pod_logs_dir)
+            .unwrap_or_else(|| "/var/log/pods".into()),
+        cluster_dns: if args.cluster_dns.is_empty() {
+            c.cluster_dns.unwrap_or_default()
+        } else {
+            args.cluster_dns.clone()
+        },
+        cluster_domain: args
+            .cluster_domain
+            .clone()
+            .or(c.cluster_domain)
+            .unwrap_or_else(|| "cluster.local".into()),
+        resolv_conf: args
+            .resolv_conf
+            .clone()
+            .or(c.resolv_conf)
+            .unwrap_or_else(|| "/etc/resolv.conf".into()),
+        healthz: SocketAddr::new(
+            ip(
+                args.healthz_bind_address,
+                &c.healthz_bind_address,
+                "127.0.0.1",
+                "healthzBindAddress",
+            )?,
+            args.healthz_port.or(c.healthz_port).unwrap_or(10248),
+        ),
+        read_only: SocketAddr::new(
+            ip(args.address, &c.address, "0.0.0.0", "address")?,
+            args.read_only_port.or(c.read_only_port).unwrap_or(0),
+        ),
+        evented_pleg: feature(&gates, "EventedPLEG")?,
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +206,10 @@ pub enum RunError {
     Io(String, std::io::Error),
     #[error("--feature-gates: {0}")]
     FeatureGate(String),
+    #[error(transparent)]
+    Config(#[from] crate::kubeletconfig::ConfigError),
+    #[error("{0}")]
+    Flag(String),
 }
 
 fn feature(gates: &[String], name: &str) -> Result<bool, RunError> {
@@ -180,11 +280,12 @@ fn node_memory_bytes() -> i64 {
 /// Runs the kubelet until SIGTERM/SIGINT. Pods keep running when it stops, as upstream's.
 pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let node = node_name(&args);
-    let evented = feature(&args.feature_gates, "EventedPLEG")?;
-    for d in [&args.root_dir, &args.pod_logs_dir] {
+    let r = resolve(&args)?;
+    let evented = r.evented_pleg;
+    for d in [&args.root_dir, &r.pod_logs_dir] {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
-    let rt = cri::connect(&args.container_runtime_endpoint, Duration::from_secs(10))?;
+    let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
     let host_ips: Vec<String> = args
         .node_ip
         .map(|ip| ip.to_string())
@@ -193,13 +294,13 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         .collect();
     let settings = Settings {
         root_dir: args.root_dir.clone(),
-        cgroup_root: args.cgroup_root.clone(),
+        cgroup_root: r.cgroup_root.clone(),
         sandbox: SandboxSettings {
             node_name: node.clone(),
-            pod_logs_dir: args.pod_logs_dir.clone(),
-            resolv_conf: args.resolv_conf.clone(),
-            cluster_dns: args.cluster_dns.clone(),
-            cluster_domain: args.cluster_domain.clone(),
+            pod_logs_dir: r.pod_logs_dir.clone(),
+            resolv_conf: r.resolv_conf.clone(),
+            cluster_dns: r.cluster_dns.clone(),
+            cluster_domain: r.cluster_domain.clone(),
         },
         node_cpu_milli: std::thread::available_parallelism()
             .map(|n| n.get() as i64 * 1000)
@@ -226,26 +327,27 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         Arc::clone(&kr),
         status.clone(),
         Arc::clone(&metrics),
+        r.sync_frequency,
     ));
     let workers = PodWorkers::new(Arc::new(Syncer(Arc::clone(&core))));
 
     let (pod_config, config_rx) = PodConfig::new();
     let mut sources: Vec<&'static str> = Vec::new();
-    if let Some(dir) = &args.pod_manifest_path {
+    if let Some(dir) = &r.pod_manifest_path {
         sources.push(config::FILE_SOURCE);
         config::spawn_file_source(
             dir.clone(),
             node.clone(),
-            args.file_check_frequency,
+            r.file_check_frequency,
             pod_config.channel(config::FILE_SOURCE),
         );
     }
-    if let Some(url) = &args.manifest_url {
+    if let Some(url) = &r.manifest_url {
         sources.push(config::HTTP_SOURCE);
         config::spawn_http_source(
             url.clone(),
             node.clone(),
-            args.http_check_frequency,
+            r.http_check_frequency,
             pod_config.channel(config::HTTP_SOURCE),
         );
     }
@@ -283,8 +385,8 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         pods: pods.clone(),
         status: status.clone(),
     };
-    if args.healthz_port != 0 {
-        let addr = SocketAddr::new(args.healthz_bind_address, args.healthz_port);
+    if r.healthz.port() != 0 {
+        let addr = r.healthz;
         let st = state.clone();
         tokio::spawn(async move {
             if let Err(e) = server::serve_healthz(addr, st).await {
@@ -292,8 +394,8 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             }
         });
     }
-    if args.read_only_port != 0 {
-        let addr = SocketAddr::new(args.address, args.read_only_port);
+    if r.read_only.port() != 0 {
+        let addr = r.read_only;
         let st = state.clone();
         tokio::spawn(async move {
             if let Err(e) = server::serve_read_only(addr, st).await {
@@ -325,15 +427,6 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations_parse() {
-        assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert!(parse_duration("20").is_err());
-        assert!(parse_duration("1d").is_err());
-    }
 
     #[test]
     fn feature_gates_are_checked() {

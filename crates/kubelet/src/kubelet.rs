@@ -13,8 +13,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// upstream's workerResyncIntervalJitterFactor-free resync: a pod is synced at least this often.
-pub const SYNC_FREQUENCY: Duration = Duration::from_secs(60);
 /// How soon a pod whose sync failed is tried again (upstream's backOffPeriod).
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);
 
@@ -26,16 +24,23 @@ pub struct Core {
     first_seen: Mutex<HashMap<String, Instant>>,
     /// When each pod should be synced again at the latest.
     next_sync: Mutex<HashMap<String, Instant>>,
+    sync_frequency: Duration,
 }
 
 impl Core {
-    pub fn new(kr: Arc<KubeRuntime>, status: StatusManager, metrics: Arc<Metrics>) -> Core {
+    pub fn new(
+        kr: Arc<KubeRuntime>,
+        status: StatusManager,
+        metrics: Arc<Metrics>,
+        sync_frequency: Duration,
+    ) -> Core {
         Core {
             kr,
             status,
             metrics,
             first_seen: Mutex::new(HashMap::new()),
             next_sync: Mutex::new(HashMap::new()),
+            sync_frequency,
         }
     }
 
@@ -100,7 +105,7 @@ impl Core {
                 self.schedule(
                     &uid,
                     if result.errors.is_empty() {
-                        SYNC_FREQUENCY
+                        self.sync_frequency
                     } else {
                         ERROR_RETRY
                     },
@@ -179,7 +184,7 @@ impl Core {
         status.message =
             Some("Pod was active on the node longer than the specified deadline".into());
         self.status.set(&uid, status);
-        self.schedule(&uid, SYNC_FREQUENCY);
+        self.schedule(&uid, self.sync_frequency);
     }
 
     async fn do_terminate(self: Arc<Self>, pod: Pod, grace: Option<i64>) {

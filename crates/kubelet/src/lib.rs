@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod kubelet;
+pub mod kubeletconfig;
 pub mod kuberuntime;
 pub mod lifecycle;
 pub mod metrics;

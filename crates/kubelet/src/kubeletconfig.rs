@@ -1,0 +1,186 @@
+//! `--config`: a `kubelet.config.k8s.io/v1beta1` KubeletConfiguration file (upstream's
+//! pkg/kubelet/apis/config). The fields nodus implements are read with upstream's names,
+//! formats and defaults; any other field — unknown, or upstream's but not built here yet —
+//! is an error naming it, never silently ignored. Flags given on the command line win over
+//! the file, as upstream.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletConfiguration {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub static_pod_path: Option<PathBuf>,
+    #[serde(rename = "staticPodURL")]
+    pub static_pod_url: Option<String>,
+    pub file_check_frequency: Option<String>,
+    pub http_check_frequency: Option<String>,
+    pub sync_frequency: Option<String>,
+    pub address: Option<String>,
+    pub read_only_port: Option<u16>,
+    pub healthz_port: Option<u16>,
+    pub healthz_bind_address: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Option<Vec<String>>,
+    pub cluster_domain: Option<String>,
+    pub resolv_conf: Option<PathBuf>,
+    pub cgroup_root: Option<String>,
+    pub pod_logs_dir: Option<PathBuf>,
+    pub container_runtime_endpoint: Option<String>,
+    pub feature_gates: Option<BTreeMap<String, bool>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to read kubelet config file {path:?}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to decode kubelet config file {path:?}: {message}")]
+    Decode { path: PathBuf, message: String },
+    #[error("kubelet config file {path:?}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Parses a Go duration (`20s`, `1m30s`, `500ms`, `1h`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("invalid duration {s:?}: use Go's form, e.g. 20s, 1m, 500ms");
+    if s.is_empty() {
+        return Err(err());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        let value: f64 = rest[..n].parse().map_err(|_| err())?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match &rest[..u] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(err()),
+        };
+        rest = &rest[u..];
+        total += Duration::from_secs_f64(value * unit);
+    }
+    Ok(total)
+}
+
+impl KubeletConfiguration {
+    pub fn load(path: &Path) -> Result<KubeletConfiguration, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<KubeletConfiguration, ConfigError> {
+        let cfg: KubeletConfiguration =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Decode {
+                path: path.to_path_buf(),
+                message: explain(&e.to_string()),
+            })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        match (cfg.api_version.as_deref(), cfg.kind.as_deref()) {
+            (Some("kubelet.config.k8s.io/v1beta1"), Some("KubeletConfiguration")) => {}
+            (a, k) => {
+                return Err(invalid(format!(
+                    "expected apiVersion \"kubelet.config.k8s.io/v1beta1\" and kind \"KubeletConfiguration\", got apiVersion {:?} and kind {:?}",
+                    a.unwrap_or_default(),
+                    k.unwrap_or_default()
+                )));
+            }
+        }
+        for (name, v) in [
+            ("fileCheckFrequency", &cfg.file_check_frequency),
+            ("httpCheckFrequency", &cfg.http_check_frequency),
+            ("syncFrequency", &cfg.sync_frequency),
+        ] {
+            if let Some(v) = v {
+                parse_duration(v).map_err(|e| invalid(format!("{name}: {e}")))?;
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+/// serde names an unknown field with the list of known ones; say it the user's way.
+fn explain(msg: &str) -> String {
+    if let Some(rest) = msg.strip_prefix("unknown field `")
+        && let Some((field, _)) = rest.split_once('`')
+    {
+        return format!(
+            "unknown or unsupported field {field:?}: nodus's kubelet does not implement it (yet); remove it or see the README for the supported fields"
+        );
+    }
+    msg.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_upstream_fields() {
+        let c = KubeletConfiguration::parse(
+            Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nclusterDNS: [10.96.0.10]\nfeatureGates: {EventedPLEG: true}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.static_pod_path.unwrap(),
+            PathBuf::from("/etc/kubernetes/manifests")
+        );
+        assert_eq!(c.cluster_dns.unwrap(), vec!["10.96.0.10".to_string()]);
+        assert_eq!(c.feature_gates.unwrap()["EventedPLEG"], true);
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let e = KubeletConfiguration::parse(
+            Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPth: /x\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("\"staticPodPth\"") && e.contains("k.yaml"),
+            "{e}"
+        );
+        let e = KubeletConfiguration::parse(Path::new("k.yaml"), "apiVersion: v1\nkind: Pod\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("KubeletConfiguration"), "{e}");
+        let e = KubeletConfiguration::parse(
+            Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsyncFrequency: soon\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("syncFrequency"), "{e}");
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("20").is_err());
+        assert!(parse_duration("1d").is_err());
+    }
+}
