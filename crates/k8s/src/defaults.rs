@@ -224,10 +224,13 @@ fn default_pod_spec(spec: &mut Map<String, Value>) {
 fn canonical_resource_list(list: Option<&mut Value>) {
     let Some(Value::Object(m)) = list else { return };
     for v in m.values_mut() {
-        let Some(q) = v
-            .as_str()
-            .and_then(|s| crate::quantity::parse_quantity(s).ok())
-        else {
+        // YAML `cpu: 1` arrives as a JSON number; upstream decodes it and stores a string.
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => continue,
+        };
+        let Ok(q) = crate::quantity::parse_quantity(&text) else {
             continue;
         };
         let n = q.nano_value();
@@ -595,6 +598,16 @@ mod tests {
         let r = &pod["spec"]["containers"][0]["resources"];
         assert_eq!(r["limits"], json!({"cpu": "500m", "memory": "1Gi"}));
         assert_eq!(r["requests"], json!({"cpu": "2m", "memory": "1e3"}));
+        let numeric = defaulted(
+            "Pod",
+            "",
+            json!({"spec": {"containers": [{"name": "c", "image": "x:1",
+            "resources": {"limits": {"cpu": 1, "memory": 134217728}}}]}}),
+        );
+        assert_eq!(
+            numeric["spec"]["containers"][0]["resources"]["limits"],
+            json!({"cpu": "1", "memory": "134217728"})
+        );
         let node = defaulted(
             "Node",
             "",

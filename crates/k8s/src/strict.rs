@@ -131,10 +131,50 @@ pub fn unknown_field_warning(path: &str) -> String {
 /// `spec.containers: invalid type: string "x", expected a sequence`. Kinds without a struct
 /// (CRDs) come back unchanged.
 pub fn normalize(gvk: &Gvk, obj: &Value) -> Result<Value, String> {
+    check_quantities(obj)?;
     match typed_round_trip(gvk, obj) {
         Some(r) => r,
         None => Ok(obj.clone()),
     }
+}
+
+/// Upstream decodes every quantity and fails the whole request on a malformed one, with the
+/// quantity error's own text (no field path). The typed structs keep quantities as strings,
+/// so the resource lists of pods, pod templates, nodes and runtime classes are checked here.
+pub fn check_quantities(obj: &Value) -> Result<(), String> {
+    let mut lists: Vec<&Value> = Vec::new();
+    let specs = [obj.get("spec"), obj.pointer("/spec/template/spec")];
+    for spec in specs.into_iter().flatten() {
+        for list in ["containers", "initContainers", "ephemeralContainers"] {
+            for c in spec
+                .get(list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                lists.extend(c.pointer("/resources/requests"));
+                lists.extend(c.pointer("/resources/limits"));
+            }
+        }
+        lists.extend(spec.get("overhead"));
+        lists.extend(spec.pointer("/resources/requests"));
+        lists.extend(spec.pointer("/resources/limits"));
+    }
+    lists.extend(obj.pointer("/status/capacity"));
+    lists.extend(obj.pointer("/status/allocatable"));
+    lists.extend(obj.pointer("/overhead/podFixed"));
+    for list in lists {
+        for v in list.as_object().into_iter().flat_map(|m| m.values()) {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Null => continue,
+                _ => return Err(crate::quantity::QuantityError::FormatWrong.to_string()),
+            };
+            crate::quantity::parse_quantity(text.trim()).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 /// Upstream's 400 message for a body that does not decode into the kind.
@@ -182,6 +222,22 @@ mod tests {
             "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.containers[0].imagee\""
         );
         assert_eq!(unknown_field_warning(".spec.x"), "unknown field \"spec.x\"");
+    }
+
+    #[test]
+    fn malformed_quantities_fail_like_upstream_decoding() {
+        let bad = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"memory": "1Gb"}}}]}});
+        let err = normalize(&pod(), &bad).err().unwrap_or_default();
+        assert_eq!(
+            decode_error_message(&pod(), &err),
+            "Pod in version \"v1\" cannot be handled as a Pod: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        );
+        let numeric = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": 1}}}]}});
+        assert_eq!(
+            normalize(&pod(), &numeric)
+                .map(|v| v["spec"]["containers"][0]["resources"]["limits"]["cpu"].clone()),
+            Ok(json!("1"))
+        );
     }
 
     #[test]

@@ -987,7 +987,21 @@ fn validate_resources(errs: &mut Errs, r: &Value, p: &Path) {
             let msgs = is_qualified_name(name);
             each_msg(errs, &path, name, msgs);
         }
-        let parsed = q.as_str().and_then(|q| parse_quantity(q).ok());
+        let text = match q {
+            Value::String(t) => Some(t.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        };
+        let parsed = match text.as_deref().map(parse_quantity) {
+            Some(Ok(pq)) => Some(pq),
+            Some(Err(e)) => {
+                // Upstream fails decoding here (see strict::check_quantities); still never
+                // let a malformed quantity through when a caller skips normalisation.
+                errs.push(FieldError::invalid(&path, q.clone(), e.to_string()));
+                None
+            }
+            None => None,
+        };
         match parsed {
             Some(pq) if pq.nano_value() < 0 => {
                 errs.push(FieldError::invalid(
@@ -2670,6 +2684,29 @@ mod tests {
             check("DaemonSet", "apps", ds, None),
             vec![
                 "spec.updateStrategy.type: Unsupported value: \"Sometimes\": supported values: \"OnDelete\", \"RollingUpdate\""
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_quantity_is_invalid() {
+        let errs = check(
+            "Pod",
+            "",
+            pod(json!({"containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"memory": "1Gb"}, "requests": {"memory": "1Gb"}}}]})),
+            None,
+        );
+        let quantity_err = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+        assert_eq!(
+            errs,
+            vec![
+                format!(
+                    "spec.containers[0].resources.limits[memory]: Invalid value: \"1Gb\": {quantity_err}"
+                ),
+                format!(
+                    "spec.containers[0].resources.requests[memory]: Invalid value: \"1Gb\": {quantity_err}"
+                ),
             ]
         );
     }
