@@ -177,6 +177,16 @@ pub fn check_quantities(obj: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The field path and message of the first value of the wrong type, if the object does not
+/// decode into its kind's struct (`None` for kinds without a struct here).
+pub fn decode_error(gvk: &Gvk, obj: &Value) -> Option<(String, String)> {
+    let err = typed_round_trip(gvk, obj)?.err()?;
+    Some(match err.split_once(": ") {
+        Some((path, msg)) if !path.contains(' ') => (path.to_string(), msg.to_string()),
+        _ => (String::new(), err),
+    })
+}
+
 /// Upstream's 400 message for a body that does not decode into the kind.
 pub fn decode_error_message(gvk: &Gvk, err: &str) -> String {
     format!(

@@ -245,6 +245,17 @@ fn is_namespaced(gvk: &Gvk) -> bool {
 /// does after defaulting. Kinds outside the catalogue get metadata validation only.
 pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errs = Vec::new();
+    // Upstream rejects a value of the wrong type while decoding (400). Callers that validate
+    // raw JSON without `strict::normalize` still must not store it.
+    if let Some((field, msg)) = crate::strict::decode_error(gvk, obj) {
+        errs.push(FieldError {
+            kind: super::ErrorType::Invalid,
+            field,
+            value: None,
+            detail: msg,
+        });
+        return errs;
+    }
     validate_meta(&mut errs, gvk, obj, is_namespaced(gvk));
     if let Some(old) = old {
         validate_meta_update(&mut errs, obj, old);
@@ -2686,6 +2697,15 @@ mod tests {
                 "spec.updateStrategy.type: Unsupported value: \"Sometimes\": supported values: \"OnDelete\", \"RollingUpdate\""
             ]
         );
+    }
+
+    #[test]
+    fn wrong_types_are_invalid() {
+        let p = json!({"metadata": {"name": "p", "namespace": "d", "labels": {"version": 1}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        let errs = check("Pod", "", p, None);
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].starts_with("metadata.labels.version: Invalid value: invalid type: integer `1`, expected a string"), "{}", errs[0]);
     }
 
     #[test]
