@@ -401,8 +401,11 @@ async fn initial_delay_and_success_threshold() {
         "probed during initialDelaySeconds"
     );
     pm.remove_pod(&pod);
-    wait_until("workers gone", || pm.worker_count() == 0).await;
-    assert_eq!(pm.result(ProbeType::Readiness, "c1"), None);
+    assert_eq!(pm.worker_count(), 0);
+    wait_until("the stopped worker clears its result", || {
+        pm.result(ProbeType::Readiness, "c1").is_none()
+    })
+    .await;
 
     // Same probe, container started long ago: three successes make it ready.
     let pod2 = Pod {
@@ -465,10 +468,39 @@ async fn workers_end_with_the_pod() {
     statuses.set(running("app", "c1", true, started_ago(3600)));
     pm.add_pod(&with_liveness);
     assert_eq!(pm.worker_count(), 2);
+    next_update(&mut rx, ProbeType::Liveness, ProbeResult::Success).await;
+    next_update(&mut rx, ProbeType::Readiness, ProbeResult::Success).await;
     pm.stop_liveness_and_startup(&with_liveness);
-    wait_until("liveness worker exit", || pm.worker_count() == 1).await;
+    assert_eq!(pm.worker_count(), 1);
+    wait_until("the liveness worker clears its result", || {
+        pm.result(ProbeType::Liveness, "c1").is_none()
+    })
+    .await;
+    assert_eq!(
+        pm.result(ProbeType::Readiness, "c1"),
+        Some(ProbeResult::Success)
+    );
     pm.remove_pod(&with_liveness);
-    wait_until("readiness worker exit", || pm.worker_count() == 0).await;
+    assert_eq!(pm.worker_count(), 0);
+    wait_until("the readiness worker clears its result", || {
+        pm.result(ProbeType::Readiness, "c1").is_none()
+    })
+    .await;
+
+    // Removed and added back at once (a manifest moved out and back): probing goes on
+    // with a new worker and the old one does not wipe its result.
+    pm.add_pod(&pod);
+    next_update(&mut rx, ProbeType::Readiness, ProbeResult::Success).await;
+    pm.remove_pod(&pod);
+    pm.add_pod(&pod);
+    assert_eq!(pm.worker_count(), 1);
+    next_update(&mut rx, ProbeType::Readiness, ProbeResult::Success).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        pm.result(ProbeType::Readiness, "c1"),
+        Some(ProbeResult::Success)
+    );
+    pm.remove_pod(&pod);
 
     // cleanup_pods stops workers of pods no longer desired.
     statuses.set(running("app", "c1", true, started_ago(3600)));

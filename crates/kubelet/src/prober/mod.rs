@@ -212,17 +212,26 @@ impl ProbeManager {
         }
     }
 
-    /// Stops the pod's workers; each clears its results as it exits.
+    /// Stops the pod's workers; each clears its results as it exits. A pod added again
+    /// right away gets new workers even if the old ones have not finished yet.
     pub fn remove_pod(&self, pod: &Pod) {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return;
         };
         lock(&self.inner.pods).remove(uid);
-        for (key, w) in lock(&self.inner.workers).iter() {
-            if key.pod_uid == uid {
+        self.stop_workers(|key| key.pod_uid == uid);
+    }
+
+    /// Stops the chosen workers and forgets them at once.
+    fn stop_workers(&self, mut which: impl FnMut(&ProbeKey) -> bool) {
+        lock(&self.inner.workers).retain(|key, w| {
+            if which(key) {
                 w.stop.notify_one();
+                false
+            } else {
+                true
             }
-        }
+        });
     }
 
     /// Stops the pod's liveness and startup workers while it terminates (upstream's
@@ -232,21 +241,15 @@ impl ProbeManager {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return;
         };
-        for (key, w) in lock(&self.inner.workers).iter() {
-            if key.pod_uid == uid && matches!(key.probe, ProbeType::Liveness | ProbeType::Startup) {
-                w.stop.notify_one();
-            }
-        }
+        self.stop_workers(|key| {
+            key.pod_uid == uid && matches!(key.probe, ProbeType::Liveness | ProbeType::Startup)
+        });
     }
 
     /// Stops the workers of every pod not in `desired_pod_uids`.
     pub fn cleanup_pods(&self, desired_pod_uids: &HashSet<String>) {
         lock(&self.inner.pods).retain(|uid, _| desired_pod_uids.contains(uid));
-        for (key, w) in lock(&self.inner.workers).iter() {
-            if !desired_pod_uids.contains(&key.pod_uid) {
-                w.stop.notify_one();
-            }
-        }
+        self.stop_workers(|key| !desired_pod_uids.contains(&key.pod_uid));
     }
 
     /// The current result of a probe for a container (bare or `runtime://` id); `None` if
@@ -261,7 +264,7 @@ impl ProbeManager {
         self.inner.results.message(probe, container_id)
     }
 
-    /// How many probe workers run (for metrics and tests).
+    /// How many probe workers run (for metrics and tests); stopped ones are not counted.
     pub fn worker_count(&self) -> usize {
         lock(&self.inner.workers).len()
     }

@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
 
 pub(super) struct Results {
-    entries: Mutex<HashMap<(ProbeType, String), ProbeResult>>,
+    /// The result and the id of the worker that set it: a worker that is going away only
+    /// clears its own results, never those of its successor for the same container.
+    entries: Mutex<HashMap<(ProbeType, String), (ProbeResult, u64)>>,
     messages: Mutex<HashMap<(ProbeType, String), String>>,
     updates: UnboundedSender<ProbeUpdate>,
 }
@@ -23,7 +25,9 @@ impl Results {
 
     pub(super) fn get(&self, probe: ProbeType, container_id: &str) -> Option<ProbeResult> {
         let id = crate::cri::bare_container_id(container_id);
-        lock(&self.entries).get(&(probe, id.to_string())).copied()
+        lock(&self.entries)
+            .get(&(probe, id.to_string()))
+            .map(|(r, _)| *r)
     }
 
     /// Records a result; a change (or a first result) is sent as a [`ProbeUpdate`].
@@ -34,11 +38,15 @@ impl Results {
         result: ProbeResult,
         pod_uid: &str,
         container_name: &str,
+        owner: u64,
     ) {
         let id = crate::cri::bare_container_id(container_id).to_string();
         let changed = {
             let mut entries = lock(&self.entries);
-            entries.insert((probe, id.clone()), result) != Some(result)
+            entries
+                .insert((probe, id.clone()), (result, owner))
+                .map(|(r, _)| r)
+                != Some(result)
         };
         if changed {
             let _ = self.updates.send(ProbeUpdate {
@@ -51,13 +59,18 @@ impl Results {
         }
     }
 
-    pub(super) fn remove(&self, probe: ProbeType, container_id: &str) {
+    /// Forgets a container's result (and message) if `owner` set it.
+    pub(super) fn remove(&self, probe: ProbeType, container_id: &str, owner: u64) {
         let key = (
             probe,
             crate::cri::bare_container_id(container_id).to_string(),
         );
-        lock(&self.entries).remove(&key);
-        lock(&self.messages).remove(&key);
+        let mut entries = lock(&self.entries);
+        if entries.get(&key).is_some_and(|(_, o)| *o == owner) {
+            entries.remove(&key);
+            drop(entries);
+            lock(&self.messages).remove(&key);
+        }
     }
 
     pub(super) fn set_message(&self, probe: ProbeType, container_id: &str, message: String) {

@@ -86,7 +86,7 @@ impl Worker {
 
     fn finish(&self) {
         if let Some(id) = self.container_id.as_deref() {
-            self.inner.results.remove(self.key.probe, id);
+            self.inner.results.remove(self.key.probe, id, self.id);
         }
         self.inner.remove_worker(&self.key, self.id);
     }
@@ -99,6 +99,7 @@ impl Worker {
                 result,
                 &self.key.pod_uid,
                 &self.key.container_name,
+                self.id,
             );
         }
     }
@@ -120,7 +121,7 @@ impl Worker {
         let cid = c.container_id.clone().unwrap_or_default();
         if self.container_id.as_deref() != Some(cid.as_str()) {
             if let Some(old) = self.container_id.as_deref() {
-                self.inner.results.remove(self.key.probe, old);
+                self.inner.results.remove(self.key.probe, old, self.id);
             }
             self.container_id = Some(cid.clone());
             self.set(self.key.probe.initial_result());
