@@ -83,6 +83,10 @@ pub struct KubeletArgs {
     /// Feature gates, e.g. EventedPLEG=true.
     #[arg(long, value_delimiter = ',')]
     pub feature_gates: Vec<String>,
+    /// How long the PLEG may go without a successful relist before the kubelet reports
+    /// itself unhealthy (upstream's fixed 3m; settable here for tests and drills).
+    #[arg(long, hide = true, default_value = "3m")]
+    pub pleg_relist_threshold: String,
 }
 
 /// Flags, config file and defaults merged.
@@ -358,7 +362,9 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     }
 
     let (pleg_tx, pleg_rx) = tokio::sync::mpsc::unbounded_channel();
-    let health = Arc::new(Health::new(pleg::RELIST_THRESHOLD));
+    let threshold = parse_duration(&args.pleg_relist_threshold)
+        .map_err(|e| RunError::Flag(format!("--pleg-relist-threshold: {e}")))?;
+    let health = Arc::new(Health::new(threshold));
     let period = Arc::new(Period::new(pleg::evented::NORMAL_RELIST));
     tokio::spawn(pleg::generic::run(
         rt.clone(),

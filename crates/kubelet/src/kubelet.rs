@@ -69,6 +69,13 @@ impl Core {
         }
     }
 
+    /// Whether the pod passed its deadline and has not been failed for it yet.
+    pub fn deadline_needs_sync(&self, pod: &Pod) -> bool {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.active_deadline_exceeded(pod)
+            && self.status.get(uid).and_then(|s| s.reason).as_deref() != Some("DeadlineExceeded")
+    }
+
     fn active_deadline_exceeded(&self, pod: &Pod) -> bool {
         let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
             return false;

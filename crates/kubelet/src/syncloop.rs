@@ -104,7 +104,15 @@ impl SyncLoop {
                     }
                 }
                 _ = sync_tick.tick() => {
-                    for u in self.core.due(Instant::now()) {
+                    let mut due: HashSet<String> = self.core.due(Instant::now()).into_iter().collect();
+                    // upstream's PodSyncLoopHandlers: a pod past its activeDeadlineSeconds
+                    // is synced now, not at its next resync.
+                    for pod in self.pods.all() {
+                        if self.core.deadline_needs_sync(&pod) {
+                            due.insert(uid(&pod));
+                        }
+                    }
+                    for u in due {
                         if let Some(pod) = self.pods.get(&u) {
                             tracing::debug!(pod = %pod_name(&pod), "SyncLoop (SYNC)");
                             self.workers.update(Update::Sync(pod, "sync"));

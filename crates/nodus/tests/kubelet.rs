@@ -561,3 +561,144 @@ async fn evented_and_relisting_pleg_deliver_the_same_transitions() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gone_runtime_makes_the_kubelet_unhealthy_with_the_reason() {
+    if !common::have_root() {
+        return;
+    }
+    let (mut node, k) = node_and_kubelet("10.88.12.0/24", &["--pleg-relist-threshold", "2s"]);
+    assert_eq!(k.healthz(), (200, "ok".to_string()));
+    node.rt.kill();
+    let deadline = Instant::now() + T;
+    let body = loop {
+        let (code, body) = k.healthz();
+        if code == 500 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still healthy without a runtime\n{}",
+            k.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        body.contains("[-]pleg failed: PLEG is not healthy: pleg was last seen active"),
+        "{body}"
+    );
+    assert!(body.contains("threshold is 2s"), "{body}");
+    assert!(body.contains("last relist error"), "{body}");
+    node.rt.start_again();
+    let deadline = Instant::now() + T;
+    while k.healthz().0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "not healthy again after the runtime came back\n{}",
+            k.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn volumes_sidecars_restart_never_and_active_deadline() {
+    if !common::have_root() {
+        return;
+    }
+    let (node, k) = node_and_kubelet("10.88.13.0/24", &[]);
+    let host = tempfile::tempdir().unwrap();
+    let created = host.path().join("made/by/kubelet");
+    k.write_manifest(
+        "vols.yaml",
+        &pod_yaml(
+            "vols",
+            &format!(
+                r#"  initContainers:
+  - name: sidecar
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: ["sh", "-c", "exec sleep 3600"]
+  containers:
+  - name: c
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo hi > /host/file; exec sleep 3600"]
+    volumeMounts:
+    - {{name: mem, mountPath: /cache}}
+    - {{name: host, mountPath: /host}}
+  volumes:
+  - name: mem
+    emptyDir: {{medium: Memory, sizeLimit: 16Mi}}
+  - name: host
+    hostPath: {{path: {}, type: DirectoryOrCreate}}
+"#,
+                created.display()
+            ),
+        ),
+    );
+    let p = k.wait_pod(&full("vols"), T, "running with its sidecar", |p| {
+        is_running(p, "c")
+            && p["status"]["initContainerStatuses"][0]["state"]["running"].is_object()
+    });
+    assert_eq!(phase(&p), "Running");
+    assert_eq!(condition(&p, "Initialized"), Some("True"));
+    let deadline = Instant::now() + T;
+    while !created.join("file").exists() {
+        assert!(Instant::now() < deadline, "hostPath not written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = container_status(&p, "c").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("nodus://")
+        .to_string();
+    let c = node.rt.clients().await;
+    let out = c
+        .runtime
+        .clone()
+        .exec_sync(cri::runtime::v1::ExecSyncRequest {
+            container_id: id,
+            cmd: vec!["grep".into(), " /cache ".into(), "/proc/mounts".into()],
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mounts = String::from_utf8_lossy(&out.stdout);
+    assert!(mounts.starts_with("tmpfs /cache tmpfs"), "{mounts}");
+    assert!(mounts.contains("size=16384k"), "{mounts}");
+
+    // restartPolicy Never: a failed container fails the pod, and is not restarted.
+    k.write_manifest(
+        "never.yaml",
+        &pod_yaml(
+            "never",
+            "  restartPolicy: Never\n  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"exit 7\"]\n",
+        ),
+    );
+    let p = k.wait_pod(&full("never"), T, "Failed", |p| phase(p) == "Failed");
+    assert_eq!(
+        container_status(&p, "c").unwrap()["state"]["terminated"]["exitCode"],
+        7
+    );
+    assert_eq!(restarts(&p, "c"), 0);
+
+    // activeDeadlineSeconds: the kubelet stops the pod and fails it.
+    k.write_manifest(
+        "deadline.yaml",
+        &pod_yaml(
+            "deadline",
+            "  activeDeadlineSeconds: 2\n  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sleep\", \"3600\"]\n",
+        ),
+    );
+    let p = k.wait_pod(&full("deadline"), T, "DeadlineExceeded", |p| {
+        p["status"]["reason"] == "DeadlineExceeded"
+    });
+    assert_eq!(phase(&p), "Failed");
+    assert_eq!(
+        p["status"]["message"],
+        "Pod was active on the node longer than the specified deadline"
+    );
+}

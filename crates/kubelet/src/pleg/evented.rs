@@ -58,7 +58,7 @@ pub async fn run(
                     "evented PLEG: following the runtime's container events; relist is the backstop"
                 );
                 relist.set(BACKSTOP_RELIST);
-                health.set_threshold(super::EVENTED_RELIST_THRESHOLD);
+                health.set_evented(true);
                 health.active();
                 let mut stream = stream.into_inner();
                 loop {
@@ -85,7 +85,7 @@ pub async fn run(
                     "the runtime does not implement GetContainerEvents; using the generic PLEG"
                 );
                 relist.set(NORMAL_RELIST);
-                health.set_threshold(super::RELIST_THRESHOLD);
+                health.set_evented(false);
                 return;
             }
             Err(e) => {
@@ -93,7 +93,7 @@ pub async fn run(
             }
         }
         relist.set(NORMAL_RELIST);
-        health.set_threshold(super::RELIST_THRESHOLD);
+        health.set_evented(false);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

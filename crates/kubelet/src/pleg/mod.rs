@@ -30,13 +30,13 @@ pub struct PodLifecycleEvent {
 /// upstream's relist threshold: a PLEG that has not completed a relist for this long makes
 /// the kubelet unhealthy ("PLEG is not healthy").
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
-/// The threshold while the evented PLEG's relist is only a backstop.
-pub const EVENTED_RELIST_THRESHOLD: Duration = Duration::from_secs(600);
 
 /// Liveness of the PLEG, shared between the relist/event loops and `/healthz`.
 #[derive(Debug)]
 pub struct Health {
     started: Instant,
+    /// The generic relist's threshold; the evented mode's is 10/3 of it (3m → 10m).
+    base: Duration,
     state: Mutex<HealthState>,
 }
 
@@ -51,6 +51,7 @@ impl Health {
     pub fn new(threshold: Duration) -> Health {
         Health {
             started: Instant::now(),
+            base: threshold,
             state: Mutex::new(HealthState {
                 threshold,
                 ..Default::default()
@@ -59,10 +60,10 @@ impl Health {
     }
 
     /// The evented PLEG relists every 300s and so tolerates 10 minutes (upstream's
-    /// eventedPlegRelistThreshold); the generic one 3.
-    pub fn set_threshold(&self, d: Duration) {
+    /// eventedPlegRelistThreshold) where the generic one tolerates 3.
+    pub fn set_evented(&self, on: bool) {
         if let Ok(mut s) = self.state.lock() {
-            s.threshold = d;
+            s.threshold = if on { self.base * 10 / 3 } else { self.base };
         }
     }
 
