@@ -176,11 +176,11 @@ impl Core {
 
     async fn fail_deadline(&self, pod: &Pod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if let Ok(rp) = runtime_pod::pod_status(&self.kr.rt, &uid).await {
-            if rp.running().next().is_some() || rp.sandboxes.iter().any(|s| s.ready) {
-                tracing::info!(pod = %pod_name(pod), "Pod was active on the node longer than the specified deadline; killing it");
-                self.kr.kill_pod(pod, &rp, None).await;
-            }
+        if let Ok(rp) = runtime_pod::pod_status(&self.kr.rt, &uid).await
+            && (rp.running().next().is_some() || rp.sandboxes.iter().any(|s| s.ready))
+        {
+            tracing::info!(pod = %pod_name(pod), "Pod was active on the node longer than the specified deadline; killing it");
+            self.kr.kill_pod(pod, &rp, None).await;
         }
         let mut status = match runtime_pod::pod_status(&self.kr.rt, &uid).await {
             Ok(rp) => self.compute_status(pod, &rp),

@@ -147,7 +147,7 @@ mod tests {
             PathBuf::from("/etc/kubernetes/manifests")
         );
         assert_eq!(c.cluster_dns.unwrap(), vec!["10.96.0.10".to_string()]);
-        assert_eq!(c.feature_gates.unwrap()["EventedPLEG"], true);
+        assert!(c.feature_gates.unwrap()["EventedPLEG"]);
     }
 
     #[test]
