@@ -131,8 +131,11 @@ pub async fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>)
 
 pub async fn client_for(kubeconfig: &Path) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig parses");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("kube config");
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kube config");
+    // Tests look at the server's first answer (a 429 must not be retried for minutes).
+    cfg.default_retry = false;
     kube::Client::try_from(cfg).expect("kube client")
 }
