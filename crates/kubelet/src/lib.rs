@@ -7,6 +7,7 @@
 //! [`prober`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`].
 
 pub mod cli;
+pub mod cm;
 pub mod config;
 pub mod cri;
 pub mod kubelet;
