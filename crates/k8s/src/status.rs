@@ -112,8 +112,18 @@ pub fn conflict_with(group: &str, resource: &str, name: &str, cause: &str) -> Va
 }
 
 /// 422 Invalid. `kind` is the qualified kind as upstream prints it: `Pod`, or
-/// `Deployment.apps` for a named group (the group then goes to `details.group`).
+/// `Deployment.apps` for a named group (the group then goes to `details.group`). A bare kind
+/// of a named group in the catalogue (`Deployment`) is qualified from the catalogue; core
+/// kinds win when both have the name (`Event`).
 pub fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Value {
+    let qualified_kind = match kind.split_once('.') {
+        Some(_) => kind.to_string(),
+        None => match crate::catalog::all().iter().find(|r| r.kind == kind) {
+            Some(r) if !r.group.is_empty() => format!("{kind}.{}", r.group),
+            _ => kind.to_string(),
+        },
+    };
+    let kind = qualified_kind.as_str();
     let (bare_kind, group) = kind.split_once('.').unwrap_or((kind, ""));
     let causes: Vec<Value> = errs
         .iter()
@@ -346,7 +356,7 @@ mod tests {
             invalid("Pod", "foo", &two)["message"],
             "Pod \"foo\" is invalid: [spec.containers[0].name: Required value, spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"Never\", \"OnFailure\"]"
         );
-        let d = invalid("Deployment.apps", "web", &one);
+        let d = invalid("Deployment", "web", &one);
         assert_eq!(
             d["message"],
             "Deployment.apps \"web\" is invalid: spec.containers[0].name: Required value"
