@@ -1,11 +1,21 @@
-//! The cgroup v1 and v2 driver: hierarchy detection, and (so far) resource usage statistics
-//! of a cgroup, read the way cAdvisor and the kubelet read them.
+//! The cgroup v1 and v2 driver (cgroupfs layout): hierarchy detection, creating and removing
+//! cgroups with their limits (cpu, memory, pids, cpuset, hugetlb), freezing and killing what
+//! runs in them, and reading their usage statistics the way cAdvisor and the kubelet do.
 //!
-//! Owns the cgroup filesystem; knows nothing of pods or containers. Creating cgroups and
-//! setting limits arrive with the cgroups/QoS issue.
+//! Owns the cgroup filesystem; knows nothing of pods, containers or QoS classes — the
+//! kubelet's container manager decides the layout and the values.
 
+pub mod error;
 pub mod hierarchy;
+pub mod manager;
+pub mod resources;
 pub mod stats;
 
+pub use error::CgroupError;
 pub use hierarchy::Hierarchy;
-pub use stats::{CpuStats, MemoryStats, Stats};
+pub use manager::Manager;
+pub use resources::{
+    Resources, cpu_max, milli_cpu_to_quota, milli_cpu_to_shares, shares_to_weight,
+    shares_to_weight_quadratic,
+};
+pub use stats::{CpuStats, MemoryStats, Stats, read_stats};

@@ -1,5 +1,6 @@
 //! Usage statistics of one cgroup: CPU time and throttling, memory usage and working set
-//! (usage − inactive file, the figure the kubelet evicts on), OOM kills.
+//! (usage − inactive file, the figure the kubelet evicts on), OOM kills, process count and,
+//! where the kernel has them, pressure stall (PSI) figures.
 
 use crate::hierarchy::Hierarchy;
 use std::collections::HashMap;
@@ -9,8 +10,38 @@ use std::path::Path;
 pub struct CpuStats {
     /// Cumulative CPU time in nanoseconds.
     pub usage_ns: u64,
+    /// CFS periods that elapsed while the cgroup had a quota and runnable tasks (`nr_periods`).
+    pub periods: u64,
+    /// Periods in which the cgroup hit its quota (`nr_throttled`).
     pub throttled_periods: u64,
+    /// Total time throttled (`throttled_time`, or v2 `throttled_usec` × 1000).
     pub throttled_ns: u64,
+}
+
+/// One line of a PSI file: the share of wall time (percent) some/all tasks stalled over the
+/// last 10, 60 and 300 seconds, and the total stall time in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PsiLine {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    pub total_us: u64,
+}
+
+/// A `*.pressure` file. `full` is absent from `cpu.pressure` on older kernels.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pressure {
+    pub some: PsiLine,
+    pub full: Option<PsiLine>,
+}
+
+/// PSI of a cgroup (cgroup v2 `cpu.pressure`, `memory.pressure`, `io.pressure`); each is None
+/// when the kernel does not provide it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PsiStats {
+    pub cpu: Option<Pressure>,
+    pub memory: Option<Pressure>,
+    pub io: Option<Pressure>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,10 +56,55 @@ pub struct MemoryStats {
     pub oom_kills: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
     pub cpu: CpuStats,
     pub memory: MemoryStats,
+    /// Processes and threads in the cgroup (`pids.current`), when the pids controller is there.
+    pub pids: Option<u64>,
+    pub psi: PsiStats,
+}
+
+/// Parses a PSI file (`some avg10=0.00 avg60=0.00 avg300=0.00 total=0`, then `full …`).
+pub fn parse_pressure(text: &str) -> Option<Pressure> {
+    let mut some = None;
+    let mut full = None;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let kind = it.next();
+        let mut l = PsiLine::default();
+        for kv in it {
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            match k {
+                "avg10" => l.avg10 = v.parse().ok()?,
+                "avg60" => l.avg60 = v.parse().ok()?,
+                "avg300" => l.avg300 = v.parse().ok()?,
+                "total" => l.total_us = v.parse().ok()?,
+                _ => {}
+            }
+        }
+        match kind {
+            Some("some") => some = Some(l),
+            Some("full") => full = Some(l),
+            _ => {}
+        }
+    }
+    Some(Pressure { some: some?, full })
+}
+
+fn psi(dir: &Path) -> PsiStats {
+    let p = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .ok()
+            .and_then(|t| parse_pressure(&t))
+    };
+    PsiStats {
+        cpu: p("cpu.pressure"),
+        memory: p("memory.pressure"),
+        io: p("io.pressure"),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,8 +144,8 @@ const V1_UNLIMITED: u64 = 1 << 62;
 
 /// Reads the statistics of cgroup `path` in `h`.
 pub fn read_stats(h: &Hierarchy, path: &str) -> Result<Stats, StatsError> {
-    match h {
-        Hierarchy::V1 { .. } => {
+    match h.is_v2() {
+        false => {
             let mem = h.dir("memory", path);
             if !mem.exists() {
                 return Err(StatsError::NotFound(path.to_string()));
@@ -86,8 +162,17 @@ pub fn read_stats(h: &Hierarchy, path: &str) -> Result<Stats, StatsError> {
             let cpu_dir = h.dir("cpu", path);
             let cs = read(&cpu_dir.join("cpu.stat")).unwrap_or_default();
             let c = kv(&cs);
+            let pids = read_u64(&h.dir("pids", path).join("pids.current")).ok();
+            // A hybrid machine's unified mount may carry PSI for the same path.
+            let psi = h
+                .unified()
+                .map(|u| psi(&u.join(path.trim_start_matches('/'))))
+                .unwrap_or_default();
             Ok(Stats {
+                pids,
+                psi,
                 cpu: CpuStats {
+                    periods: c.get("nr_periods").copied().unwrap_or(0),
                     usage_ns: read_u64(&acct.join("cpuacct.usage")).unwrap_or(0),
                     throttled_periods: c.get("nr_throttled").copied().unwrap_or(0),
                     throttled_ns: c.get("throttled_time").copied().unwrap_or(0),
@@ -103,7 +188,7 @@ pub fn read_stats(h: &Hierarchy, path: &str) -> Result<Stats, StatsError> {
                 },
             })
         }
-        Hierarchy::V2 { .. } => {
+        true => {
             let dir = h.dir("", path);
             if !dir.exists() {
                 return Err(StatsError::NotFound(path.to_string()));
@@ -117,7 +202,10 @@ pub fn read_stats(h: &Hierarchy, path: &str) -> Result<Stats, StatsError> {
             let cs = read(&dir.join("cpu.stat")).unwrap_or_default();
             let c = kv(&cs);
             Ok(Stats {
+                pids: read_u64(&dir.join("pids.current")).ok(),
+                psi: psi(&dir),
                 cpu: CpuStats {
+                    periods: c.get("nr_periods").copied().unwrap_or(0),
                     usage_ns: c.get("usage_usec").copied().unwrap_or(0) * 1000,
                     throttled_periods: c.get("nr_throttled").copied().unwrap_or(0),
                     throttled_ns: c.get("throttled_usec").copied().unwrap_or(0) * 1000,
@@ -148,9 +236,7 @@ mod tests {
     #[test]
     fn v1_working_set_is_usage_minus_inactive_file() {
         let d = tempfile::tempdir().unwrap();
-        let h = Hierarchy::V1 {
-            root: d.path().to_path_buf(),
-        };
+        let h = Hierarchy::v1(d.path());
         let mem = d.path().join("memory/kubepods/c1");
         write(
             &mem.join("memory.stat"),
@@ -205,9 +291,7 @@ mod tests {
     #[test]
     fn missing_cgroup_is_not_found() {
         let d = tempfile::tempdir().unwrap();
-        let h = Hierarchy::V1 {
-            root: d.path().to_path_buf(),
-        };
+        let h = Hierarchy::v1(d.path());
         assert!(matches!(
             read_stats(&h, "nope"),
             Err(StatsError::NotFound(_))

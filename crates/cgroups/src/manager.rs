@@ -1,0 +1,793 @@
+//! The cgroupfs driver: create, update, delete, freeze and kill cgroups by path, on v1 (one
+//! directory per controller mount) or v2 (one directory, controllers enabled from above).
+//!
+//! Paths are relative to the hierarchy root (`kubepods/burstable/pod<uid>`); a leading `/`
+//! is ignored. Upstream's cgroupfs manager is the model: create every ancestor, copy the
+//! parent's cpuset so a new v1 cpuset is usable, enable controllers in the parents'
+//! `cgroup.subtree_control` on v2, and retry busy removals before killing stragglers.
+
+use crate::error::CgroupError;
+use crate::hierarchy::Hierarchy;
+use crate::resources::{Resources, cpu_max, shares_to_weight};
+use crate::stats::{self, Stats};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The v1 controllers a cgroup is created in (those mounted). Others (devices, blkio, …)
+/// are left to the OCI runtime, but removal sweeps every mount.
+const V1_CONTROLLERS: &[&str] = &[
+    "cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb", "freezer",
+];
+
+/// v2 controllers enabled on every ancestor when the parent offers them: what the kubelet
+/// needs for limits and stats. cpuset and hugetlb are enabled only when asked for.
+const V2_BASE_CONTROLLERS: &[&str] = &["cpu", "io", "memory", "pids"];
+
+const FREEZE_POLLS: u32 = 200;
+const POLL: Duration = Duration::from_millis(10);
+const MAX_DELETE_DELAY: Duration = Duration::from_millis(200);
+
+/// Where one cgroup lives: a v1 controller mount or a v2 tree (the whole hierarchy, or the
+/// hybrid `unified` mount).
+#[derive(Debug, Clone)]
+struct Place {
+    mount: PathBuf,
+    v2: bool,
+    /// v1: this mount hosts cpuset (new directories need cpus/mems copied).
+    cpuset: bool,
+    /// hybrid unified mount: only holds what v1 lacks.
+    hybrid: bool,
+}
+
+/// The cgroupfs cgroup manager.
+#[derive(Debug, Clone)]
+pub struct Manager {
+    h: Hierarchy,
+    delete_attempts: u32,
+    kill_after: u32,
+    /// Test trees on a plain filesystem: files are created on write and removed before
+    /// rmdir, and no signal is ever sent.
+    fake: bool,
+}
+
+impl Manager {
+    pub fn new(h: Hierarchy) -> Manager {
+        Manager {
+            h,
+            delete_attempts: 10,
+            kill_after: 3,
+            fake: false,
+        }
+    }
+
+    /// A manager for this machine's hierarchy ([`Hierarchy::detect`]).
+    pub fn detect() -> Manager {
+        Manager::new(Hierarchy::detect())
+    }
+
+    /// How many removal rounds `delete` makes (≥ 1), and after how many failed rounds it
+    /// starts killing the processes left in the cgroup.
+    pub fn with_delete_retries(mut self, attempts: u32, kill_after: u32) -> Manager {
+        self.delete_attempts = attempts.max(1);
+        self.kill_after = kill_after;
+        self
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)]
+    pub(crate) fn fake(h: Hierarchy) -> Manager {
+        Manager {
+            fake: true,
+            ..Manager::new(h)
+        }
+    }
+
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.h
+    }
+
+    fn places(&self) -> Vec<Place> {
+        if self.h.is_v2() {
+            return vec![Place {
+                mount: self.h.root().to_path_buf(),
+                v2: true,
+                cpuset: false,
+                hybrid: false,
+            }];
+        }
+        let mut out: Vec<Place> = Vec::new();
+        for c in V1_CONTROLLERS {
+            let Some(m) = self.h.mount(c) else { continue };
+            if !m.is_dir() {
+                continue;
+            }
+            match out.iter_mut().find(|p| p.mount == m) {
+                Some(p) => p.cpuset |= *c == "cpuset",
+                None => out.push(Place {
+                    mount: m,
+                    v2: false,
+                    cpuset: *c == "cpuset",
+                    hybrid: false,
+                }),
+            }
+        }
+        if let Some(u) = self.h.unified() {
+            out.push(Place {
+                mount: u.to_path_buf(),
+                v2: true,
+                cpuset: false,
+                hybrid: true,
+            });
+        }
+        out
+    }
+
+    /// Checks that every controller mount the driver writes to exists and is writable.
+    pub fn check_root(&self) -> Result<(), CgroupError> {
+        let places = self.places();
+        if places.iter().all(|p| p.hybrid) {
+            let missing = if self.h.is_v2() {
+                self.h.root().to_path_buf()
+            } else {
+                self.h.dir("memory", "")
+            };
+            return Err(CgroupError::RootMissing(missing));
+        }
+        for p in &places {
+            if !p.mount.is_dir() {
+                return Err(CgroupError::RootMissing(p.mount.clone()));
+            }
+            nix::unistd::access(&p.mount, nix::unistd::AccessFlags::W_OK).map_err(|e| {
+                CgroupError::RootNotWritable {
+                    path: p.mount.clone(),
+                    source: std::io::Error::from_raw_os_error(e as i32),
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Creates cgroup `path` (and its missing ancestors) in every relevant controller and
+    /// applies `r`. Idempotent. On failure, the directories this call made are removed again.
+    pub fn create(&self, path: &str, r: &Resources) -> Result<(), CgroupError> {
+        let comps = components(path)?;
+        r.validate()?;
+        self.check_root()?;
+        let places = self.places();
+        self.check_controllers(&places, r)?;
+        let mut created: Vec<PathBuf> = Vec::new();
+        let result = self
+            .create_dirs(&places, &comps, &mut created)
+            .and_then(|()| {
+                self.enable_controllers(&places, &comps, r)?;
+                self.apply(&places, &comps, r)
+            });
+        if result.is_err() {
+            for d in created.iter().rev() {
+                let _ = self.rmdir(d);
+            }
+        }
+        result
+    }
+
+    /// Applies `r` to an existing cgroup.
+    pub fn update(&self, path: &str, r: &Resources) -> Result<(), CgroupError> {
+        let comps = components(path)?;
+        r.validate()?;
+        if !self.exists(path) {
+            return Err(CgroupError::NotFound(comps.join("/")));
+        }
+        let places = self.places();
+        self.check_controllers(&places, r)?;
+        self.enable_controllers(&places, &comps, r)?;
+        self.apply(&places, &comps, r)
+    }
+
+    /// True when the cgroup exists in every controller the driver creates it in (the hybrid
+    /// unified mount aside: it only carries what v1 lacks).
+    pub fn exists(&self, path: &str) -> bool {
+        let Ok(comps) = components(path) else {
+            return false;
+        };
+        let places = self.places();
+        let mut main = places.iter().filter(|p| !p.hybrid).peekable();
+        main.peek().is_some() && main.all(|p| join(&p.mount, &comps).is_dir())
+    }
+
+    /// Every process in the cgroup and its descendants, in any controller; sorted, unique.
+    pub fn pids(&self, path: &str) -> Result<Vec<i32>, CgroupError> {
+        let comps = components(path)?;
+        let mut dirs: Vec<PathBuf> = self.sweep_mounts();
+        dirs.iter_mut().for_each(|d| *d = join(d, &comps));
+        dirs.retain(|d| d.is_dir());
+        if dirs.is_empty() {
+            return Err(CgroupError::NotFound(comps.join("/")));
+        }
+        let mut pids = Vec::new();
+        for d in dirs {
+            collect_pids(&d, &mut pids)?;
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
+    /// Moves process `pid` into the cgroup in every controller the driver manages.
+    pub fn add_process(&self, path: &str, pid: i32) -> Result<(), CgroupError> {
+        let comps = components(path)?;
+        for p in self.places() {
+            let dir = join(&p.mount, &comps);
+            if p.hybrid && !dir.is_dir() {
+                continue;
+            }
+            self.write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs every process in the cgroup and below: v2 `cgroup.kill` where the kernel has
+    /// it, otherwise (and for v1 controllers) freeze, signal each pid, thaw, so nothing forks
+    /// away in between. Does not wait for the processes to exit.
+    pub fn kill_all(&self, path: &str) -> Result<(), CgroupError> {
+        let comps = components(path)?;
+        let mut via_kill_file = false;
+        for p in self.places().iter().filter(|p| p.v2) {
+            let f = join(&p.mount, &comps).join("cgroup.kill");
+            if f.exists() {
+                self.write(&f, "1")?;
+                via_kill_file = !p.hybrid;
+            }
+        }
+        if via_kill_file || self.fake {
+            return Ok(());
+        }
+        let frozen = self.freeze(path).is_ok();
+        let pids = self.pids(path);
+        if let Ok(pids) = &pids {
+            let me = std::process::id() as i32;
+            for &pid in pids.iter().filter(|&&p| p > 1 && p != me) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        if frozen {
+            self.thaw(path)?;
+        }
+        pids.map(|_| ())
+    }
+
+    /// Freezes every process in the cgroup, waiting until the kernel reports it frozen.
+    pub fn freeze(&self, path: &str) -> Result<(), CgroupError> {
+        self.set_frozen(path, true)
+    }
+
+    /// Thaws a frozen cgroup.
+    pub fn thaw(&self, path: &str) -> Result<(), CgroupError> {
+        self.set_frozen(path, false)
+    }
+
+    fn set_frozen(&self, path: &str, frozen: bool) -> Result<(), CgroupError> {
+        let comps = components(path)?;
+        if self.h.is_v2() {
+            let dir = join(self.h.root(), &comps);
+            self.write(&dir.join("cgroup.freeze"), if frozen { "1" } else { "0" })?;
+            let events = dir.join("cgroup.events");
+            let want = if frozen { "frozen 1" } else { "frozen 0" };
+            let mut state = String::new();
+            for _ in 0..FREEZE_POLLS {
+                let text = read(&events)?;
+                state = format!(
+                    "frozen {}",
+                    text.lines()
+                        .find_map(|l| l.strip_prefix("frozen "))
+                        .unwrap_or("0")
+                        .trim()
+                );
+                if state == want {
+                    return Ok(());
+                }
+                std::thread::sleep(POLL);
+            }
+            return Err(CgroupError::Freeze {
+                path: events,
+                state,
+                want,
+            });
+        }
+        let Some(mount) = self.h.mount("freezer").filter(|m| m.is_dir()) else {
+            return Err(CgroupError::ControllerMissing {
+                controller: "freezer",
+                field: if frozen { "freeze" } else { "thaw" },
+            });
+        };
+        let file = join(&mount, &comps).join("freezer.state");
+        let want = if frozen { "FROZEN" } else { "THAWED" };
+        let mut state = String::new();
+        for i in 0..FREEZE_POLLS {
+            // A freeze can stall in FREEZING while a task is in an uninterruptible state;
+            // writing again retries it, as runc does.
+            if i % 10 == 0 {
+                self.write(&file, want)?;
+            }
+            state = read(&file)?.trim().to_string();
+            if state == want {
+                return Ok(());
+            }
+            std::thread::sleep(POLL);
+        }
+        if frozen {
+            let _ = self.write(&file, "THAWED");
+        }
+        Err(CgroupError::Freeze {
+            path: file,
+            state,
+            want,
+        })
+    }
+
+    /// Removes the cgroup and every cgroup below it from every controller mount, deepest
+    /// first. A busy directory (processes still leaving) is retried with growing pauses; after
+    /// `kill_after` failed rounds the remaining processes are SIGKILLed. Deleting a cgroup
+    /// that does not exist succeeds.
+    pub fn delete(&self, path: &str) -> Result<(), CgroupError> {
+        let comps = components(path)?;
+        if comps.is_empty() {
+            return Err(CgroupError::InvalidPath(path.to_string()));
+        }
+        let mut targets: Vec<PathBuf> = self
+            .sweep_mounts()
+            .iter()
+            .map(|m| join(m, &comps))
+            .filter(|d| d.exists())
+            .collect();
+        let mut delay = POLL;
+        for attempt in 1..=self.delete_attempts {
+            if attempt > self.kill_after {
+                let _ = self.kill_all(path);
+            }
+            let mut last: Option<(PathBuf, std::io::Error)> = None;
+            targets.retain(|t| match self.remove_tree(t) {
+                Ok(()) => false,
+                Err(e) => {
+                    last = Some(e);
+                    true
+                }
+            });
+            let Some((dir, err)) = last else {
+                return Ok(());
+            };
+            let retryable = matches!(
+                err.raw_os_error(),
+                Some(libc::EBUSY) | Some(libc::ENOTEMPTY) | Some(libc::EAGAIN)
+            );
+            if !retryable || attempt == self.delete_attempts {
+                return Err(CgroupError::Remove {
+                    path: dir,
+                    attempts: attempt,
+                    source: err,
+                });
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(MAX_DELETE_DELAY);
+        }
+        Ok(())
+    }
+
+    /// Usage statistics of the cgroup.
+    pub fn read_stats(&self, path: &str) -> Result<Stats, CgroupError> {
+        Ok(stats::read_stats(&self.h, path)?)
+    }
+
+    /// Every mount a cgroup may have been created in, by us or by an OCI runtime below us.
+    fn sweep_mounts(&self) -> Vec<PathBuf> {
+        let mut v = self.h.all_mounts();
+        if let Some(u) = self.h.unified() {
+            v.push(u.to_path_buf());
+        }
+        v
+    }
+
+    fn check_controllers(&self, places: &[Place], r: &Resources) -> Result<(), CgroupError> {
+        if self.h.is_v2() {
+            return Ok(()); // checked against cgroup.controllers while enabling
+        }
+        let has = |c: &str| self.h.mount(c).is_some_and(|m| m.is_dir());
+        let need = |c: &'static str, field: &'static str, wanted: bool| {
+            if wanted && !has(c) {
+                Err(CgroupError::ControllerMissing {
+                    controller: c,
+                    field,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        need("cpu", "cpu_shares", r.cpu_shares.is_some())?;
+        need("cpu", "cpu_quota", r.cpu_quota.is_some())?;
+        need("cpu", "cpu_period", r.cpu_period.is_some())?;
+        need("memory", "memory_limit", r.memory_limit.is_some())?;
+        need("pids", "pids_limit", r.pids_limit.is_some())?;
+        need("cpuset", "cpuset_cpus", r.cpuset_cpus.is_some())?;
+        need("cpuset", "cpuset_mems", r.cpuset_mems.is_some())?;
+        if !r.hugetlb.is_empty() && !has("hugetlb") {
+            let unified_has = places.iter().any(|p| {
+                p.hybrid
+                    && read(&p.mount.join("cgroup.controllers"))
+                        .is_ok_and(|t| t.split_whitespace().any(|c| c == "hugetlb"))
+            });
+            if !unified_has {
+                return Err(CgroupError::ControllerMissing {
+                    controller: "hugetlb",
+                    field: "hugetlb",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn create_dirs(
+        &self,
+        places: &[Place],
+        comps: &[String],
+        created: &mut Vec<PathBuf>,
+    ) -> Result<(), CgroupError> {
+        for p in places {
+            let mut cur = p.mount.clone();
+            for c in comps {
+                let parent = cur.clone();
+                cur.push(c);
+                if cur.is_dir() {
+                    continue;
+                }
+                match std::fs::create_dir(&cur) {
+                    Ok(()) => created.push(cur.clone()),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(source) => {
+                        return Err(CgroupError::Create {
+                            path: cur.clone(),
+                            source,
+                        });
+                    }
+                }
+                if p.cpuset {
+                    for f in ["cpuset.cpus", "cpuset.mems"] {
+                        let own = read(&cur.join(f)).unwrap_or_default();
+                        if own.trim().is_empty() {
+                            let from = read(&parent.join(f))?;
+                            self.write(&cur.join(f), from.trim())?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// v2: makes the controllers this cgroup needs available to it by enabling them in
+    /// `cgroup.subtree_control` of every ancestor, root first.
+    fn enable_controllers(
+        &self,
+        places: &[Place],
+        comps: &[String],
+        r: &Resources,
+    ) -> Result<(), CgroupError> {
+        for p in places.iter().filter(|p| p.v2) {
+            let mut wanted: Vec<&'static str> = Vec::new();
+            if !p.hybrid {
+                wanted.extend(V2_BASE_CONTROLLERS);
+                if r.cpuset_cpus.is_some() || r.cpuset_mems.is_some() {
+                    wanted.push("cpuset");
+                }
+            }
+            let needs_hugetlb = !r.hugetlb.is_empty() && (!p.hybrid || !self.h_has_v1("hugetlb"));
+            if needs_hugetlb {
+                wanted.push("hugetlb");
+            }
+            if wanted.is_empty() {
+                continue;
+            }
+            let mut dir = p.mount.clone();
+            for c in comps {
+                self.enable_in(&dir, &wanted, r)?;
+                dir.push(c);
+            }
+        }
+        Ok(())
+    }
+
+    fn h_has_v1(&self, c: &str) -> bool {
+        self.h.mount(c).is_some_and(|m| m.is_dir())
+    }
+
+    fn enable_in(&self, dir: &Path, wanted: &[&str], r: &Resources) -> Result<(), CgroupError> {
+        let available = read(&dir.join("cgroup.controllers"))?;
+        let available: Vec<&str> = available.split_whitespace().collect();
+        let ctl = dir.join("cgroup.subtree_control");
+        let enabled = read(&ctl)?;
+        let enabled: Vec<&str> = enabled
+            .split_whitespace()
+            .map(|c| c.trim_start_matches('+'))
+            .collect();
+        let required = |c: &str| match c {
+            "cpu" => r.cpu_shares.is_some() || r.cpu_quota.is_some() || r.cpu_period.is_some(),
+            "memory" => r.memory_limit.is_some() || r.memory_high.is_some(),
+            "pids" => r.pids_limit.is_some(),
+            "cpuset" | "hugetlb" => true,
+            _ => false,
+        };
+        let mut missing = Vec::new();
+        for c in wanted {
+            if enabled.contains(c) {
+                continue;
+            }
+            if available.contains(c) {
+                missing.push(*c);
+            } else if required(c) {
+                return Err(CgroupError::ControllerMissing {
+                    controller: static_name(c),
+                    field: field_of(c),
+                });
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let line = missing
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if self.write(&ctl, &line).is_ok() {
+            return Ok(());
+        }
+        // One refused controller (e.g. cpu with realtime tasks present) must not block the
+        // others; only a controller the limits need is an error.
+        for c in missing {
+            if let Err(e) = self.write(&ctl, &format!("+{c}"))
+                && required(c)
+            {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&self, places: &[Place], comps: &[String], r: &Resources) -> Result<(), CgroupError> {
+        if r.is_empty() {
+            return Ok(());
+        }
+        if self.h.is_v2() {
+            let dir = join(self.h.root(), comps);
+            return self.apply_v2(&dir, r);
+        }
+        let dir = |c: &str| self.h.mount(c).map(|m| join(&m, comps));
+        if let Some(d) = dir("cpuset") {
+            if let Some(v) = &r.cpuset_cpus {
+                self.write(&d.join("cpuset.cpus"), v)?;
+            }
+            if let Some(v) = &r.cpuset_mems {
+                self.write(&d.join("cpuset.mems"), v)?;
+            }
+        }
+        if let Some(d) = dir("cpu") {
+            if let Some(s) = r.cpu_shares {
+                self.write(&d.join("cpu.shares"), &s.to_string())?;
+            }
+            self.apply_v1_cfs(&d, r)?;
+        }
+        if let (Some(d), Some(m)) = (dir("memory"), r.memory_limit) {
+            self.write(&d.join("memory.limit_in_bytes"), &m.to_string())?;
+        }
+        if let (Some(d), Some(p)) = (dir("pids"), r.pids_limit) {
+            self.write(&d.join("pids.max"), &max_or(p))?;
+        }
+        if !r.hugetlb.is_empty() {
+            match dir("hugetlb").filter(|_| self.h_has_v1("hugetlb")) {
+                Some(d) => {
+                    for (size, limit) in &r.hugetlb {
+                        self.write(
+                            &d.join(format!("hugetlb.{size}.limit_in_bytes")),
+                            &limit.to_string(),
+                        )?;
+                    }
+                }
+                None => {
+                    if let Some(u) = places.iter().find(|p| p.hybrid) {
+                        let d = join(&u.mount, comps);
+                        for (size, limit) in &r.hugetlb {
+                            self.write(&d.join(format!("hugetlb.{size}.max")), &limit.to_string())?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernel checks a new period against the current quota (and vice versa), so one
+    /// order can be refused where the other is accepted; like runc, try the period first and,
+    /// if it is refused, set the quota first.
+    fn apply_v1_cfs(&self, d: &Path, r: &Resources) -> Result<(), CgroupError> {
+        let quota_file = d.join("cpu.cfs_quota_us");
+        let period_file = d.join("cpu.cfs_period_us");
+        let mut quota_done = false;
+        if let Some(p) = r.cpu_period {
+            let v = p.to_string();
+            if let Err(e) = self.write(&period_file, &v) {
+                let Some(q) = r
+                    .cpu_quota
+                    .filter(|_| e.raw_os_error() == Some(libc::EINVAL))
+                else {
+                    return Err(e);
+                };
+                self.write(&quota_file, &q.to_string())?;
+                quota_done = true;
+                self.write(&period_file, &v)?;
+            }
+        }
+        if let Some(q) = r.cpu_quota
+            && !quota_done
+        {
+            self.write(&quota_file, &q.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn apply_v2(&self, d: &Path, r: &Resources) -> Result<(), CgroupError> {
+        if let Some(v) = &r.cpuset_cpus {
+            self.write(&d.join("cpuset.cpus"), v)?;
+        }
+        if let Some(v) = &r.cpuset_mems {
+            self.write(&d.join("cpuset.mems"), v)?;
+        }
+        if let Some(s) = r.cpu_shares {
+            self.write(&d.join("cpu.weight"), &shares_to_weight(s).to_string())?;
+        }
+        if let Some(line) = cpu_max(r.cpu_quota, r.cpu_period) {
+            self.write(&d.join("cpu.max"), &line)?;
+        }
+        if let Some(m) = r.memory_high {
+            self.write(&d.join("memory.high"), &max_or(m))?;
+        }
+        if let Some(m) = r.memory_limit {
+            self.write(&d.join("memory.max"), &max_or(m))?;
+        }
+        if let Some(p) = r.pids_limit {
+            self.write(&d.join("pids.max"), &max_or(p))?;
+        }
+        for (size, limit) in &r.hugetlb {
+            self.write(&d.join(format!("hugetlb.{size}.max")), &limit.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// One write(2) of exactly `value`, as the kernel parses a cgroup file per write.
+    fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(self.fake)
+            .create(self.fake)
+            .open(path)
+            .map_err(|e| CgroupError::write(path, value, e))?;
+        f.write_all(value.as_bytes())
+            .map_err(|e| CgroupError::write(path, value, e))
+    }
+
+    fn rmdir(&self, d: &Path) -> std::io::Result<()> {
+        if self.fake
+            && let Ok(entries) = std::fs::read_dir(d)
+        {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_file()) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        match std::fs::remove_dir(d) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Depth-first removal of `d` and its child cgroups; the first failure is returned with
+    /// the directory it happened in.
+    fn remove_tree(&self, d: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+        let entries = match std::fs::read_dir(d) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err((d.to_path_buf(), e)),
+        };
+        let mut first: Option<(PathBuf, std::io::Error)> = None;
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir())
+                && let Err(err) = self.remove_tree(&e.path())
+            {
+                first.get_or_insert(err);
+            }
+        }
+        if let Some(err) = first {
+            return Err(err);
+        }
+        self.rmdir(d).map_err(|e| (d.to_path_buf(), e))
+    }
+}
+
+fn static_name(c: &str) -> &'static str {
+    match c {
+        "cpu" => "cpu",
+        "memory" => "memory",
+        "pids" => "pids",
+        "cpuset" => "cpuset",
+        "hugetlb" => "hugetlb",
+        _ => "io",
+    }
+}
+
+fn field_of(c: &str) -> &'static str {
+    match c {
+        "cpu" => "cpu_shares/cpu_quota/cpu_period",
+        "memory" => "memory_limit/memory_high",
+        "pids" => "pids_limit",
+        "cpuset" => "cpuset_cpus/cpuset_mems",
+        "hugetlb" => "hugetlb",
+        _ => "io",
+    }
+}
+
+/// "-1 means unlimited" as the kernel's v2 files (and v1 `pids.max`) spell it.
+fn max_or(v: i64) -> String {
+    if v < 0 {
+        "max".to_string()
+    } else {
+        v.to_string()
+    }
+}
+
+/// The path's names, rejecting `.`/`..` so a cgroup path can never leave its mount.
+fn components(path: &str) -> Result<Vec<String>, CgroupError> {
+    let mut out = Vec::new();
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        if c == "." || c == ".." {
+            return Err(CgroupError::InvalidPath(path.to_string()));
+        }
+        out.push(c.to_string());
+    }
+    Ok(out)
+}
+
+fn join(base: &Path, comps: &[String]) -> PathBuf {
+    let mut p = base.to_path_buf();
+    p.extend(comps);
+    p
+}
+
+fn read(p: &Path) -> Result<String, CgroupError> {
+    std::fs::read_to_string(p).map_err(|source| CgroupError::Read {
+        path: p.to_path_buf(),
+        source,
+    })
+}
+
+fn collect_pids(dir: &Path, out: &mut Vec<i32>) -> Result<(), CgroupError> {
+    match std::fs::read_to_string(dir.join("cgroup.procs")) {
+        Ok(text) => out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(CgroupError::Read {
+                path: dir.join("cgroup.procs"),
+                source,
+            });
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_pids(&e.path(), out)?;
+            }
+        }
+    }
+    Ok(())
+}
