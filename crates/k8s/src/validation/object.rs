@@ -544,6 +544,7 @@ fn validate_pod_spec(errs: &mut Errs, spec: &Value, p: &Path, is_pod: bool) {
         &strmap(spec, "nodeSelector"),
         &p.child("nodeSelector"),
     );
+    validate_pod_security_context(errs, spec, &p.child("securityContext"));
     if s(spec, "dnsPolicy") == "None" {
         match spec.get("dnsConfig").filter(|d| !d.is_null()) {
             None => errs.push(FieldError::required(
@@ -949,6 +950,128 @@ fn validate_container_common(errs: &mut Errs, c: &Value, volumes: &BTreeSet<Stri
         c.get("resources").unwrap_or(&Value::Null),
         &p.child("resources"),
     );
+    if let Some(sc) = c.get("securityContext").filter(|v| !v.is_null()) {
+        validate_container_security_context(errs, sc, &p.child("securityContext"));
+    }
+}
+
+const ID_RANGE: &str = "must be between 0 and 2147483647, inclusive";
+
+/// Upstream's `IsValidUserID`/`IsValidGroupID` for an optional id field.
+fn id_field(errs: &mut Errs, v: &Value, key: &str, p: &Path) {
+    if let Some(id) = v.get(key).and_then(Value::as_i64)
+        && !(0..=i64::from(i32::MAX)).contains(&id)
+    {
+        errs.push(FieldError::invalid(p.child(key), json!(id), ID_RANGE));
+    }
+}
+
+fn validate_seccomp(errs: &mut Errs, sc: &Value, p: &Path) {
+    let Some(sp) = sc.get("seccompProfile").filter(|v| !v.is_null()) else {
+        return;
+    };
+    let pp = p.child("seccompProfile");
+    let ty = s(sp, "type");
+    match ty {
+        "Localhost" | "RuntimeDefault" | "Unconfined" => {}
+        "" => errs.push(FieldError::required(
+            pp.child("type"),
+            "type is required when seccompProfile is set",
+        )),
+        other => not_supported(
+            errs,
+            pp.child("type"),
+            other,
+            &["Localhost", "RuntimeDefault", "Unconfined"],
+        ),
+    }
+    let local = sp.get("localhostProfile").and_then(Value::as_str);
+    match (ty, local) {
+        ("Localhost", None) => errs.push(FieldError::required(
+            pp.child("localhostProfile"),
+            "must be set when seccomp type is Localhost",
+        )),
+        ("Localhost", Some(l)) => local_descending_path(errs, l, &pp.child("localhostProfile")),
+        (_, Some(_)) => errs.push(FieldError::invalid(
+            pp.child("localhostProfile"),
+            sp.clone(),
+            "can only be set when seccomp type is Localhost",
+        )),
+        _ => {}
+    }
+}
+
+fn validate_pod_security_context(errs: &mut Errs, spec: &Value, p: &Path) {
+    let Some(sc) = spec.get("securityContext").filter(|v| !v.is_null()) else {
+        return;
+    };
+    id_field(errs, sc, "fsGroup", p);
+    id_field(errs, sc, "runAsUser", p);
+    id_field(errs, sc, "runAsGroup", p);
+    for (i, g) in arr(sc, "supplementalGroups").iter().enumerate() {
+        if let Some(g) = g.as_i64()
+            && !(0..=i64::from(i32::MAX)).contains(&g)
+        {
+            errs.push(FieldError::invalid(
+                p.child("supplementalGroups").index(i),
+                json!(g),
+                ID_RANGE,
+            ));
+        }
+    }
+    // In the v1 API these live on the pod spec; upstream reports them under securityContext.
+    let share = spec.get("shareProcessNamespace").and_then(Value::as_bool) == Some(true);
+    if share && spec.get("hostPID").and_then(Value::as_bool) == Some(true) {
+        errs.push(FieldError::invalid(
+            p.child("shareProcessNamespace"),
+            json!(true),
+            "ShareProcessNamespace and HostPID cannot both be enabled",
+        ));
+    }
+    if let Some(policy) = sc.get("fsGroupChangePolicy").and_then(Value::as_str)
+        && policy != "Always"
+        && policy != "OnRootMismatch"
+    {
+        not_supported(
+            errs,
+            p.child("fsGroupChangePolicy"),
+            policy,
+            &["Always", "OnRootMismatch"],
+        );
+    }
+    validate_seccomp(errs, sc, p);
+}
+
+fn validate_container_security_context(errs: &mut Errs, sc: &Value, p: &Path) {
+    id_field(errs, sc, "runAsUser", p);
+    id_field(errs, sc, "runAsGroup", p);
+    if let Some(pm) = sc.get("procMount").and_then(Value::as_str)
+        && pm != "Default"
+        && pm != "Unmasked"
+    {
+        not_supported(errs, p.child("procMount"), pm, &["Default", "Unmasked"]);
+    }
+    validate_seccomp(errs, sc, p);
+    if sc.get("allowPrivilegeEscalation").and_then(Value::as_bool) == Some(false) {
+        if sc.get("privileged").and_then(Value::as_bool) == Some(true) {
+            errs.push(FieldError::invalid(
+                p,
+                sc.clone(),
+                "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+            ));
+        }
+        let adds_sys_admin = sc
+            .pointer("/capabilities/add")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")));
+        if adds_sys_admin {
+            errs.push(FieldError::invalid(
+                p,
+                sc.clone(),
+                "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+            ));
+        }
+    }
 }
 
 /// Upstream's `validateLocalDescendingPath` (subPath).
@@ -2706,6 +2829,45 @@ mod tests {
         let errs = check("Pod", "", p, None);
         assert_eq!(errs.len(), 1);
         assert!(errs[0].starts_with("metadata.labels.version: Invalid value: invalid type: integer `1`, expected a string"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn security_contexts() {
+        let errs = check(
+            "Pod",
+            "",
+            pod(
+                json!({"securityContext": {"runAsUser": -1, "seccompProfile": {"type": "Localhost"}},
+            "containers": [{"name": "c", "image": "x", "securityContext": {"runAsGroup": 2147483648_i64,
+                "seccompProfile": {"type": "Bogus"}, "allowPrivilegeEscalation": false, "privileged": true}}]}),
+            ),
+            None,
+        );
+        assert_eq!(errs.len(), 5, "{errs:?}");
+        assert_eq!(
+            errs[0],
+            "spec.containers[0].securityContext.runAsGroup: Invalid value: 2147483648: must be between 0 and 2147483647, inclusive"
+        );
+        assert_eq!(
+            errs[1],
+            "spec.containers[0].securityContext.seccompProfile.type: Unsupported value: \"Bogus\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\""
+        );
+        assert!(
+            errs[2].starts_with("spec.containers[0].securityContext: Invalid value: "),
+            "{}",
+            errs[2]
+        );
+        assert!(errs[2].ends_with(
+            ": cannot set `allowPrivilegeEscalation` to false and `privileged` to true"
+        ));
+        assert_eq!(
+            errs[3],
+            "spec.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive"
+        );
+        assert_eq!(
+            errs[4],
+            "spec.securityContext.seccompProfile.localhostProfile: Required value: must be set when seccomp type is Localhost"
+        );
     }
 
     #[test]
