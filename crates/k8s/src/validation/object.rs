@@ -682,6 +682,10 @@ fn validate_volumes(errs: &mut Errs, spec: &Value, p: &Path) -> BTreeSet<String>
                     if s(sv, key).is_empty() {
                         el.push(FieldError::required(sp.child(key), ""));
                     }
+                    if *src != "persistentVolumeClaim" {
+                        file_mode(&mut el, sv, "defaultMode", &sp);
+                        key_to_path_items(&mut el, sv, &sp, true);
+                    }
                 }
                 "nfs" => {
                     if s(sv, "server").is_empty() {
@@ -696,6 +700,12 @@ fn validate_volumes(errs: &mut Errs, spec: &Value, p: &Path) -> BTreeSet<String>
                             json!(path),
                             "must be an absolute path",
                         ));
+                    }
+                }
+                "downwardAPI" | "projected" => {
+                    file_mode(&mut el, sv, "defaultMode", &sp);
+                    if *src == "downwardAPI" {
+                        key_to_path_items(&mut el, sv, &sp, false);
                     }
                 }
                 "emptyDir" => {
@@ -735,6 +745,40 @@ fn validate_volumes(errs: &mut Errs, spec: &Value, p: &Path) -> BTreeSet<String>
         }
     }
     names
+}
+
+const FILE_MODE_ERROR: &str = "must be a number between 0 and 0777 (octal), both inclusive";
+
+fn file_mode(errs: &mut Errs, v: &Value, key: &str, p: &Path) {
+    if let Some(m) = v.get(key).and_then(Value::as_i64)
+        && !(0..=0o777).contains(&m)
+    {
+        errs.push(FieldError::invalid(p.child(key), json!(m), FILE_MODE_ERROR));
+    }
+}
+
+/// Upstream's `validateKeyToPathList` (configMap/secret items; downwardAPI items have a
+/// path but no key).
+fn key_to_path_items(errs: &mut Errs, v: &Value, p: &Path, with_key: bool) {
+    for (i, item) in arr(v, "items").iter().enumerate() {
+        let ip = p.child("items").index(i);
+        if with_key && s(item, "key").is_empty() {
+            errs.push(FieldError::required(ip.child("key"), ""));
+        }
+        let path = s(item, "path");
+        if path.is_empty() {
+            errs.push(FieldError::required(ip.child("path"), ""));
+        }
+        local_descending_path(errs, path, &ip.child("path"));
+        if path.starts_with("..") && !path.starts_with("../") {
+            errs.push(FieldError::invalid(
+                ip.child("path"),
+                json!(path),
+                "must not start with '..'",
+            ));
+        }
+        file_mode(errs, item, "mode", &ip);
+    }
 }
 
 /// The order upstream's `validateVolumeSource` checks volume types in.
@@ -2829,6 +2873,28 @@ mod tests {
         let errs = check("Pod", "", p, None);
         assert_eq!(errs.len(), 1);
         assert!(errs[0].starts_with("metadata.labels.version: Invalid value: invalid type: integer `1`, expected a string"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn volume_items() {
+        let errs = check(
+            "Pod",
+            "",
+            pod(
+                json!({"containers": [{"name": "c", "image": "x"}], "volumes": [
+            {"name": "cfg", "configMap": {"name": "c", "defaultMode": 1000, "items": [{"key": "a", "path": "../etc/passwd"}, {"key": "", "path": "/abs"}]}}]}),
+            ),
+            None,
+        );
+        assert_eq!(
+            errs,
+            vec![
+                "spec.volumes[0].configMap.defaultMode: Invalid value: 1000: must be a number between 0 and 0777 (octal), both inclusive",
+                "spec.volumes[0].configMap.items[0].path: Invalid value: \"../etc/passwd\": must not contain '..'",
+                "spec.volumes[0].configMap.items[1].key: Required value",
+                "spec.volumes[0].configMap.items[1].path: Invalid value: \"/abs\": must be a relative path",
+            ]
+        );
     }
 
     #[test]
