@@ -19,3 +19,8 @@ pub use resources::{
     shares_to_weight_quadratic,
 };
 pub use stats::{CpuStats, MemoryStats, Stats, read_stats};
+
+#[cfg(test)]
+mod tests_fake_v2;
+#[cfg(test)]
+mod tests_real;

@@ -75,7 +75,6 @@ impl Manager {
     }
 
     #[cfg(test)]
-    #[allow(dead_code)]
     pub(crate) fn fake(h: Hierarchy) -> Manager {
         Manager {
             fake: true,

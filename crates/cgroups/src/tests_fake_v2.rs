@@ -1,0 +1,201 @@
+//! cgroup v2 on a fake cgroupfs tree in a temp dir: the files a kernel would show exist
+//! beforehand, and the tests assert the exact bytes the driver writes.
+
+use crate::error::CgroupError;
+use crate::hierarchy::Hierarchy;
+use crate::manager::Manager;
+use crate::resources::Resources;
+use std::path::Path;
+
+fn put(p: &Path, s: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, s).unwrap();
+}
+
+fn get(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A root offering the usual controllers, with `kubepods` existing and already enabling cpu
+/// and memory for its children.
+fn tree() -> (tempfile::TempDir, Manager) {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    put(
+        &r.join("cgroup.controllers"),
+        "cpuset cpu io memory hugetlb pids rdma misc\n",
+    );
+    put(&r.join("cgroup.subtree_control"), "");
+    put(
+        &r.join("kubepods/cgroup.controllers"),
+        "cpuset cpu io memory hugetlb pids\n",
+    );
+    put(&r.join("kubepods/cgroup.subtree_control"), "cpu memory\n");
+    let h = Hierarchy::detect_at(r);
+    assert!(h.is_v2());
+    (d, Manager::fake(h))
+}
+
+#[test]
+fn create_enables_controllers_and_writes_v2_files() {
+    let (d, m) = tree();
+    let r = d.path();
+    m.create(
+        "/kubepods/burstable",
+        &Resources {
+            cpu_shares: Some(102),
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            memory_limit: Some(64 << 20),
+            memory_high: Some(-1),
+            pids_limit: Some(-1),
+            hugetlb: vec![("2MB".into(), 0)],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        get(&r.join("cgroup.subtree_control")),
+        "+cpu +io +memory +pids +hugetlb"
+    );
+    // Only what kubepods did not enable yet.
+    assert_eq!(
+        get(&r.join("kubepods/cgroup.subtree_control")),
+        "+io +pids +hugetlb"
+    );
+    let b = r.join("kubepods/burstable");
+    assert_eq!(get(&b.join("cpu.weight")), "4");
+    assert_eq!(get(&b.join("cpu.max")), "50000 100000");
+    assert_eq!(get(&b.join("memory.max")), "67108864");
+    assert_eq!(get(&b.join("memory.high")), "max");
+    assert_eq!(get(&b.join("pids.max")), "max");
+    assert_eq!(get(&b.join("hugetlb.2MB.max")), "0");
+    assert!(!b.join("cpuset.cpus").exists());
+    assert!(!b.join("cgroup.subtree_control").exists());
+}
+
+#[test]
+fn shares_and_quota_map_to_weight_and_cpu_max() {
+    let (d, m) = tree();
+    let c = d.path().join("kubepods");
+    let upd = |r: Resources| m.update("kubepods", &r).unwrap();
+    upd(Resources {
+        cpu_shares: Some(2),
+        cpu_period: Some(100_000),
+        ..Default::default()
+    });
+    assert_eq!(get(&c.join("cpu.weight")), "1");
+    assert_eq!(get(&c.join("cpu.max")), "max 100000");
+    upd(Resources {
+        cpu_shares: Some(1024),
+        cpu_quota: Some(-1),
+        ..Default::default()
+    });
+    assert_eq!(get(&c.join("cpu.weight")), "39");
+    assert_eq!(get(&c.join("cpu.max")), "max 100000");
+    upd(Resources {
+        cpu_shares: Some(262_144),
+        cpu_quota: Some(25_000),
+        cpu_period: Some(50_000),
+        cpuset_cpus: Some("0-1".into()),
+        cpuset_mems: Some("0".into()),
+        memory_limit: Some(-1),
+        pids_limit: Some(4096),
+        ..Default::default()
+    });
+    assert_eq!(get(&c.join("cpu.weight")), "10000");
+    assert_eq!(get(&c.join("cpu.max")), "25000 50000");
+    assert_eq!(get(&c.join("cpuset.cpus")), "0-1");
+    assert_eq!(get(&c.join("cpuset.mems")), "0");
+    assert_eq!(get(&c.join("memory.max")), "max");
+    assert_eq!(get(&c.join("pids.max")), "4096");
+    // cpuset asked for: enabled (alone, the rest already is) in the root for kubepods.
+    assert_eq!(get(&d.path().join("cgroup.subtree_control")), "+cpuset");
+}
+
+#[test]
+fn a_controller_the_kernel_lacks_is_an_error_and_nothing_is_left() {
+    let (d, m) = tree();
+    let r = d.path();
+    put(&r.join("kubepods/cgroup.controllers"), "cpu memory pids\n");
+    let err = m
+        .create(
+            "kubepods/pod1/ctr",
+            &Resources {
+                hugetlb: vec![("1GB".into(), 1 << 30)],
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "hugetlb needs the hugetlb cgroup controller, which is not available"
+    );
+    assert!(!r.join("kubepods/pod1").exists());
+    assert!(r.join("kubepods").exists());
+}
+
+#[test]
+fn update_of_a_missing_cgroup_and_bad_values_are_refused() {
+    let (d, m) = tree();
+    assert_eq!(
+        m.update("kubepods/nope", &Resources::default())
+            .unwrap_err()
+            .to_string(),
+        "cgroup kubepods/nope does not exist"
+    );
+    let err = m
+        .create(
+            "kubepods/x",
+            &Resources {
+                pids_limit: Some(-7),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        CgroupError::InvalidResource {
+            field: "pids_limit",
+            ..
+        }
+    ));
+    assert!(!d.path().join("kubepods/x").exists());
+}
+
+#[test]
+fn kill_uses_cgroup_kill_and_freeze_waits_for_the_kernel() {
+    let (d, m) = tree();
+    let c = d.path().join("kubepods");
+    put(&c.join("cgroup.kill"), "");
+    m.kill_all("kubepods").unwrap();
+    assert_eq!(get(&c.join("cgroup.kill")), "1");
+
+    put(&c.join("cgroup.events"), "populated 1\nfrozen 1\n");
+    m.freeze("kubepods").unwrap();
+    assert_eq!(get(&c.join("cgroup.freeze")), "1");
+    // A kernel that never reports the thaw: a bounded wait and an error naming the file.
+    let err = m.thaw("kubepods").unwrap_err();
+    assert_eq!(get(&c.join("cgroup.freeze")), "0");
+    assert!(
+        err.to_string()
+            .ends_with("kubepods/cgroup.events: still frozen 1 after waiting (wanted frozen 0)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pids_are_collected_recursively_and_delete_removes_the_subtree() {
+    let (d, m) = tree();
+    let c = d.path().join("kubepods");
+    put(&c.join("cgroup.procs"), "10\n");
+    put(&c.join("pod1/cgroup.procs"), "12\n11\n");
+    put(&c.join("pod1/ctr/cgroup.procs"), "10\n");
+    assert_eq!(m.pids("kubepods").unwrap(), vec![10, 11, 12]);
+    assert_eq!(m.pids("/kubepods/pod1/").unwrap(), vec![10, 11, 12]);
+    assert!(matches!(m.pids("nope"), Err(CgroupError::NotFound(_))));
+    m.delete("kubepods/pod1").unwrap();
+    assert!(!c.join("pod1").exists());
+    assert!(c.exists());
+    m.delete("kubepods/pod1").unwrap();
+}

@@ -1,0 +1,361 @@
+//! Tests against the kernel's cgroup filesystem on this machine (v1 controllers, plus the
+//! hybrid cgroup2 mount driven as a v2 hierarchy), each under its own
+//! `nodus-cgtest-<pid>-<n>` root that a guard removes even when the test panics.
+
+use crate::error::CgroupError;
+use crate::hierarchy::Hierarchy;
+use crate::manager::Manager;
+use crate::resources::Resources;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A test cgroup root and the processes a test started; both go away on drop.
+struct Guard {
+    m: Manager,
+    root: String,
+    children: Vec<Child>,
+}
+
+impl Guard {
+    fn new(m: Manager) -> Guard {
+        let root = format!(
+            "nodus-cgtest-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        Guard {
+            m,
+            root,
+            children: Vec::new(),
+        }
+    }
+
+    fn path(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.root)
+    }
+
+    /// A `sleep` that the test owns, moved into cgroup `rel`.
+    fn sleeper(&mut self, rel: &str, secs: &str) -> u32 {
+        let child = Command::new("sleep").arg(secs).spawn().unwrap();
+        let pid = child.id();
+        self.children.push(child);
+        self.m.add_process(&self.path(rel), pid as i32).unwrap();
+        pid
+    }
+
+    fn take_child(&mut self, pid: u32) -> Child {
+        let i = self.children.iter().position(|c| c.id() == pid).unwrap();
+        self.children.remove(i)
+    }
+
+    /// Every directory of the test root in every mount.
+    fn leftovers(&self) -> Vec<PathBuf> {
+        let h = self.m.hierarchy();
+        let mut mounts = h.all_mounts();
+        mounts.extend(h.unified().map(Path::to_path_buf));
+        mounts
+            .into_iter()
+            .map(|m| m.join(&self.root))
+            .filter(|d| d.exists())
+            .collect()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.m.delete(&self.root);
+    }
+}
+
+fn v1() -> Option<Manager> {
+    let h = Hierarchy::detect();
+    if h.is_v2() || h.mount("memory").is_none() {
+        eprintln!("skipped: this machine has no cgroup v1 memory controller");
+        return None;
+    }
+    Some(Manager::detect())
+}
+
+fn cat(m: &Manager, controller: &str, path: &str, file: &str) -> String {
+    let p = m.hierarchy().dir(controller, path).join(file);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn v1_create_sets_limits_the_kernel_reports_back() {
+    let Some(m) = v1() else { return };
+    let g = Guard::new(m);
+    let m = &g.m;
+    let kubepods = g.path("kubepods");
+    m.create(
+        &kubepods,
+        &Resources {
+            cpu_shares: Some(2048),
+            memory_limit: Some(1 << 30),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let pod = g.path("kubepods/burstable/pod1");
+    m.create(
+        &pod,
+        &Resources {
+            cpu_shares: Some(102),
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            memory_limit: Some(64 << 20),
+            pids_limit: Some(100),
+            cpuset_cpus: Some("0".into()),
+            cpuset_mems: Some("0".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(m.exists(&pod));
+    assert_eq!(cat(m, "cpu", &kubepods, "cpu.shares"), "2048");
+    assert_eq!(
+        cat(m, "memory", &kubepods, "memory.limit_in_bytes"),
+        "1073741824"
+    );
+    assert_eq!(cat(m, "cpu", &pod, "cpu.shares"), "102");
+    assert_eq!(cat(m, "cpu", &pod, "cpu.cfs_quota_us"), "50000");
+    assert_eq!(cat(m, "cpu", &pod, "cpu.cfs_period_us"), "100000");
+    assert_eq!(cat(m, "memory", &pod, "memory.limit_in_bytes"), "67108864");
+    assert_eq!(cat(m, "pids", &pod, "pids.max"), "100");
+    assert_eq!(cat(m, "cpuset", &pod, "cpuset.cpus"), "0");
+    // The intermediate tier got its parent's cpuset, or no task could ever join it.
+    let tier = g.path("kubepods/burstable");
+    let host_cpus = cat(m, "cpuset", "", "cpuset.cpus");
+    assert_eq!(cat(m, "cpuset", &tier, "cpuset.cpus"), host_cpus);
+    assert!(!cat(m, "cpuset", &tier, "cpuset.mems").is_empty());
+    for c in ["cpuacct", "freezer"] {
+        if m.hierarchy().mount(c).is_some() {
+            assert!(m.hierarchy().dir(c, &pod).is_dir(), "{c}");
+        }
+    }
+    // Creating again is harmless; updating changes only what is asked.
+    m.create(&pod, &Resources::default()).unwrap();
+    m.update(
+        &pod,
+        &Resources {
+            memory_limit: Some(-1),
+            pids_limit: Some(-1),
+            cpu_quota: Some(-1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let unlimited: u64 = cat(m, "memory", &pod, "memory.limit_in_bytes")
+        .parse()
+        .unwrap();
+    assert!(unlimited > 1 << 62, "{unlimited}");
+    assert_eq!(cat(m, "pids", &pod, "pids.max"), "max");
+    assert_eq!(cat(m, "cpu", &pod, "cpu.cfs_quota_us"), "-1");
+    assert_eq!(cat(m, "cpu", &pod, "cpu.shares"), "102");
+    let s = m.read_stats(&pod).unwrap();
+    assert_eq!(s.memory.limit_bytes, None);
+    assert_eq!(s.pids, Some(0));
+}
+
+#[test]
+fn v1_shorter_period_with_a_quota_is_accepted() {
+    let Some(m) = v1() else { return };
+    let g = Guard::new(m);
+    let p = g.path("c");
+    let r = Resources {
+        cpu_quota: Some(200_000),
+        cpu_period: Some(1_000_000),
+        ..Default::default()
+    };
+    g.m.create(&p, &r).unwrap();
+    // Going from 200ms/1s to 5ms/10ms: the new period is checked against the old quota.
+    let r = Resources {
+        cpu_quota: Some(5_000),
+        cpu_period: Some(10_000),
+        ..Default::default()
+    };
+    g.m.update(&p, &r).unwrap();
+    assert_eq!(cat(&g.m, "cpu", &p, "cpu.cfs_quota_us"), "5000");
+    assert_eq!(cat(&g.m, "cpu", &p, "cpu.cfs_period_us"), "10000");
+}
+
+#[test]
+fn v1_processes_are_listed_frozen_killed_and_the_tree_removed() {
+    let Some(m) = v1() else { return };
+    let mut g = Guard::new(m);
+    let pod = g.path("pod");
+    g.m.create(&pod, &Resources::default()).unwrap();
+    g.m.create(&g.path("pod/ctr"), &Resources::default())
+        .unwrap();
+    let pid = g.sleeper("pod/ctr", "1000");
+    assert_eq!(g.m.pids(&pod).unwrap(), vec![pid as i32]);
+    let s = g.m.read_stats(&g.path("pod/ctr")).unwrap();
+    assert_eq!(s.pids, Some(1));
+
+    g.m.freeze(&pod).unwrap();
+    assert_eq!(cat(&g.m, "freezer", &pod, "freezer.state"), "FROZEN");
+    g.m.thaw(&pod).unwrap();
+    assert_eq!(cat(&g.m, "freezer", &pod, "freezer.state"), "THAWED");
+
+    g.m.kill_all(&pod).unwrap();
+    let status = g.take_child(pid).wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    g.m.delete(&g.root).unwrap();
+    assert_eq!(g.leftovers(), Vec::<PathBuf>::new());
+    assert!(!g.m.exists(&pod));
+}
+
+#[test]
+fn v1_busy_delete_retries_then_kills_stragglers() {
+    let Some(m) = v1() else { return };
+    let mut g = Guard::new(m);
+    let pod = g.path("pod");
+    g.m.create(&pod, &Resources::default()).unwrap();
+    let pid = g.sleeper("pod", "1000");
+
+    // Without permission to kill, the bounded retries end in a busy error naming the dir.
+    let patient = g.m.clone().with_delete_retries(3, u32::MAX);
+    let err = patient.delete(&pod).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&g.root) && msg.contains("after 3 attempts"),
+        "{msg}"
+    );
+    assert!(g.m.exists(&pod));
+
+    // The default manager kills what is left after a few rounds and then succeeds.
+    g.m.delete(&pod).unwrap();
+    let status = g.take_child(pid).wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert!(!g.m.exists(&pod));
+}
+
+#[test]
+fn v1_busy_delete_succeeds_once_the_process_leaves() {
+    let Some(m) = v1() else { return };
+    let mut g = Guard::new(m);
+    let pod = g.path("pod");
+    g.m.create(&pod, &Resources::default()).unwrap();
+    let pid = g.sleeper("pod", "0.3");
+    let mut child = g.take_child(pid);
+    let reaper = std::thread::spawn(move || child.wait());
+    // Generous bound, never killing: success can only come from the process exiting.
+    let patient = g.m.clone().with_delete_retries(60, u32::MAX);
+    patient.delete(&pod).unwrap();
+    let status = reaper.join().unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!g.m.exists(&pod));
+    assert!(g.m.exists(&g.root));
+}
+
+#[test]
+fn v1_failed_create_leaves_nothing_behind() {
+    let Some(m) = v1() else { return };
+    let g = Guard::new(m);
+    let p = g.path("a/b");
+    let err =
+        g.m.create(
+            &p,
+            &Resources {
+                cpuset_cpus: Some("4096".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    let msg = err.to_string();
+    // The kernel says EINVAL or ERANGE depending on its version; either is named in words.
+    assert!(
+        msg.starts_with("write 4096 to /")
+            && msg.contains("/a/b/cpuset.cpus: ")
+            && !msg.contains("os error"),
+        "{msg}"
+    );
+    assert_eq!(g.leftovers(), Vec::<PathBuf>::new());
+
+    // A pre-existing parent survives a failed create of its child.
+    g.m.create(&g.root, &Resources::default()).unwrap();
+    let err =
+        g.m.create(
+            &p,
+            &Resources {
+                cpuset_cpus: Some("4096".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, CgroupError::Write { .. }));
+    assert!(g.m.exists(&g.root));
+    assert!(!g.m.exists(&g.path("a")));
+}
+
+#[test]
+fn missing_cgroup_root_is_a_clear_error() {
+    let m = Manager::new(Hierarchy::v1("/nonexistent-nodus-cgroup-root"));
+    let err = m.create("kubepods", &Resources::default()).unwrap_err();
+    assert!(matches!(err, CgroupError::RootMissing(_)));
+    assert!(
+        err.to_string()
+            .starts_with("cgroup root /nonexistent-nodus-cgroup-root"),
+        "{err}"
+    );
+    let m = Manager::new(Hierarchy::v2("/nonexistent-nodus-cgroup-root"));
+    assert_eq!(
+        m.create("kubepods", &Resources::default())
+            .unwrap_err()
+            .to_string(),
+        "cgroup root /nonexistent-nodus-cgroup-root does not exist"
+    );
+    assert!(matches!(
+        m.delete("../etc"),
+        Err(CgroupError::InvalidPath(_))
+    ));
+    assert!(matches!(m.delete("/"), Err(CgroupError::InvalidPath(_))));
+}
+
+/// The hybrid machine's cgroup2 mount is a real v2 hierarchy (without cpu/memory, which v1
+/// holds): enough to exercise the v2 paths of create, cgroup.procs, cgroup.freeze,
+/// cgroup.kill and removal against the kernel.
+#[test]
+fn real_v2_unified_mount_freeze_kill_delete() {
+    let Some(unified) = Hierarchy::detect().unified().map(Path::to_path_buf) else {
+        eprintln!("skipped: no hybrid cgroup2 mount");
+        return;
+    };
+    if !unified.join("cgroup.kill").exists() {
+        eprintln!("skipped: kernel without cgroup.kill");
+        return;
+    }
+    let mut g = Guard::new(Manager::new(Hierarchy::v2(&unified)));
+    let pod = g.path("pod");
+    let before = std::fs::read_to_string(unified.join("cgroup.subtree_control")).unwrap();
+    g.m.create(&g.path("pod/ctr"), &Resources::default())
+        .unwrap();
+    // Nothing the driver wants is available there, so the host root is left as it was.
+    assert_eq!(
+        std::fs::read_to_string(unified.join("cgroup.subtree_control")).unwrap(),
+        before
+    );
+    let pid = g.sleeper("pod/ctr", "1000");
+    assert_eq!(g.m.pids(&pod).unwrap(), vec![pid as i32]);
+    g.m.freeze(&pod).unwrap();
+    let events = std::fs::read_to_string(unified.join(&pod).join("cgroup.events")).unwrap();
+    assert!(events.contains("frozen 1"), "{events}");
+    g.m.thaw(&pod).unwrap();
+    g.m.kill_all(&pod).unwrap();
+    let status = g.take_child(pid).wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    g.m.delete(&g.root).unwrap();
+    assert!(!unified.join(&g.root).exists());
+}
