@@ -5,8 +5,15 @@ use std::fmt;
 
 use serde_json::Value;
 
+mod cluster;
+mod common;
+mod config;
+mod meta;
 mod names;
+mod network;
 mod object;
+mod pod;
+mod workloads;
 
 pub use names::*;
 pub use object::{validate_object, validate_pod_spec_for_kubelet};

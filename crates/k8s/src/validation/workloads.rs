@@ -1,0 +1,211 @@
+//! Deployment, ReplicaSet, DaemonSet and PodDisruptionBudget validation.
+
+use serde_json::{Value, json};
+
+use super::common::{
+    Errs, arr, enum_field, int_or_percent, nonnegative, not_supported, present, s, strmap,
+};
+use super::meta::validate_labels;
+use super::pod::validate_pod_spec;
+use super::{FieldError, Path};
+use crate::gvk::Gvk;
+
+pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Option<&Value>) {
+    let sp = Path::new("spec");
+    let empty = json!({});
+    let spec = obj.get("spec").unwrap_or(&empty);
+    if gvk.kind != "DaemonSet" {
+        nonnegative(errs, sp.child("replicas"), spec, "replicas");
+    }
+    let template_labels = spec
+        .pointer("/template/metadata/labels")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    match spec.get("selector").filter(|v| !v.is_null()) {
+        None => errs.push(FieldError::required(sp.child("selector"), "")),
+        Some(sel) => {
+            let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
+                serde_json::from_value(sel.clone());
+            match parsed
+                .map_err(|e| e.to_string())
+                .and_then(|s| crate::selector::from_metav1(&s).map_err(|e| e.to_string()))
+            {
+                Err(e) => errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), e)),
+                Ok(selector) if selector.is_empty() => {
+                    let what = match gvk.kind.as_str() {
+                        "Deployment" => "empty selector is invalid for deployment",
+                        "DaemonSet" => "empty selector is invalid for daemonset",
+                        _ => "empty selector is invalid for deployment",
+                    };
+                    errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), what));
+                }
+                Ok(selector) => {
+                    let labels = strmap(&json!({"l": template_labels}), "l");
+                    if !selector.matches(&labels) {
+                        errs.push(FieldError::invalid(
+                            sp.child("template").child("metadata").child("labels"),
+                            template_labels.clone(),
+                            "`selector` does not match template `labels`",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let tp = sp.child("template");
+    let tmeta = spec
+        .pointer("/template/metadata")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    validate_labels(
+        errs,
+        &strmap(&tmeta, "labels"),
+        &tp.child("metadata").child("labels"),
+    );
+    let tspec = spec
+        .pointer("/template/spec")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    validate_pod_spec(errs, &tspec, &tp.child("spec"), false);
+    let rp = s(&tspec, "restartPolicy");
+    if rp != "Always" && !rp.is_empty() {
+        not_supported(
+            errs,
+            tp.child("spec").child("restartPolicy"),
+            rp,
+            &["Always"],
+        );
+    }
+    if !arr(&tspec, "ephemeralContainers").is_empty() {
+        errs.push(FieldError::forbidden(
+            tp.child("spec").child("ephemeralContainers"),
+            "ephemeral containers not allowed in pod template",
+        ));
+    }
+    if gvk.kind == "Deployment" {
+        let st = spec.get("strategy").cloned().unwrap_or_else(|| json!({}));
+        let ty = s(&st, "type");
+        enum_field(
+            errs,
+            sp.child("strategy").child("type"),
+            ty,
+            &["Recreate", "RollingUpdate"],
+        );
+        if ty == "Recreate" && present(&st, "rollingUpdate") {
+            errs.push(FieldError::forbidden(
+                sp.child("strategy").child("rollingUpdate"),
+                "may not be specified when strategy `type` is 'Recreate'",
+            ));
+        }
+        if ty == "RollingUpdate"
+            && let Some(ru) = st.get("rollingUpdate").filter(|v| !v.is_null())
+        {
+            let rp = sp.child("strategy").child("rollingUpdate");
+            let unavailable = int_or_percent(
+                errs,
+                ru.get("maxUnavailable"),
+                rp.child("maxUnavailable"),
+                true,
+            );
+            let surge = int_or_percent(errs, ru.get("maxSurge"), rp.child("maxSurge"), false);
+            if unavailable == Some(0) && surge == Some(0) {
+                let shown = match ru.get("maxUnavailable") {
+                    Some(Value::String(t)) => json!({"$stringer": t}),
+                    Some(other) => other.clone(),
+                    None => Value::Null,
+                };
+                errs.push(FieldError::invalid(
+                    rp.child("maxUnavailable"),
+                    shown,
+                    "may not be 0 when `maxSurge` is 0",
+                ));
+            }
+        }
+        nonnegative(
+            errs,
+            sp.child("revisionHistoryLimit"),
+            spec,
+            "revisionHistoryLimit",
+        );
+        if let (Some(pd), min_ready) = (
+            spec.get("progressDeadlineSeconds").and_then(Value::as_i64),
+            spec.get("minReadySeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+        ) && pd <= min_ready
+        {
+            errs.push(FieldError::invalid(
+                sp.child("progressDeadlineSeconds"),
+                json!(pd),
+                "must be greater than minReadySeconds",
+            ));
+        }
+    }
+    if gvk.kind == "DaemonSet" {
+        let ty = spec
+            .pointer("/updateStrategy/type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        enum_field(
+            errs,
+            sp.child("updateStrategy").child("type"),
+            ty,
+            &["OnDelete", "RollingUpdate"],
+        );
+    }
+    if let Some(old) = old
+        && spec.get("selector") != old.pointer("/spec/selector")
+    {
+        errs.push(FieldError::invalid(
+            sp.child("selector"),
+            spec.get("selector").cloned().unwrap_or(Value::Null),
+            "field is immutable",
+        ));
+    }
+}
+
+pub(super) fn validate_pdb(errs: &mut Errs, obj: &Value) {
+    let empty = json!({});
+    let spec = obj.get("spec").unwrap_or(&empty);
+    let sp = Path::new("spec");
+    if present(spec, "minAvailable") && present(spec, "maxUnavailable") {
+        errs.push(FieldError::invalid(
+            &sp,
+            spec.clone(),
+            "minAvailable and maxUnavailable cannot be both set",
+        ));
+    }
+    int_or_percent(
+        errs,
+        spec.get("minAvailable"),
+        sp.child("minAvailable"),
+        true,
+    );
+    int_or_percent(
+        errs,
+        spec.get("maxUnavailable"),
+        sp.child("maxUnavailable"),
+        true,
+    );
+    if let Some(sel) = spec.get("selector").filter(|v| !v.is_null()) {
+        let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
+            serde_json::from_value(sel.clone());
+        let checked = parsed
+            .map_err(|e| e.to_string())
+            .and_then(|sel| crate::selector::from_metav1(&sel).map_err(|e| e.to_string()));
+        if let Err(e) = checked {
+            errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), e));
+        }
+    }
+    if let Some(p) = spec
+        .get("unhealthyPodEvictionPolicy")
+        .and_then(Value::as_str)
+    {
+        enum_field(
+            errs,
+            sp.child("unhealthyPodEvictionPolicy"),
+            p,
+            &["AlwaysAllow", "IfHealthyBudget"],
+        );
+    }
+}
