@@ -347,6 +347,14 @@ mod tests {
             errs[0]
         );
         assert!(errs[0].contains("spec.containers[0].command[1]"));
+        let spelled_differently = pod(
+            json!({"containers": [{"name": "c", "image": "busybox:1", "command": ["sleep", "1"],
+            "args": [], "workingDir": ""}], "nodeName": null}),
+        );
+        assert_eq!(
+            check("Pod", "", spelled_differently, Some(old.clone())),
+            Vec::<String>::new()
+        );
         let more_tolerations = pod(
             json!({"containers": [{"name": "c", "image": "busybox:1", "command": ["sleep", "1"]}],
             "tolerations": [{"key": "k", "operator": "Exists"}]}),

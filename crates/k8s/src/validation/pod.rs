@@ -1118,7 +1118,7 @@ pub(super) fn validate_pod_update(errs: &mut Errs, new: &Value, old: &Value) {
                     None => m.remove("tolerationSeconds"),
                 };
             }
-            &oc == n
+            semantic(&oc) == semantic(n)
         });
         if !found {
             errs.push(FieldError::forbidden(
@@ -1160,13 +1160,35 @@ pub(super) fn validate_pod_update(errs: &mut Errs, new: &Value, old: &Value) {
             m.insert("terminationGracePeriodSeconds".into(), json!(old_grace));
         }
     }
-    if &munged != old_spec {
+    let (munged, old_norm) = (semantic(&munged), semantic(old_spec));
+    if munged != old_norm {
         let mut changed = Vec::new();
-        diff_paths(old_spec, &munged, "spec", &mut changed);
+        diff_paths(&old_norm, &munged, "spec", &mut changed);
         errs.push(FieldError::forbidden(
             &sp,
             format!("{POD_UPDATABLE}\n  changed: {}", changed.join(", ")),
         ));
+    }
+}
+
+/// A value as upstream's `Semantic.DeepEqual` sees it: nulls, empty strings and empty lists
+/// under a key are the same as the key being absent. Empty objects are kept, since an empty
+/// struct pointer (e.g. `securityContext: {}`) differs from a missing one upstream.
+fn semantic(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| match v {
+                    Value::Null => false,
+                    Value::String(s) => !s.is_empty(),
+                    Value::Array(a) => !a.is_empty(),
+                    _ => true,
+                })
+                .map(|(k, v)| (k.clone(), semantic(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(semantic).collect()),
+        other => other.clone(),
     }
 }
 
