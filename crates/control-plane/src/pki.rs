@@ -199,6 +199,27 @@ fn serving_cert_covers(pem: &str, bind: IpAddr) -> bool {
     })
 }
 
+/// The API server's client certificate towards kubelets (CN
+/// `kube-apiserver-kubelet-client`, O `system:masters`, as kubeadm issues it), as PEM
+/// (cert, key); created on first use and reused.
+pub fn kubelet_client_cert(pki: &Pki) -> Result<(String, String), PkiError> {
+    let cert_path = pki.dir.join("apiserver-kubelet-client.crt");
+    let key_path = pki.dir.join("apiserver-kubelet-client.key");
+    if let (Ok(c), Ok(k)) = (read(&cert_path), read(&key_path))
+        && signed_by_ca(&c, &pki.ca_cert_pem)
+    {
+        return Ok((c, k));
+    }
+    let (c, k) = client_cert(
+        &pki.dir,
+        "kube-apiserver-kubelet-client",
+        &["system:masters"],
+    )?;
+    write_private(&key_path, k.as_bytes())?;
+    write_private(&cert_path, c.as_bytes())?;
+    Ok((c, k))
+}
+
 /// Renders a kubeconfig with embedded certificate data, named as kubeadm names them.
 pub fn kubeconfig(ca_pem: &str, server: &str, user: &str, cert_pem: &str, key_pem: &str) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -287,6 +308,46 @@ pub fn issue_node_kubeconfig(
         kubeconfig(&ca, server_url, &user, &cert, &key).as_bytes(),
     )?;
     Ok(path)
+}
+
+/// Issues a kubelet serving certificate signed by the cluster CA (CN `system:node:<node>`,
+/// SANs: the node name and `ips`), written to `data_dir/nodes/<node>-kubelet.{crt,key}`,
+/// so the API server can verify the kubelet it proxies logs and exec to.
+pub fn issue_kubelet_serving_cert(
+    data_dir: &Path,
+    node_name: &str,
+    ips: &[IpAddr],
+) -> Result<(PathBuf, PathBuf), PkiError> {
+    if node_name.is_empty() || node_name.contains('/') {
+        return Err(PkiError::Invalid(format!(
+            "invalid node name {node_name:?}"
+        )));
+    }
+    let dir = data_dir.join("pki");
+    let issuer = ca_issuer(&dir)?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut names = vec![SanType::DnsName(node_name.try_into()?)];
+    names.extend(ips.iter().copied().map(SanType::IpAddress));
+    params.subject_alt_names = names;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "system:nodes");
+    dn.push(DnType::CommonName, format!("system:node:{node_name}"));
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    validity(&mut params);
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    let out_dir = data_dir.join("nodes");
+    std::fs::create_dir_all(&out_dir).map_err(io(&out_dir))?;
+    let crt = out_dir.join(format!("{node_name}-kubelet.crt"));
+    let key_path = out_dir.join(format!("{node_name}-kubelet.key"));
+    write_private(&key_path, key.serialize_pem().as_bytes())?;
+    write_private(&crt, cert.pem().as_bytes())?;
+    Ok((crt, key_path))
 }
 
 /// Writes a client kubeconfig for any user name and groups (tests, extra identities).

@@ -131,6 +131,31 @@ fn tls_config(p: &pki::Pki) -> Result<rustls::ServerConfig, ServerError> {
     Ok(cfg)
 }
 
+/// The client side of apiserver → kubelet connections.
+fn kubelet_tls(p: &pki::Pki) -> Result<rustls::ClientConfig, ServerError> {
+    let tls = |e: &dyn std::fmt::Display| ServerError::Tls(e.to_string());
+    let (cert, key) = pki::kubelet_client_cert(p)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut p.ca_cert_pem.as_bytes()) {
+        roots.add(c.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
+    }
+    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls(&e))?;
+    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut key.as_bytes())
+        .map_err(|e| tls(&e))?
+        .ok_or_else(|| ServerError::Tls("no key in apiserver-kubelet-client.key".into()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| tls(&e))?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
 fn health(path: &str, verbose: bool) -> Response {
     let name = path
         .trim_start_matches('/')
@@ -217,7 +242,8 @@ async fn authenticate(State(st): State<SharedState>, mut req: Request, next: Nex
 }
 
 async fn fallback(st: SharedState, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
     let user = parts
         .extensions
         .get::<User>()
@@ -242,7 +268,7 @@ async fn fallback(st: SharedState, req: Request) -> Response {
         }
     };
     let headers: HeaderMap = parts.headers;
-    rest::handle(st, user, parts.method, parts.uri, headers, bytes).await
+    rest::handle(st, user, parts.method, parts.uri, headers, bytes, upgrade).await
 }
 
 fn router(st: SharedState) -> Router {
@@ -305,6 +331,10 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         config: api,
         tokens,
         ca_pem: pki.ca_cert_pem.clone(),
+        kubelet_tls: kubelet_tls(&pki)
+            .map(Arc::new)
+            .map_err(|e| tracing::warn!(error = %e, "no TLS client for kubelets"))
+            .ok(),
         alloc_lock: tokio::sync::Mutex::new(()),
     });
     bootstrap::ensure(&st)?;

@@ -45,6 +45,8 @@ pub struct ApiState {
     pub tokens: HashMap<String, User>,
     /// The cluster CA in PEM, to verify kubelets when proxying to them.
     pub ca_pem: String,
+    /// TLS towards kubelets: the cluster CA as roots, the kubelet-client certificate.
+    pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     /// Serialises Service IP and port allocation, which reads then writes many objects.
     pub alloc_lock: tokio::sync::Mutex<()>,
 }

@@ -84,6 +84,10 @@ pub struct Req {
     pub query: HashMap<String, String>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The client connection's upgrade (exec, attach, port-forward tunnels).
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// The query string as sent (repeated keys such as exec's `command` kept).
+    pub raw_query: Option<String>,
 }
 
 impl Req {
@@ -92,6 +96,18 @@ impl Req {
             .get(k)
             .map(String::as_str)
             .filter(|v| !v.is_empty())
+    }
+    /// Every value of a repeated query parameter, in order.
+    pub fn query_all(&self, key: &str) -> Vec<String> {
+        self.raw_query
+            .as_deref()
+            .unwrap_or("")
+            .split('&')
+            .filter_map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (percent_decode(k) == key).then(|| percent_decode(v))
+            })
+            .collect()
     }
     pub fn q_bool(&self, k: &str) -> bool {
         matches!(self.q(k), Some("1" | "true" | "True"))
@@ -199,6 +215,7 @@ pub async fn handle(
     uri: http::Uri,
     headers: HeaderMap,
     body: Bytes,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response {
     let target = match path::parse(uri.path()) {
         Parsed::Resource(t) => t,
@@ -215,6 +232,8 @@ pub async fn handle(
         query,
         headers,
         body,
+        upgrade,
+        raw_query: uri.query().map(str::to_string),
     };
     match dispatch(req, &method, verb).await {
         Ok(r) => r,

@@ -35,7 +35,7 @@ pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResu
         ("eviction", "create") => evict(&req),
         ("scale", "get" | "update" | "patch") => scale(&req, verb),
         ("log" | "exec" | "attach" | "portforward" | "proxy", _) => {
-            super::proxy::handle(&req, sub).await
+            super::proxy::handle(req, method, sub).await
         }
         _ => Err(not_allowed()),
     }
@@ -318,6 +318,8 @@ fn scale(req: &Req, verb: &str) -> ApiResult<Response> {
         query: req.query.clone(),
         headers: req.headers.clone(),
         body: req.body.clone(),
+        upgrade: None,
+        raw_query: req.raw_query.clone(),
     };
     let (obj, _) = write(&inner, &name, Part::Main, None, &mut |cur| {
         let current_scale = scale_of(cur);
