@@ -236,3 +236,24 @@ pub(super) fn int_or_percent(
         _ => None,
     }
 }
+
+/// A value as upstream's `Semantic.DeepEqual` sees it: nulls, empty strings and empty lists
+/// under a key are the same as the key being absent. Empty objects are kept, since an empty
+/// struct pointer (e.g. `securityContext: {}`) differs from a missing one upstream.
+pub(super) fn semantic(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| match v {
+                    Value::Null => false,
+                    Value::String(s) => !s.is_empty(),
+                    Value::Array(a) => !a.is_empty(),
+                    _ => true,
+                })
+                .map(|(k, v)| (k.clone(), semantic(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(semantic).collect()),
+        other => other.clone(),
+    }
+}

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::common::{Errs, each_msg, s};
+use super::common::{Errs, each_msg, s, semantic};
 use super::names::is_config_map_key;
 use super::{FieldError, Path};
 
@@ -31,7 +31,8 @@ pub(super) fn immutable_data(errs: &mut Errs, obj: &Value, old: Option<&Value>) 
         ));
     }
     for f in ["data", "binaryData"] {
-        if obj.get(f) != old.get(f) {
+        let empty = Value::Object(Default::default());
+        if semantic(obj.get(f).unwrap_or(&empty)) != semantic(old.get(f).unwrap_or(&empty)) {
             errs.push(FieldError::forbidden(
                 f,
                 "field is immutable when `immutable` is set",

@@ -442,6 +442,32 @@ mod tests {
     }
 
     #[test]
+    fn workload_selector_is_immutable() {
+        let d = |sel: Value, app: &str| {
+            json!({"metadata": {"name": "web", "namespace": "d"}, "spec": {"selector": sel,
+            "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
+        };
+        let old = d(json!({"matchLabels": {"app": "web"}}), "web");
+        let same = d(
+            json!({"matchLabels": {"app": "web"}, "matchExpressions": []}),
+            "web",
+        );
+        assert_eq!(
+            check("Deployment", "apps", same, Some(old.clone())),
+            Vec::<String>::new()
+        );
+        let changed = d(json!({"matchLabels": {"app": "other"}}), "other");
+        let errs = check("Deployment", "apps", changed, Some(old));
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with("spec.selector: Invalid value: ")
+                && errs[0].ends_with(": field is immutable"),
+            "{}",
+            errs[0]
+        );
+    }
+
+    #[test]
     fn other_kinds() {
         assert_eq!(
             check(

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::common::{
     Errs, NameFn, PROTOCOLS, arr, dns_label, each_msg, enum_field, is_valid_port_name,
     is_valid_port_num, local_descending_path, name_is_dns_subdomain, nonnegative, not_supported,
-    port_num_or_name, present, s, strmap,
+    port_num_or_name, present, s, semantic, strmap,
 };
 use super::meta::validate_labels;
 use super::names::{is_config_map_key, is_dns1123_label, is_qualified_name, is_valid_label_value};
@@ -1168,27 +1168,6 @@ pub(super) fn validate_pod_update(errs: &mut Errs, new: &Value, old: &Value) {
             &sp,
             format!("{POD_UPDATABLE}\n  changed: {}", changed.join(", ")),
         ));
-    }
-}
-
-/// A value as upstream's `Semantic.DeepEqual` sees it: nulls, empty strings and empty lists
-/// under a key are the same as the key being absent. Empty objects are kept, since an empty
-/// struct pointer (e.g. `securityContext: {}`) differs from a missing one upstream.
-fn semantic(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(_, v)| match v {
-                    Value::Null => false,
-                    Value::String(s) => !s.is_empty(),
-                    Value::Array(a) => !a.is_empty(),
-                    _ => true,
-                })
-                .map(|(k, v)| (k.clone(), semantic(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(semantic).collect()),
-        other => other.clone(),
     }
 }
 

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::common::{
-    Errs, arr, enum_field, int_or_percent, nonnegative, not_supported, present, s, strmap,
+    Errs, arr, enum_field, int_or_percent, nonnegative, not_supported, present, s, semantic, strmap,
 };
 use super::meta::validate_labels;
 use super::pod::validate_pod_spec;
@@ -154,7 +154,7 @@ pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Op
         );
     }
     if let Some(old) = old
-        && spec.get("selector") != old.pointer("/spec/selector")
+        && spec.get("selector").map(semantic) != old.pointer("/spec/selector").map(semantic)
     {
         errs.push(FieldError::invalid(
             sp.child("selector"),
