@@ -158,18 +158,18 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
         ],
         ("", "ConfigMap") => vec![
             name_col(),
-            i("Data", "Number of data in the configmap"),
+            s("Data", "Data contains the configuration data."),
             age_col(),
         ],
         ("", "Secret") => vec![
             name_col(),
             s("Type", "The type of the secret"),
-            i("Data", "The number of data in the secret"),
+            s("Data", "Data contains the secret data."),
             age_col(),
         ],
         ("", "ServiceAccount") => vec![
             name_col(),
-            i(
+            s(
                 "Secrets",
                 "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.",
             ),
@@ -262,11 +262,11 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
             name_col(),
             s(
                 "Min Available",
-                "The minimum number of pods that must be available simultaneously. This can be either an integer or a string specifying a percentage, e.g. \"28%\".",
+                "The minimum number of pods that must be available.",
             ),
             s(
                 "Max Unavailable",
-                "The maximum number of pods that may be unavailable simultaneously. This can be either an integer or a string specifying a percentage, e.g. \"28%\".",
+                "The maximum number of pods that may be unavailable.",
             ),
             i(
                 "Allowed Disruptions",
@@ -277,11 +277,11 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
         ("apps", "Deployment") => vec![
             name_col(),
             s("Ready", "Number of the pod with ready state"),
-            i(
+            s(
                 "Up-to-date",
                 "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
             ),
-            i(
+            s(
                 "Available",
                 "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
             ),
@@ -1388,6 +1388,34 @@ mod tests {
             row("PodDisruptionBudget", "policy", pdb)[1..4].to_vec(),
             vec![json!("50%"), json!("N/A"), json!(1)]
         );
+    }
+
+    #[test]
+    fn column_types_follow_upstream() {
+        let types = |kind: &str, group: &str| -> Vec<String> {
+            columns(&Gvk::new(group, "v1", kind))
+                .iter()
+                .map(|c| c["type"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        assert_eq!(types("ConfigMap", ""), vec!["string", "string", "string"]);
+        assert_eq!(
+            types("ServiceAccount", ""),
+            vec!["string", "string", "string"]
+        );
+        assert_eq!(
+            types("Deployment", "apps")[..5].to_vec(),
+            vec!["string", "string", "string", "string", "string"]
+        );
+        assert_eq!(
+            types("ReplicaSet", "apps")[1..4].to_vec(),
+            vec!["integer", "integer", "integer"]
+        );
+        assert_eq!(
+            types("PriorityClass", "scheduling.k8s.io")[1..3].to_vec(),
+            vec!["integer", "boolean"]
+        );
+        assert_eq!(types("PodDisruptionBudget", "policy")[3], "integer");
     }
 
     #[test]
