@@ -686,6 +686,26 @@ impl FieldSelector {
     }
 }
 
+/// Upstream's `Selector.String()`: `f=v` (also for `==`) and `f!=v`, values re-escaped,
+/// terms joined by commas in their (sorted) parse order.
+impl std::fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let terms: Vec<String> = self
+            .requirements
+            .iter()
+            .map(|(field, op, value)| {
+                let op = if *op == FieldOperator::NotEquals {
+                    "!="
+                } else {
+                    "="
+                };
+                format!("{field}{op}{}", escape_field_value(value))
+            })
+            .collect();
+        f.write_str(&terms.join(","))
+    }
+}
+
 /// Splits on commas not escaped by a backslash (upstream `splitTerms`).
 fn split_terms(s: &str) -> Vec<&str> {
     let mut terms = Vec::new();
@@ -1135,6 +1155,56 @@ mod tests {
         assert!(parse_field_selector("a==b").is_ok_and(|s| s.matches(|_| Some("b".into()))));
         assert!(parse_field_selector("a!=").is_ok_and(|s| !s.matches(|_| None)));
         assert_eq!(escape_field_value(r"a,b=c\d"), r"a\,b\=c\\d");
+    }
+
+    #[test]
+    fn upstream_field_selector_tables() {
+        for good in ["x=a,y=b,z=c", "", "x!=a,y=b", r"x=a||y\=b", r"x=a\=\=b"] {
+            assert_eq!(
+                parse_field_selector(good).map(|s| s.to_string()),
+                Ok(good.to_string()),
+                "{good}"
+            );
+        }
+        for bad in [
+            "x=a||y=b",
+            "x==a==b",
+            "x=a,b",
+            "x in (a)",
+            "x in (a,b,c)",
+            "x",
+        ] {
+            assert!(parse_field_selector(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_field_selector("x=a,a=x").map(|s| s.to_string()),
+            parse_field_selector("a=x,x=a").map(|s| s.to_string())
+        );
+        for (raw, escaped) in [
+            ("", ""),
+            ("a", "a"),
+            ("=", r"\="),
+            (",", r"\,"),
+            ("\\", r"\\"),
+            (r"\=\,\", r"\\\=\\\,\\"),
+        ] {
+            assert_eq!(escape_field_value(raw), escaped);
+            assert_eq!(unescape_value(escaped).as_deref(), Ok(raw));
+        }
+        for invalid in ["\\", r"\\\", r"\a"] {
+            assert!(unescape_value(invalid).is_err(), "{invalid}");
+        }
+        let fields: BTreeMap<String, String> =
+            [("foo", "bar"), ("baz", "blah"), ("complex", r"=value\,\")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let m =
+            |sel: &str| parse_field_selector(sel).map(|s| s.matches(|f| fields.get(f).cloned()));
+        assert_eq!(m("foo=bar,baz=blah"), Ok(true));
+        assert_eq!(m(r"foo=bar,baz=blah,complex=\=value\\\,\\"), Ok(true));
+        assert_eq!(m("foo=bar,foobar=bar,baz=blah"), Ok(false));
+        assert_eq!(m("x==y"), Ok(false));
     }
 
     #[test]
