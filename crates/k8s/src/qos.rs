@@ -164,6 +164,136 @@ mod tests {
         assert_eq!(pod_qos_class(&spec(s)), QosClass::Burstable);
     }
 
+    /// `getResourceList(cpu, memory)` of upstream's qos_test.go.
+    fn rl(cpu: &str, memory: &str) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        if !cpu.is_empty() {
+            m.insert("cpu".into(), json!(cpu));
+        }
+        if !memory.is_empty() {
+            m.insert("memory".into(), json!(memory));
+        }
+        serde_json::Value::Object(m)
+    }
+
+    fn ctr(req: serde_json::Value, lim: serde_json::Value) -> serde_json::Value {
+        json!({"name": "c", "resources": {"requests": req, "limits": lim}})
+    }
+
+    #[test]
+    fn upstream_compute_pod_qos_table() {
+        use QosClass::*;
+        let with_huge = |mut v: serde_json::Value| {
+            v["hugepages-2Mi"] = json!("1Gi");
+            v
+        };
+        let cases: Vec<(&str, serde_json::Value, QosClass)> = vec![
+            (
+                "guaranteed",
+                json!({"containers": [ctr(rl("100m", "100Mi"), rl("100m", "100Mi"))]}),
+                Guaranteed,
+            ),
+            (
+                "guaranteed-guaranteed",
+                json!({"containers": [ctr(rl("100m", "100Mi"), rl("100m", "100Mi")), ctr(rl("100m", "100Mi"), rl("100m", "100Mi"))]}),
+                Guaranteed,
+            ),
+            (
+                "best-effort-best-effort",
+                json!({"containers": [ctr(rl("", ""), rl("", "")), ctr(rl("", ""), rl("", ""))]}),
+                BestEffort,
+            ),
+            (
+                "best-effort",
+                json!({"containers": [ctr(rl("", ""), rl("", ""))]}),
+                BestEffort,
+            ),
+            (
+                "best-effort-burstable",
+                json!({"containers": [ctr(rl("", ""), rl("", "")), ctr(rl("1", ""), rl("2", ""))]}),
+                Burstable,
+            ),
+            (
+                "best-effort-guaranteed",
+                json!({"containers": [ctr(rl("", ""), rl("", "")), ctr(rl("10m", "100Mi"), rl("10m", "100Mi"))]}),
+                Burstable,
+            ),
+            (
+                "burstable-cpu-guaranteed-memory",
+                json!({"containers": [ctr(rl("", "100Mi"), rl("", "100Mi"))]}),
+                Burstable,
+            ),
+            (
+                "burstable-no-limits",
+                json!({"containers": [ctr(rl("100m", "100Mi"), rl("", ""))]}),
+                Burstable,
+            ),
+            (
+                "burstable-guaranteed",
+                json!({"containers": [ctr(rl("1", "100Mi"), rl("2", "100Mi")), ctr(rl("100m", "100Mi"), rl("100m", "100Mi"))]}),
+                Burstable,
+            ),
+            (
+                "burstable-unbounded-but-requests-match-limits",
+                json!({"containers": [ctr(rl("100m", "100Mi"), rl("200m", "200Mi")), ctr(rl("100m", "100Mi"), rl("", ""))]}),
+                Burstable,
+            ),
+            (
+                "burstable-1",
+                json!({"containers": [ctr(rl("10m", "100Mi"), rl("100m", "200Mi"))]}),
+                Burstable,
+            ),
+            (
+                "burstable-2",
+                json!({"containers": [ctr(rl("0", "0"), rl("100m", "200Mi"))]}),
+                Burstable,
+            ),
+            (
+                "best-effort-hugepages",
+                json!({"containers": [ctr(with_huge(rl("0", "0")), with_huge(rl("0", "0")))]}),
+                BestEffort,
+            ),
+            (
+                "init-container",
+                json!({"containers": [ctr(rl("", ""), rl("", ""))], "initContainers": [ctr(rl("10m", "100Mi"), rl("100m", "200Mi"))]}),
+                Burstable,
+            ),
+            (
+                "guaranteed-with-pod-level-resources",
+                json!({"containers": [ctr(rl("", ""), rl("", ""))], "resources": {"requests": rl("10m", "100Mi"), "limits": rl("10m", "100Mi")}}),
+                Guaranteed,
+            ),
+            (
+                "guaranteed-with-pod-and-container-level-resources",
+                json!({"containers": [ctr(rl("3m", "10Mi"), rl("5m", "20Mi"))], "resources": {"requests": rl("10m", "100Mi"), "limits": rl("10m", "100Mi")}}),
+                Guaranteed,
+            ),
+            (
+                "burstable-with-pod-level-resources",
+                json!({"containers": [ctr(rl("", ""), rl("", ""))], "resources": {"requests": rl("10m", "10Mi"), "limits": rl("20m", "50Mi")}}),
+                Burstable,
+            ),
+            (
+                "burstable-with-pod-and-container-level-resources",
+                json!({"containers": [ctr(rl("5m", "10Mi"), rl("5m", "10Mi"))], "resources": {"requests": rl("10m", "10Mi"), "limits": rl("20m", "50Mi")}}),
+                Burstable,
+            ),
+            (
+                "burstable-with-pod-and-container-level-requests",
+                json!({"containers": [ctr(rl("5m", "10Mi"), rl("", ""))], "resources": {"requests": rl("10m", "10Mi"), "limits": rl("", "")}}),
+                Burstable,
+            ),
+            (
+                "burstable-with-pod-and-container-level-resources-2",
+                json!({"containers": [ctr(rl("5m", "10Mi"), rl("", "")), ctr(rl("5m", "10Mi"), rl("5m", "10Mi"))], "resources": {"requests": rl("10m", "10Mi"), "limits": rl("5m", "")}}),
+                Burstable,
+            ),
+        ];
+        for (name, s, want) in cases {
+            assert_eq!(pod_qos_class(&spec(s)), want, "{name}");
+        }
+    }
+
     #[test]
     fn pod_level_resources_win() {
         let g = json!({"cpu": "1", "memory": "1Gi"});
