@@ -1217,6 +1217,74 @@ mod tests {
         assert_eq!(row("Pod", "", crashed)[2], json!("ExitCode:137"));
     }
 
+    /// Cases of upstream's TestPrintPod: (status, ready, reason, restarts).
+    #[test]
+    fn upstream_print_pod_cases() {
+        let two = json!([{"name": "a"}, {"name": "b"}]);
+        let run = json!({"running": {}});
+        let pod = |status: Value| json!({"metadata": {"name": "p"}, "spec": {"containers": two.clone()}, "status": status});
+        let cells = |v: Value| {
+            let c = row("Pod", "", v);
+            (c[1].clone(), c[2].clone(), c[3].clone())
+        };
+        assert_eq!(
+            cells(pod(json!({"phase": "podPhase", "containerStatuses": [
+                {"ready": true, "restartCount": 3, "state": run}, {"restartCount": 3}]}))),
+            (json!("1/2"), json!("podPhase"), json!("6"))
+        );
+        assert_eq!(
+            cells(pod(json!({"phase": "podPhase", "containerStatuses": [
+                {"ready": true, "restartCount": 3, "state": run},
+                {"restartCount": 3, "state": {"waiting": {"reason": "ContainerWaitingReason"}}}]}))),
+            (json!("1/2"), json!("ContainerWaitingReason"), json!("6"))
+        );
+        assert_eq!(
+            cells(pod(json!({"phase": "podPhase", "containerStatuses": [
+                {"restartCount": 3, "state": {"waiting": {"reason": "ContainerWaitingReason"}}},
+                {"restartCount": 3, "state": {"terminated": {"reason": "ContainerTerminatedReason"}}}]}))),
+            (json!("0/2"), json!("ContainerWaitingReason"), json!("6"))
+        );
+        assert_eq!(
+            cells(pod(json!({"phase": "podPhase", "containerStatuses": [
+                {"ready": true, "restartCount": 3}, {"ready": true, "restartCount": 3}]}))),
+            (json!("0/2"), json!("podPhase"), json!("6"))
+        );
+        assert_eq!(
+            cells(pod(
+                json!({"phase": "podPhase", "reason": "podReason", "containerStatuses": [
+                {"ready": true, "restartCount": 3}, {"ready": true, "restartCount": 3}]})
+            )),
+            (json!("0/2"), json!("podReason"), json!("6"))
+        );
+        let completed_and_running = |conditions: Value| {
+            pod(
+                json!({"phase": "Running", "conditions": conditions, "containerStatuses": [
+                {"ready": true, "restartCount": 3, "state": {"terminated": {"reason": "Completed", "exitCode": 0}}},
+                {"ready": true, "restartCount": 3, "state": run}]}),
+            )
+        };
+        assert_eq!(
+            cells(completed_and_running(json!([]))),
+            (json!("1/2"), json!("NotReady"), json!("6"))
+        );
+        assert_eq!(
+            cells(completed_and_running(
+                json!([{"type": "Ready", "status": "True"}])
+            )),
+            (json!("1/2"), json!("Running"), json!("6"))
+        );
+        let init_restarting = json!({"metadata": {"name": "p"},
+            "spec": {"initContainers": [{"name": "i"}], "containers": [{"name": "c"}]},
+            "status": {"phase": "Pending",
+                "initContainerStatuses": [{"name": "i", "restartCount": 3, "state": run,
+                    "lastState": {"terminated": {"finishedAt": "2024-01-01T11:59:50Z"}}}],
+                "containerStatuses": [{"name": "c", "restartCount": 0, "state": {"waiting": {}}}]}});
+        assert_eq!(
+            cells(init_restarting),
+            (json!("0/1"), json!("Init:0/1"), json!("3 (10s ago)"))
+        );
+    }
+
     #[test]
     fn init_and_sidecar_pods() {
         let pod = |init_status: Value| {
