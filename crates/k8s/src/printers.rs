@@ -873,7 +873,11 @@ fn service_cells(o: &Value, now: Timestamp) -> Vec<Value> {
             // Not wide: upstream truncates long ingress lists (the server prints wide cells,
             // but the LB column is not a wide column, so the short form is what kubectl shows).
             if lb_str.len() > 16 {
-                lb_str = format!("{}...", &lb_str[..13]);
+                let cut = (0..=13)
+                    .rev()
+                    .find(|&i| lb_str.is_char_boundary(i))
+                    .unwrap_or(0);
+                lb_str = format!("{}...", &lb_str[..cut]);
             }
             if !external.is_empty() {
                 let mut all: Vec<String> = if lb_str.is_empty() {
@@ -1407,6 +1411,9 @@ mod tests {
         let np = json!({"metadata": {"name": "np"}, "spec": {"type": "NodePort", "clusterIPs": ["10.96.0.9"],
             "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}]}});
         assert_eq!(row("Service", "", np)[4], json!("80:30080/TCP"));
+        let long = json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer"},
+            "status": {"loadBalancer": {"ingress": [{"hostname": "ééééééé.example.com"}]}}});
+        assert_eq!(row("Service", "", long)[3], json!("éééééé..."));
         let lb = json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "clusterIPs": ["10.96.0.9"]}});
         assert_eq!(row("Service", "", lb)[3], json!("<pending>"));
         let ep = json!({"metadata": {"name": "e"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}, {"ip": "10.0.0.3"}, {"ip": "10.0.0.4"}],
