@@ -21,6 +21,8 @@ pub use resources::{
 pub use stats::{CpuStats, MemoryStats, Stats, read_stats};
 
 #[cfg(test)]
+mod tests_fake_v1;
+#[cfg(test)]
 mod tests_fake_v2;
 #[cfg(test)]
 mod tests_real;

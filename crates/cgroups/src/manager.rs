@@ -126,12 +126,7 @@ impl Manager {
     pub fn check_root(&self) -> Result<(), CgroupError> {
         let places = self.places();
         if places.iter().all(|p| p.hybrid) {
-            let missing = if self.h.is_v2() {
-                self.h.root().to_path_buf()
-            } else {
-                self.h.dir("memory", "")
-            };
-            return Err(CgroupError::RootMissing(missing));
+            return Err(CgroupError::RootMissing(self.h.root().to_path_buf()));
         }
         for p in &places {
             if !p.mount.is_dir() {

@@ -297,4 +297,40 @@ mod tests {
             Err(StatsError::NotFound(_))
         ));
     }
+
+    #[test]
+    fn pressure_lines_are_parsed() {
+        let p = parse_pressure(
+            "some avg10=1.50 avg60=0.25 avg300=0.00 total=12345\n\
+             full avg10=0.00 avg60=0.00 avg300=0.00 total=7\n",
+        )
+        .unwrap();
+        assert_eq!(p.some.avg10, 1.5);
+        assert_eq!(p.some.avg60, 0.25);
+        assert_eq!(p.some.total_us, 12345);
+        assert_eq!(p.full.unwrap().total_us, 7);
+        let cpu_only = parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=3\n").unwrap();
+        assert_eq!(cpu_only.full, None);
+        assert_eq!(parse_pressure(""), None);
+        assert_eq!(parse_pressure("some avg10=x total=1\n"), None);
+    }
+
+    #[test]
+    fn v2_psi_and_pids_are_read_when_present() {
+        let d = tempfile::tempdir().unwrap();
+        write(&d.path().join("cgroup.controllers"), "cpu memory\n");
+        let h = Hierarchy::detect_at(d.path());
+        let c = d.path().join("p");
+        write(&c.join("memory.current"), "0\n");
+        write(&c.join("pids.current"), "3\n");
+        write(
+            &c.join("memory.pressure"),
+            "some avg10=2.00 avg60=0.00 avg300=0.00 total=9\nfull avg10=1.00 avg60=0.00 avg300=0.00 total=4\n",
+        );
+        let s = read_stats(&h, "p").unwrap();
+        assert_eq!(s.pids, Some(3));
+        assert_eq!(s.psi.memory.unwrap().full.unwrap().avg10, 1.0);
+        assert_eq!(s.psi.cpu, None);
+        assert_eq!(s.psi.io, None);
+    }
 }
