@@ -206,9 +206,36 @@ pub fn parse_quantity(s: &str) -> Result<ParsedQuantity, QuantityError> {
     }
     let parts = split(s)?;
     let (base, exponent, format) = interpret_suffix(parts.suffix).ok_or(QuantityError::Suffix)?;
+    // Bound the work on absurd inputs (building the number is quadratic in its length):
+    // hundreds of integer digits are far above the cap anyway, and fractional digits that
+    // far out only decide the rounding, which a sticky flag keeps.
+    const MAX_DIGITS: usize = 400;
+    let num_digits = if parts.num.len() > MAX_DIGITS {
+        &parts.num[..MAX_DIGITS]
+    } else {
+        parts.num
+    };
+    let num_dropped = parts.num.len() - num_digits.len();
+    let denom = if parts.denom.len() > MAX_DIGITS {
+        &parts.denom[..MAX_DIGITS]
+    } else {
+        parts.denom
+    };
+    let tail_nonzero = parts.denom[denom.len()..].bytes().any(|b| b != b'0');
+    let parts = Parts {
+        positive: parts.positive,
+        num: num_digits,
+        denom,
+        suffix: parts.suffix,
+    };
     let mut digits = Big::zero();
     for c in parts.num.bytes().chain(parts.denom.bytes()) {
         digits.mul_add(10, u32::from(c - b'0'));
+    }
+    for _ in 0..num_dropped.min(64) {
+        // Dropped integer digits only make the value larger; a few more powers of ten are
+        // enough to exceed any cap.
+        digits.mul_add(10, 0);
     }
     // value = digits * 10^(dec_exp) * 2^(bin_exp); we want ceil(value * 1e9).
     let mut dec_exp = 9 - parts.denom.len() as i64;
@@ -227,7 +254,7 @@ pub fn parse_quantity(s: &str) -> Result<ParsedQuantity, QuantityError> {
     for _ in 0..bin_exp {
         digits.mul_add(2, 0);
     }
-    let mut inexact = false;
+    let mut inexact = tail_nonzero;
     if dec_exp >= 0 {
         for _ in 0..dec_exp {
             if digits.gt(&cap) {
@@ -637,6 +664,16 @@ mod tests {
             QuantityError::Suffix.to_string(),
             "unable to parse quantity's suffix"
         );
+    }
+
+    #[test]
+    fn absurdly_long_inputs_stay_cheap_and_capped() {
+        let huge = format!("{}Ki", "9".repeat(200_000));
+        assert_eq!(parse_quantity(&huge).map(|q| q.value()), Ok(i64::MAX));
+        let tiny = format!("0.{}1", "0".repeat(200_000));
+        assert_eq!(parse_quantity(&tiny).map(|q| q.nano_value()), Ok(1));
+        let exact = format!("1.{}", "0".repeat(200_000));
+        assert_eq!(parse_quantity(&exact).map(|q| q.value()), Ok(1));
     }
 
     #[test]
