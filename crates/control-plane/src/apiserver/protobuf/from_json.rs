@@ -56,6 +56,9 @@ pub(super) fn message(
             Some(i) => {
                 embedded[i].insert(key.clone(), value.clone());
             }
+            // List items and embedded objects may carry their type in JSON; protobuf has
+            // it once, in the envelope.
+            None if key == "apiVersion" || key == "kind" => {}
             None => return Err(ProtobufError::field(&field_path, "unknown field")),
         }
     }

@@ -52,7 +52,13 @@ pub async fn negotiate_response(accept: Option<&str>, resp: Response) -> Respons
                 .next()
                 .is_some_and(|m| m.trim() == "application/json")
         });
-    if !is_json {
+    // A watch is an endless JSON stream (its protobuf form is length-framed events, not
+    // built): only whole bodies, whose size is known, are re-encoded.
+    if !is_json
+        || axum::body::HttpBody::size_hint(resp.body())
+            .exact()
+            .is_none()
+    {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
@@ -124,5 +130,14 @@ mod tests {
             .await
             .expect("body");
         assert_eq!(decode(&bytes).expect("decodes"), obj);
+
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"{}"))]);
+        let mut watch = Response::new(Body::from_stream(stream));
+        watch.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let kept = negotiate_response(Some(PROTOBUF), watch).await;
+        assert_eq!(kept.headers()[header::CONTENT_TYPE], "application/json");
     }
 }

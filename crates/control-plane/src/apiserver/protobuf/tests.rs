@@ -281,6 +281,32 @@ fn delete_options_under_a_group_version() {
 }
 
 #[test]
+fn lists_encode_with_typed_items() {
+    let list = json!({
+        "kind": "ConfigMapList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "9"},
+        "items": [
+            {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "a"}, "data": {"k": "v"}},
+            {"metadata": {"name": "b"}}
+        ]
+    });
+    let back = decode(&encode(&list).expect("encodes")).expect("decodes");
+    assert_eq!(
+        back,
+        json!({
+            "kind": "ConfigMapList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "9"},
+            "items": [
+                {"metadata": {"name": "a"}, "data": {"k": "v"}},
+                {"metadata": {"name": "b"}}
+            ]
+        })
+    );
+}
+
+#[test]
 fn errors_name_what_is_wrong() {
     let e = decode(b"{\"kind\":\"ConfigMap\"}").expect_err("json is not protobuf");
     assert!(matches!(e, ProtobufError::BadMagic));
