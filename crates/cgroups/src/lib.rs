@@ -16,7 +16,7 @@ pub use hierarchy::Hierarchy;
 pub use manager::Manager;
 pub use resources::{
     Resources, cpu_max, milli_cpu_to_quota, milli_cpu_to_shares, shares_to_weight,
-    shares_to_weight_quadratic,
+    shares_to_weight_quadratic, weight_to_shares,
 };
 pub use stats::{CpuStats, MemoryStats, Stats, read_stats};
 

@@ -20,9 +20,17 @@ const V1_CONTROLLERS: &[&str] = &[
     "cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb", "freezer",
 ];
 
-/// v2 controllers enabled on every ancestor when the parent offers them: what the kubelet
-/// needs for limits and stats. cpuset and hugetlb are enabled only when asked for.
-const V2_BASE_CONTROLLERS: &[&str] = &["cpu", "io", "memory", "pids"];
+/// v2 controllers enabled on every ancestor when the parent offers them: the kubelet's set
+/// (cpu, cpuset, hugetlb, memory, pids; upstream's v2 `Exists` requires them) plus io for
+/// stats.
+const V2_CONTROLLERS: &[&str] = &["cpu", "cpuset", "hugetlb", "io", "memory", "pids"];
+
+/// v2 controllers a cgroup must have for upstream's `Exists` (those the root offers).
+const V2_REQUIRED: &[&str] = &["cpu", "cpuset", "hugetlb", "memory", "pids"];
+
+/// v1 controllers whose directories decide `exists`, as upstream's allowlist (which leaves
+/// out freezer, devices and the rest that other tools may or may not create).
+const V1_EXISTS: &[&str] = &["cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb"];
 
 const FREEZE_POLLS: u32 = 200;
 const POLL: Duration = Duration::from_millis(10);
@@ -169,24 +177,45 @@ impl Manager {
     pub fn update(&self, path: &str, r: &Resources) -> Result<(), CgroupError> {
         let comps = components(path)?;
         r.validate()?;
-        if !self.exists(path) {
+        let places = self.places();
+        let missing = places
+            .iter()
+            .filter(|p| !p.hybrid)
+            .any(|p| !join(&p.mount, &comps).is_dir());
+        if places.is_empty() || missing {
             return Err(CgroupError::NotFound(comps.join("/")));
         }
-        let places = self.places();
         self.check_controllers(&places, r)?;
         self.enable_controllers(&places, &comps, r)?;
         self.apply(&places, &comps, r)
     }
 
-    /// True when the cgroup exists in every controller the driver creates it in (the hybrid
-    /// unified mount aside: it only carries what v1 lacks).
+    /// True when the cgroup exists as upstream's cgroup manager judges it: on v1, a
+    /// directory in each mounted controller of cpu, cpuacct, cpuset, memory, pids, hugetlb;
+    /// on v2, a directory whose `cgroup.controllers` has each of cpu, cpuset, hugetlb,
+    /// memory, pids that the root offers.
     pub fn exists(&self, path: &str) -> bool {
         let Ok(comps) = components(path) else {
             return false;
         };
-        let places = self.places();
-        let mut main = places.iter().filter(|p| !p.hybrid).peekable();
-        main.peek().is_some() && main.all(|p| join(&p.mount, &comps).is_dir())
+        if self.h.is_v2() {
+            let dir = join(self.h.root(), &comps);
+            let Ok(have) = read(&dir.join("cgroup.controllers")) else {
+                return false;
+            };
+            let root = read(&self.h.root().join("cgroup.controllers")).unwrap_or_default();
+            let root: Vec<&str> = root.split_whitespace().collect();
+            return V2_REQUIRED
+                .iter()
+                .filter(|c| root.contains(c))
+                .all(|c| have.split_whitespace().any(|h| h == *c));
+        }
+        let mut mounts = V1_EXISTS
+            .iter()
+            .filter_map(|c| self.h.mount(c))
+            .filter(|m| m.is_dir())
+            .peekable();
+        mounts.peek().is_some() && mounts.all(|m| join(&m, &comps).is_dir())
     }
 
     /// Every process in the cgroup and its descendants, in any controller; sorted, unique.
@@ -370,6 +399,80 @@ impl Manager {
         Ok(())
     }
 
+    /// The limits currently set on the cgroup, as the kernel reports them: each field the
+    /// hierarchy has a file for is Some, with "unlimited" as -1. On v2 `cpu_shares` is
+    /// derived from `cpu.weight` ([`crate::weight_to_shares`]), so it round-trips only
+    /// approximately; `hugetlb` lists every page size the kernel offers.
+    pub fn read_resources(&self, path: &str) -> Result<Resources, CgroupError> {
+        let comps = components(path)?;
+        let opt = |p: PathBuf| -> Result<Option<String>, CgroupError> {
+            match std::fs::read_to_string(&p) {
+                Ok(t) => Ok(Some(t.trim().to_string())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(source) => Err(CgroupError::Read { path: p, source }),
+            }
+        };
+        let num = |p: PathBuf| -> Result<Option<i64>, CgroupError> {
+            Ok(opt(p.clone())?.map(|v| parse_limit(&v)))
+        };
+        let mut r = Resources::default();
+        if self.h.is_v2() {
+            let d = join(self.h.root(), &comps);
+            if !d.is_dir() {
+                return Err(CgroupError::NotFound(comps.join("/")));
+            }
+            r.cpu_shares = opt(d.join("cpu.weight"))?
+                .and_then(|w| w.parse().ok())
+                .map(crate::resources::weight_to_shares);
+            if let Some(line) = opt(d.join("cpu.max"))? {
+                let mut it = line.split_whitespace();
+                r.cpu_quota = it.next().map(parse_limit);
+                r.cpu_period = it.next().and_then(|p| p.parse().ok());
+            }
+            r.memory_limit = num(d.join("memory.max"))?;
+            r.memory_high = num(d.join("memory.high"))?;
+            r.pids_limit = num(d.join("pids.max"))?;
+            r.cpuset_cpus = opt(d.join("cpuset.cpus"))?;
+            r.cpuset_mems = opt(d.join("cpuset.mems"))?;
+            r.hugetlb = hugetlb_limits(&d, ".max")?;
+            return Ok(r);
+        }
+        let dir = |c: &str| {
+            self.h
+                .mount(c)
+                .filter(|m| m.is_dir())
+                .map(|m| join(&m, &comps))
+        };
+        let Some(mem) = dir("memory") else {
+            return Err(CgroupError::ControllerMissing {
+                controller: "memory",
+                field: "read_resources",
+            });
+        };
+        if !mem.is_dir() {
+            return Err(CgroupError::NotFound(comps.join("/")));
+        }
+        r.memory_limit = num(mem.join("memory.limit_in_bytes"))?;
+        if let Some(d) = dir("cpu") {
+            r.cpu_shares = opt(d.join("cpu.shares"))?.and_then(|v| v.parse().ok());
+            r.cpu_quota = num(d.join("cpu.cfs_quota_us"))?;
+            r.cpu_period = opt(d.join("cpu.cfs_period_us"))?.and_then(|v| v.parse().ok());
+        }
+        if let Some(d) = dir("pids") {
+            r.pids_limit = num(d.join("pids.max"))?;
+        }
+        if let Some(d) = dir("cpuset") {
+            r.cpuset_cpus = opt(d.join("cpuset.cpus"))?;
+            r.cpuset_mems = opt(d.join("cpuset.mems"))?;
+        }
+        if let Some(d) = dir("hugetlb") {
+            r.hugetlb = hugetlb_limits(&d, ".limit_in_bytes")?;
+        } else if let Some(u) = self.h.unified() {
+            r.hugetlb = hugetlb_limits(&join(u, &comps), ".max")?;
+        }
+        Ok(r)
+    }
+
     /// Usage statistics of the cgroup.
     pub fn read_stats(&self, path: &str) -> Result<Stats, CgroupError> {
         Ok(stats::read_stats(&self.h, path)?)
@@ -471,13 +574,10 @@ impl Manager {
         for p in places.iter().filter(|p| p.v2) {
             let mut wanted: Vec<&'static str> = Vec::new();
             if !p.hybrid {
-                wanted.extend(V2_BASE_CONTROLLERS);
-                if r.cpuset_cpus.is_some() || r.cpuset_mems.is_some() {
-                    wanted.push("cpuset");
-                }
-            }
-            let needs_hugetlb = !r.hugetlb.is_empty() && (!p.hybrid || !self.h_has_v1("hugetlb"));
-            if needs_hugetlb {
+                wanted.extend(V2_CONTROLLERS);
+            } else if !r.hugetlb.is_empty() && !self.h_has_v1("hugetlb") {
+                // The hybrid mount only hosts what v1 lacks, and only when it is asked for:
+                // its root is shared with whatever else runs on the machine.
                 wanted.push("hugetlb");
             }
             if wanted.is_empty() {
@@ -497,6 +597,8 @@ impl Manager {
     }
 
     fn enable_in(&self, dir: &Path, wanted: &[&str], r: &Resources) -> Result<(), CgroupError> {
+        let hugetlb = !r.hugetlb.is_empty();
+        let cpuset = r.cpuset_cpus.is_some() || r.cpuset_mems.is_some();
         let available = read(&dir.join("cgroup.controllers"))?;
         let available: Vec<&str> = available.split_whitespace().collect();
         let ctl = dir.join("cgroup.subtree_control");
@@ -509,7 +611,8 @@ impl Manager {
             "cpu" => r.cpu_shares.is_some() || r.cpu_quota.is_some() || r.cpu_period.is_some(),
             "memory" => r.memory_limit.is_some() || r.memory_high.is_some(),
             "pids" => r.pids_limit.is_some(),
-            "cpuset" | "hugetlb" => true,
+            "cpuset" => cpuset,
+            "hugetlb" => hugetlb,
             _ => false,
         };
         let mut missing = Vec::new();
@@ -729,6 +832,42 @@ fn field_of(c: &str) -> &'static str {
         "hugetlb" => "hugetlb",
         _ => "io",
     }
+}
+
+/// A limit file's value: "max" and v1's page-rounded "no limit" (≥ 2^62) read as -1.
+fn parse_limit(v: &str) -> i64 {
+    if v == "max" {
+        return -1;
+    }
+    match v.parse::<u64>() {
+        Ok(n) if n >= 1 << 62 => -1,
+        Ok(n) => n as i64,
+        Err(_) => v.parse().unwrap_or(-1),
+    }
+}
+
+/// `hugetlb.<size><suffix>` files of a cgroup directory, sorted by page size name.
+fn hugetlb_limits(dir: &Path, suffix: &str) -> Result<Vec<(String, u64)>, CgroupError> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(out);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(size) = name
+            .strip_prefix("hugetlb.")
+            .and_then(|n| n.strip_suffix(suffix))
+        else {
+            continue;
+        };
+        if size.contains('.') {
+            continue; // hugetlb.2MB.rsvd.max and friends
+        }
+        let v = read(&e.path())?;
+        out.push((size.to_string(), parse_limit(v.trim()).max(0) as u64));
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// "-1 means unlimited" as the kernel's v2 files (and v1 `pids.max`) spell it.

@@ -151,6 +151,13 @@ pub fn shares_to_weight(shares: u64) -> u64 {
     (1 + ((s - 2) * 9999) / 262_142).clamp(MIN_WEIGHT, MAX_WEIGHT)
 }
 
+/// The inverse of [`shares_to_weight`] (the kubelet's CPUWeightToCPUShares), for reading a
+/// v2 cgroup back in v1 terms: `2 + ((weight - 1) * 262142) / 9999`.
+pub fn weight_to_shares(weight: u64) -> u64 {
+    let w = weight.clamp(MIN_WEIGHT, MAX_WEIGHT);
+    2 + ((w - 1) * 262_142) / 9999
+}
+
 /// The conversion opencontainers/cgroups adopted in 2025 (kubernetes issue 131216): a
 /// quadratic in log2(shares) that keeps the defaults aligned (1024 shares → weight 100)
 /// where the linear one gives 39. Not used by [`crate::Manager`]; offered so a caller can
@@ -220,6 +227,14 @@ mod tests {
         // Out of range is clamped, never below 1 or above 10000.
         assert_eq!(shares_to_weight(1), 1);
         assert_eq!(shares_to_weight(u64::MAX), 10_000);
+        assert_eq!(weight_to_shares(1), 2);
+        assert_eq!(weight_to_shares(39), 998);
+        assert_eq!(weight_to_shares(10_000), 262_144);
+        // Reading back loses at most one weight step (262142 / 9999 ≈ 26 shares).
+        for s in [2, 102, 1024, 4096, 262_144] {
+            let back = weight_to_shares(shares_to_weight(s));
+            assert!(back <= s && s - back <= 27, "{s} -> {back}");
+        }
     }
 
     #[test]

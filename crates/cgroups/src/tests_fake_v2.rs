@@ -31,6 +31,8 @@ fn tree() -> (tempfile::TempDir, Manager) {
         "cpuset cpu io memory hugetlb pids\n",
     );
     put(&r.join("kubepods/cgroup.subtree_control"), "cpu memory\n");
+    put(&r.join("kubepods/hugetlb.2MB.max"), "max\n");
+    put(&r.join("kubepods/hugetlb.2MB.rsvd.max"), "max\n");
     let h = Hierarchy::detect_at(r);
     assert!(h.is_v2());
     (d, Manager::fake(h))
@@ -56,12 +58,12 @@ fn create_enables_controllers_and_writes_v2_files() {
     .unwrap();
     assert_eq!(
         get(&r.join("cgroup.subtree_control")),
-        "+cpu +io +memory +pids +hugetlb"
+        "+cpu +cpuset +hugetlb +io +memory +pids"
     );
     // Only what kubepods did not enable yet.
     assert_eq!(
         get(&r.join("kubepods/cgroup.subtree_control")),
-        "+io +pids +hugetlb"
+        "+cpuset +hugetlb +io +pids"
     );
     let b = r.join("kubepods/burstable");
     assert_eq!(get(&b.join("cpu.weight")), "4");
@@ -109,8 +111,15 @@ fn shares_and_quota_map_to_weight_and_cpu_max() {
     assert_eq!(get(&c.join("cpuset.mems")), "0");
     assert_eq!(get(&c.join("memory.max")), "max");
     assert_eq!(get(&c.join("pids.max")), "4096");
-    // cpuset asked for: enabled (alone, the rest already is) in the root for kubepods.
-    assert_eq!(get(&d.path().join("cgroup.subtree_control")), "+cpuset");
+    // What the kernel reports back, in v1 terms.
+    let back = m.read_resources("kubepods").unwrap();
+    assert_eq!(back.cpu_shares, Some(262_144));
+    assert_eq!(back.cpu_quota, Some(25_000));
+    assert_eq!(back.cpu_period, Some(50_000));
+    assert_eq!(back.memory_limit, Some(-1));
+    assert_eq!(back.pids_limit, Some(4096));
+    assert_eq!(back.cpuset_cpus.as_deref(), Some("0-1"));
+    assert_eq!(back.memory_high, None);
 }
 
 #[test]
@@ -198,4 +207,25 @@ fn pids_are_collected_recursively_and_delete_removes_the_subtree() {
     assert!(!c.join("pod1").exists());
     assert!(c.exists());
     m.delete("kubepods/pod1").unwrap();
+}
+
+#[test]
+fn exists_follows_upstream_controller_check() {
+    let (d, m) = tree();
+    put(
+        &d.path().join("kubepods/cgroup.controllers"),
+        "cpu io memory\n",
+    );
+    // kubepods lacks pids, cpuset and hugetlb, which the root offers: not usable yet.
+    assert!(!m.exists("kubepods"));
+    put(
+        &d.path().join("kubepods/cgroup.controllers"),
+        "cpuset cpu io memory hugetlb pids\n",
+    );
+    assert!(m.exists("kubepods"));
+    assert!(!m.exists("kubepods/nope"));
+    assert_eq!(
+        m.read_resources("kubepods").unwrap().hugetlb,
+        vec![("2MB".to_string(), 0)]
+    );
 }

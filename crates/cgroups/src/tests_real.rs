@@ -165,6 +165,13 @@ fn v1_create_sets_limits_the_kernel_reports_back() {
     assert_eq!(cat(m, "cpu", &pod, "cpu.shares"), "102");
     let s = m.read_stats(&pod).unwrap();
     assert_eq!(s.memory.limit_bytes, None);
+    let back = m.read_resources(&pod).unwrap();
+    assert_eq!(back.cpu_shares, Some(102));
+    assert_eq!(back.cpu_quota, Some(-1));
+    assert_eq!(back.cpu_period, Some(100_000));
+    assert_eq!(back.memory_limit, Some(-1));
+    assert_eq!(back.pids_limit, Some(-1));
+    assert_eq!(back.cpuset_cpus.as_deref(), Some("0"));
     assert_eq!(s.pids, Some(0));
 }
 
@@ -434,7 +441,8 @@ fn missing_cgroup_root_is_a_clear_error() {
 
 /// The hybrid machine's cgroup2 mount is a real v2 hierarchy (without cpu/memory, which v1
 /// holds): enough to exercise the v2 paths of create, cgroup.procs, cgroup.freeze,
-/// cgroup.kill and removal against the kernel.
+/// cgroup.kill and removal against the kernel. The manager is rooted at a test directory so
+/// nothing is ever enabled in the host's root `cgroup.subtree_control`.
 #[test]
 fn real_v2_unified_mount_freeze_kill_delete() {
     let Some(unified) = Hierarchy::detect().unified().map(Path::to_path_buf) else {
@@ -445,25 +453,31 @@ fn real_v2_unified_mount_freeze_kill_delete() {
         eprintln!("skipped: kernel without cgroup.kill");
         return;
     }
-    let mut g = Guard::new(Manager::new(Hierarchy::v2(&unified)));
+    // The outer guard only removes the test directory from the unified root.
+    let outer = Guard::new(Manager::new(Hierarchy::v2(&unified)));
+    let top = unified.join(&outer.root);
+    std::fs::create_dir(&top).unwrap();
+    let mut g = Guard::new(Manager::new(Hierarchy::v2(&top)));
+    let before = std::fs::read_to_string(top.join("cgroup.subtree_control")).unwrap();
     let pod = g.path("pod");
-    let before = std::fs::read_to_string(unified.join("cgroup.subtree_control")).unwrap();
     g.m.create(&g.path("pod/ctr"), &Resources::default())
         .unwrap();
-    // Nothing the driver wants is available there, so the host root is left as it was.
     assert_eq!(
-        std::fs::read_to_string(unified.join("cgroup.subtree_control")).unwrap(),
+        std::fs::read_to_string(top.join("cgroup.subtree_control")).unwrap(),
         before
     );
     let pid = g.sleeper("pod/ctr", "1000");
     assert_eq!(g.m.pids(&pod).unwrap(), vec![pid as i32]);
     g.m.freeze(&pod).unwrap();
-    let events = std::fs::read_to_string(unified.join(&pod).join("cgroup.events")).unwrap();
+    let events = std::fs::read_to_string(top.join(&pod).join("cgroup.events")).unwrap();
     assert!(events.contains("frozen 1"), "{events}");
     g.m.thaw(&pod).unwrap();
     g.m.kill_all(&pod).unwrap();
     let status = g.take_child(pid).wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGKILL));
     g.m.delete(&g.root).unwrap();
-    assert!(!unified.join(&g.root).exists());
+    assert!(!top.join(&g.root).exists());
+    drop(g);
+    drop(outer);
+    assert!(!top.exists());
 }
