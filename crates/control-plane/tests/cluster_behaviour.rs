@@ -372,3 +372,40 @@ async fn status_subresource_pagination_and_streaming_lists() {
     assert_eq!(added, 5);
     c.handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_written_through_events_k8s_io_show_in_describe() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let p = pods
+        .create(&PostParams::default(), &from(json!({"metadata": {"name": "ev"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})))
+        .await
+        .expect("pod");
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    events
+        .create(&PostParams::default(), &from(json!({
+            "metadata": {"name": "ev.1"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "ev", "namespace": "default", "uid": p.metadata.uid},
+            "reason": "Pulled", "note": "Container image \"busybox\" already present on machine",
+            "type": "Normal", "action": "Pull", "reportingController": "kubelet", "reportingInstance": "n1"})))
+        .await
+        .expect("event");
+    let back = events
+        .get("ev.1")
+        .await
+        .expect("read through events.k8s.io");
+    assert_eq!(
+        back.note.as_deref(),
+        Some("Container image \"busybox\" already present on machine")
+    );
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let as_core = core.get("ev.1").await.expect("read through core v1");
+    assert_eq!(as_core.involved_object.name.as_deref(), Some("ev"));
+    let d = c.kubectl(&["describe", "pod", "ev"]).await;
+    let text = d.ok();
+    assert!(text.contains("already present on machine"), "{text}");
+    c.handle.shutdown().await;
+}

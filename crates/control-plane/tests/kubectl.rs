@@ -321,3 +321,47 @@ async fn dry_run_run_wait_and_watch() {
     let _ = watcher.kill().await;
     c.handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_twice_configures_and_describe_node_works() {
+    let c = common::start().await;
+    let dep = |replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, labels: {{app: web}}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      containers: [{{name: nginx, image: nginx:1.27}}]\n"
+        )
+    };
+    assert_eq!(
+        c.apply(&dep(1)).await.ok().trim(),
+        "deployment.apps/web created"
+    );
+    assert_eq!(
+        c.apply(&dep(1)).await.ok().trim(),
+        "deployment.apps/web unchanged"
+    );
+    assert_eq!(
+        c.apply(&dep(2)).await.ok().trim(),
+        "deployment.apps/web configured"
+    );
+    let r = c
+        .kubectl(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas} {.metadata.generation}",
+        ])
+        .await;
+    assert_eq!(r.ok(), "2 2");
+
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus:\n  addresses: [{type: InternalIP, address: 10.0.0.5}]\n";
+    c.kubectl_stdin(&["create", "-f", "-"], Some(node))
+        .await
+        .ok();
+    let d = c.kubectl(&["describe", "node", "n1"]).await;
+    let text = d.ok();
+    assert!(text.contains("Name:") && text.contains("n1"), "{text}");
+    assert!(text.contains("InternalIP:  10.0.0.5"), "{text}");
+    let pods = c.kubectl(&["get", "pods", "-A"]).await;
+    assert_eq!(pods.code, 0, "{}", pods.stderr);
+    c.handle.shutdown().await;
+}

@@ -13,6 +13,8 @@ use super::{ApiError, ApiResult, Req, json_response, output, store_error};
 /// Label and field selectors of a request.
 pub struct Filter {
     gvk: Gvk,
+    /// Stored core Events seen through events.k8s.io: selectors apply to that form.
+    events_v1: bool,
     label: Option<LabelSelector>,
     field: Option<FieldSelector>,
 }
@@ -49,7 +51,13 @@ impl Filter {
             }
             None => None,
         };
-        Ok(Filter { gvk, label, field })
+        let events_v1 = super::convert::is_events_v1(&req.target);
+        Ok(Filter {
+            gvk,
+            events_v1,
+            label,
+            field,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -58,6 +66,13 @@ impl Filter {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
+        if self.events_v1 && self.field.is_some() {
+            return self.matches_view(&super::convert::core_to_events(obj));
+        }
+        self.matches_view(obj)
+    }
+
+    fn matches_view(&self, obj: &Value) -> bool {
         if let Some(l) = &self.label
             && !l.matches(&labels_of(obj))
         {

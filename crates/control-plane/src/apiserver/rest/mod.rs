@@ -1,6 +1,7 @@
 //! The REST handlers: one module per verb over `serde_json::Value` objects, for every
 //! resource in `nodus_k8s::catalog`.
 
+pub mod convert;
 pub mod create;
 pub mod delete;
 pub mod list;

@@ -90,6 +90,7 @@ fn table(req: &Req, objs: &[Value], inc: IncludeObject) -> Value {
 
 /// One object in the requested shape.
 pub fn object(req: &Req, obj: &Value) -> Value {
+    let obj = &super::convert::present(&req.target, obj);
     match shape(req) {
         Shape::Object => obj.clone(),
         Shape::Metadata => partial(obj),
@@ -105,6 +106,11 @@ pub fn object(req: &Req, obj: &Value) -> Value {
 
 /// A list in the requested shape; `meta` is the ListMeta (resourceVersion, continue, ...).
 pub fn list(req: &Req, items: Vec<Value>, meta: Value) -> Value {
+    let items: Vec<Value> = if super::convert::is_events_v1(&req.target) {
+        items.iter().map(super::convert::core_to_events).collect()
+    } else {
+        items
+    };
     let info = req.target.info;
     match shape(req) {
         Shape::Object => {

@@ -45,17 +45,26 @@ impl Target {
     }
 }
 
+/// The storage group of a resource: events.k8s.io Events share the core Events' keys.
+fn storage_group(info: &ResourceInfo) -> &str {
+    if info.group == "events.k8s.io" && info.plural == "events" {
+        "core"
+    } else {
+        group_key(info.group)
+    }
+}
+
 pub fn key(info: &ResourceInfo, ns: Option<&str>, name: &str) -> String {
     match (info.namespaced, ns) {
-        (true, Some(ns)) => format!("/{}/{}/{}/{}", group_key(info.group), info.plural, ns, name),
-        _ => format!("/{}/{}/{}", group_key(info.group), info.plural, name),
+        (true, Some(ns)) => format!("/{}/{}/{}/{}", storage_group(info), info.plural, ns, name),
+        _ => format!("/{}/{}/{}", storage_group(info), info.plural, name),
     }
 }
 
 pub fn prefix(info: &ResourceInfo, ns: Option<&str>) -> String {
     match (info.namespaced, ns) {
-        (true, Some(ns)) => format!("/{}/{}/{}/", group_key(info.group), info.plural, ns),
-        _ => format!("/{}/{}/", group_key(info.group), info.plural),
+        (true, Some(ns)) => format!("/{}/{}/{}/", storage_group(info), info.plural, ns),
+        _ => format!("/{}/{}/", storage_group(info), info.plural),
     }
 }
 

@@ -142,7 +142,8 @@ pub fn write(
             return Err(StoreError::NotFound(key.clone()));
         };
         let step = (|| -> ApiResult<Option<Mutation>> {
-            let (mut new, expected) = compute(&cur.object)?;
+            let cur_view = super::convert::present(t, &cur.object);
+            let (mut new, expected) = compute(&cur_view)?;
             if let Some(e) = expected
                 && e != cur.revision
             {
@@ -161,12 +162,13 @@ pub fn write(
                 ))));
             }
             meta_mut(&mut new).insert("name".into(), json!(name));
-            prepare_for_update(t, &cur.object, &mut new, part);
+            prepare_for_update(t, &cur_view, &mut new, part);
             if part == Part::Main {
                 nodus_k8s::defaults::default_object(&t.gvk(), &mut new);
             }
-            admission::update(&req.st, t, &cur.object, &mut new, alloc.as_deref_mut())?;
-            validate(t, &new, Some(&cur.object))?;
+            admission::update(&req.st, t, &cur_view, &mut new, alloc.as_deref_mut())?;
+            validate(t, &new, Some(&cur_view))?;
+            let new = super::convert::events_to_core(&new);
             if dry_run {
                 dry = Some(new);
                 return Ok(None);

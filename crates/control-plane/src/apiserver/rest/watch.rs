@@ -103,7 +103,7 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
     let (tx, out_rx) = mpsc::channel::<bytes::Bytes>(256);
     let render = move |req: &Req, o: &Value| -> Value {
         match shape {
-            Shape::Object => o.clone(),
+            Shape::Object => super::convert::present(&req.target, o),
             _ => output::object(req, o),
         }
     };
