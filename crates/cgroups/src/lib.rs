@@ -4,6 +4,30 @@
 //!
 //! Owns the cgroup filesystem; knows nothing of pods, containers or QoS classes — the
 //! kubelet's container manager decides the layout and the values.
+//!
+//! ```no_run
+//! use nodus_cgroups::{Manager, Resources, milli_cpu_to_quota, milli_cpu_to_shares};
+//!
+//! # fn main() -> Result<(), nodus_cgroups::CgroupError> {
+//! let m = Manager::detect();
+//! // The node allocatable cap on kubepods, the BestEffort tier at the minimum share.
+//! m.create("kubepods", &Resources { memory_limit: Some(6 << 30), ..Default::default() })?;
+//! m.create("kubepods/besteffort", &Resources { cpu_shares: Some(2), ..Default::default() })?;
+//! // A Guaranteed pod: 500m CPU and 64Mi.
+//! let pod = "kubepods/pod0a1b2c3d";
+//! m.create(pod, &Resources {
+//!     cpu_shares: Some(milli_cpu_to_shares(500)),
+//!     cpu_quota: Some(milli_cpu_to_quota(500, 100_000)),
+//!     cpu_period: Some(100_000),
+//!     memory_limit: Some(64 << 20),
+//!     ..Default::default()
+//! })?;
+//! let working_set = m.read_stats(pod)?.memory.working_set_bytes;
+//! # let _ = working_set;
+//! m.delete(pod)?; // retries while processes exit; SIGKILLs stragglers
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod error;
 pub mod hierarchy;

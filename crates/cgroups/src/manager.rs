@@ -130,6 +130,24 @@ impl Manager {
         out
     }
 
+    /// Whether limits of `controller` (cpu, memory, pids, cpuset, hugetlb, freezer, …) can
+    /// be set here: mounted on v1 (for hugetlb, also offered by the hybrid cgroup2 mount), or
+    /// offered by the v2 root. Upstream's kubelet sets hugetlb limits only when this holds
+    /// for its v1 mounts.
+    pub fn has_controller(&self, controller: &str) -> bool {
+        let offered = |root: &Path| {
+            read(&root.join("cgroup.controllers"))
+                .is_ok_and(|t| t.split_whitespace().any(|c| c == controller))
+        };
+        if self.h.is_v2() {
+            return offered(self.h.root());
+        }
+        if self.h_has_v1(controller) {
+            return true;
+        }
+        controller == "hugetlb" && self.h.unified().is_some_and(offered)
+    }
+
     /// Checks that every controller mount the driver writes to exists and is writable.
     pub fn check_root(&self) -> Result<(), CgroupError> {
         let places = self.places();

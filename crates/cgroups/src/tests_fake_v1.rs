@@ -36,6 +36,8 @@ fn hybrid_tree_writes_v1_files_and_hugetlb_through_unified() {
     assert!(!h.is_v2());
     assert_eq!(h.unified(), Some(r.join("unified").as_path()));
     let m = Manager::fake(h);
+    assert!(m.has_controller("hugetlb") && m.has_controller("memory"));
+    assert!(!m.has_controller("blkio"));
     m.create(
         "kubepods/pod1",
         &Resources {

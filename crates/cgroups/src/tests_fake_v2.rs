@@ -147,6 +147,7 @@ fn a_controller_the_kernel_lacks_is_an_error_and_nothing_is_left() {
 #[test]
 fn update_of_a_missing_cgroup_and_bad_values_are_refused() {
     let (d, m) = tree();
+    assert!(m.has_controller("hugetlb") && !m.has_controller("freezer"));
     assert_eq!(
         m.update("kubepods/nope", &Resources::default())
             .unwrap_err()
