@@ -271,7 +271,7 @@ impl Manager {
     /// it, otherwise (and for v1 controllers) freeze, signal each pid, thaw, so nothing forks
     /// away in between. Does not wait for the processes to exit.
     pub fn kill_all(&self, path: &str) -> Result<(), CgroupError> {
-        let comps = components(path)?;
+        let comps = non_root(path)?;
         let mut via_kill_file = false;
         for p in self.places().iter().filter(|p| p.v2) {
             let f = join(&p.mount, &comps).join("cgroup.kill");
@@ -311,7 +311,7 @@ impl Manager {
     }
 
     fn set_frozen(&self, path: &str, frozen: bool) -> Result<(), CgroupError> {
-        let comps = components(path)?;
+        let comps = non_root(path)?;
         if self.h.is_v2() {
             let dir = join(self.h.root(), &comps);
             self.write(&dir.join("cgroup.freeze"), if frozen { "1" } else { "0" })?;
@@ -374,10 +374,7 @@ impl Manager {
     /// `kill_after` failed rounds the remaining processes are SIGKILLed. Deleting a cgroup
     /// that does not exist succeeds.
     pub fn delete(&self, path: &str) -> Result<(), CgroupError> {
-        let comps = components(path)?;
-        if comps.is_empty() {
-            return Err(CgroupError::InvalidPath(path.to_string()));
-        }
+        let comps = non_root(path)?;
         let mut targets: Vec<PathBuf> = self
             .sweep_mounts()
             .iter()
@@ -907,6 +904,16 @@ fn components(path: &str) -> Result<Vec<String>, CgroupError> {
         out.push(c.to_string());
     }
     Ok(out)
+}
+
+/// Like [`components`], refusing the hierarchy root: killing, freezing or removing "the
+/// root" would mean every process on the machine.
+fn non_root(path: &str) -> Result<Vec<String>, CgroupError> {
+    let comps = components(path)?;
+    if comps.is_empty() {
+        return Err(CgroupError::InvalidPath(path.to_string()));
+    }
+    Ok(comps)
 }
 
 fn join(base: &Path, comps: &[String]) -> PathBuf {

@@ -230,3 +230,23 @@ fn exists_follows_upstream_controller_check() {
         vec![("2MB".to_string(), 0)]
     );
 }
+
+#[test]
+fn the_root_itself_is_never_killed_frozen_or_removed() {
+    let (_d, m) = tree();
+    for p in ["", "/", "//", "kubepods/.."] {
+        assert!(
+            matches!(m.kill_all(p), Err(CgroupError::InvalidPath(_))),
+            "{p}"
+        );
+        assert!(
+            matches!(m.freeze(p), Err(CgroupError::InvalidPath(_))),
+            "{p}"
+        );
+        assert!(matches!(m.thaw(p), Err(CgroupError::InvalidPath(_))), "{p}");
+        assert!(
+            matches!(m.delete(p), Err(CgroupError::InvalidPath(_))),
+            "{p}"
+        );
+    }
+}
