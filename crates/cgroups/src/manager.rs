@@ -551,19 +551,20 @@ impl Manager {
             for c in comps {
                 let parent = cur.clone();
                 cur.push(c);
-                if cur.is_dir() {
-                    continue;
-                }
-                match std::fs::create_dir(&cur) {
-                    Ok(()) => created.push(cur.clone()),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(source) => {
-                        return Err(CgroupError::Create {
-                            path: cur.clone(),
-                            source,
-                        });
+                if !cur.is_dir() {
+                    match std::fs::create_dir(&cur) {
+                        Ok(()) => created.push(cur.clone()),
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(source) => {
+                            return Err(CgroupError::Create {
+                                path: cur.clone(),
+                                source,
+                            });
+                        }
                     }
                 }
+                // Checked on existing levels too: a concurrent create may have made the
+                // directory a moment ago without having filled it in yet.
                 if p.cpuset {
                     for f in ["cpuset.cpus", "cpuset.mems"] {
                         let own = read(&cur.join(f)).unwrap_or_default();

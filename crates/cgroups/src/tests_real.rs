@@ -481,3 +481,24 @@ fn real_v2_unified_mount_freeze_kill_delete() {
     drop(outer);
     assert!(!top.exists());
 }
+
+#[test]
+fn v1_concurrent_creates_under_a_new_parent_all_get_a_usable_cpuset() {
+    let Some(m) = v1() else { return };
+    let mut g = Guard::new(m);
+    let pods: Vec<String> = (0..8)
+        .map(|i| g.path(&format!("kubepods/burstable/pod{i}")))
+        .collect();
+    std::thread::scope(|s| {
+        for p in &pods {
+            let m = &g.m;
+            s.spawn(move || m.create(p, &Resources::default()).unwrap());
+        }
+    });
+    for p in &pods {
+        assert!(!cat(&g.m, "cpuset", p, "cpuset.cpus").is_empty(), "{p}");
+        assert!(!cat(&g.m, "cpuset", p, "cpuset.mems").is_empty(), "{p}");
+    }
+    // A task can join: the kernel refuses an empty cpuset with ENOSPC.
+    g.sleeper("kubepods/burstable/pod7", "1000");
+}
