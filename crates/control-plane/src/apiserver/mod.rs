@@ -8,6 +8,7 @@ pub mod bootstrap;
 pub mod controllers;
 pub mod discovery;
 pub mod openapi;
+pub mod protobuf;
 pub mod rest;
 pub mod server;
 pub mod state;

@@ -22,7 +22,7 @@ use tower::ServiceExt;
 use crate::apiserver::auth::{self, User};
 use crate::apiserver::rest::{self, ApiError};
 use crate::apiserver::state::{ApiConfig, ApiState, SharedState};
-use crate::apiserver::{bootstrap, controllers, discovery, openapi};
+use crate::apiserver::{bootstrap, controllers, discovery, openapi, protobuf};
 use crate::pki;
 use crate::storage::{EmbeddedStore, Store, StoreError};
 
@@ -267,8 +267,20 @@ async fn fallback(st: SharedState, req: Request) -> Response {
             return ApiError(s).into_response();
         }
     };
-    let headers: HeaderMap = parts.headers;
-    rest::handle(st, user, parts.method, parts.uri, headers, bytes, upgrade).await
+    let mut headers: HeaderMap = parts.headers;
+    // client-go's typed clients send built-in kinds as protobuf; handlers read JSON.
+    let bytes = match protobuf::request_to_json(&mut headers, bytes) {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError(nodus_k8s::status::bad_request(&e.to_string())).into_response();
+        }
+    };
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let resp = rest::handle(st, user, parts.method, parts.uri, headers, bytes, upgrade).await;
+    protobuf::negotiate_response(accept.as_deref(), resp).await
 }
 
 fn router(st: SharedState) -> Router {
