@@ -177,9 +177,10 @@ pub fn shares_to_weight_quadratic(shares: u64) -> u64 {
     10f64.powf(exponent).ceil() as u64
 }
 
-/// The v2 `cpu.max` line for a quota and period: `"<quota|max> <period>"`, with `max` when
-/// the quota is absent or -1 and the default period (100000) when none is given. None when
-/// neither is set (the file is left alone).
+/// The v2 `cpu.max` line for a quota and period, as runc writes it: `max` when the quota is
+/// absent or -1, followed by the period only when one is given (the kernel keeps the current
+/// period otherwise, 100000 by default): `"max 100000"`, `"50000 100000"`, `"max"`. None
+/// when neither is set (the file is left alone).
 pub fn cpu_max(quota: Option<i64>, period: Option<u64>) -> Option<String> {
     if quota.is_none() && period.is_none() {
         return None;
@@ -188,7 +189,10 @@ pub fn cpu_max(quota: Option<i64>, period: Option<u64>) -> Option<String> {
         Some(q) if q > 0 => q.to_string(),
         _ => "max".to_string(),
     };
-    Some(format!("{q} {}", period.unwrap_or(DEFAULT_CPU_PERIOD)))
+    Some(match period {
+        Some(p) => format!("{q} {p}"),
+        None => q,
+    })
 }
 
 /// The kubelet's milli-CPU → `cpu.shares` (requests): 1024 per CPU, 0 → the minimum 2,
@@ -249,7 +253,12 @@ mod tests {
     fn cpu_max_lines() {
         assert_eq!(cpu_max(None, None), None);
         assert_eq!(cpu_max(None, Some(100_000)).as_deref(), Some("max 100000"));
-        assert_eq!(cpu_max(Some(-1), None).as_deref(), Some("max 100000"));
+        assert_eq!(cpu_max(Some(-1), None).as_deref(), Some("max"));
+        assert_eq!(cpu_max(Some(20_000), None).as_deref(), Some("20000"));
+        assert_eq!(
+            cpu_max(Some(-1), Some(DEFAULT_CPU_PERIOD)).as_deref(),
+            Some("max 100000")
+        );
         assert_eq!(
             cpu_max(Some(50_000), Some(100_000)).as_deref(),
             Some("50000 100000")
