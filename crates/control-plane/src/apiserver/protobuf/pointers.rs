@@ -31,6 +31,14 @@ pub(super) static POINTERS: &[(&str, &str)] = fields! {
     "k8s.io.api.core.v1" "Container": ["restartPolicy"];
     "k8s.io.api.core.v1" "EphemeralContainerCommon": ["restartPolicy"];
     "k8s.io.api.core.v1" "ContainerStatus": ["started", "stopSignal"];
+    "k8s.io.api.core.v1" "Lifecycle": ["stopSignal"];
+    "k8s.io.api.core.v1" "ReplicationControllerSpec": ["replicas"];
+    "k8s.io.api.core.v1" "LocalVolumeSource": ["fsType"];
+    "k8s.io.api.core.v1" "PersistentVolumeSpec": ["volumeAttributesClassName"];
+    "k8s.io.api.core.v1" "PersistentVolumeClaimStatus": ["currentVolumeAttributesClassName"];
+    "k8s.io.api.core.v1" "PodCertificateProjection": ["maxExpirationSeconds"];
+    "k8s.io.api.core.v1" "PodLogOptions": ["sinceSeconds", "tailLines", "limitBytes", "stream"];
+    "k8s.io.api.core.v1" "NodeSwapStatus": ["capacity"];
     "k8s.io.api.core.v1" "SecurityContext": [
         "privileged", "runAsUser", "runAsGroup", "runAsNonRoot", "readOnlyRootFilesystem",
         "allowPrivilegeEscalation", "procMount",

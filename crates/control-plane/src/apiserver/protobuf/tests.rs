@@ -18,20 +18,30 @@ fn fixture(name: &str) -> (Vec<u8>, Value) {
     )
 }
 
+/// Every fixture name (`testdata/<name>.pb` with its `<name>.json`).
+fn fixtures() -> Vec<String> {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/apiserver/protobuf/testdata");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("testdata")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".pb")
+                .map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn kubectl_bodies_decode_to_kubectls_json() {
-    for name in [
-        "configmap",
-        "deployment",
-        "namespace",
-        "secret",
-        "serviceaccount",
-        "service-clusterip",
-        "service-nodeport",
-        "priorityclass",
-        "pdb",
-    ] {
-        let (pb, expected) = fixture(name);
+    let names = fixtures();
+    assert!(names.len() >= 15, "{names:?}");
+    for name in names {
+        let (pb, expected) = fixture(&name);
         let got = decode(&pb).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(got, expected, "{name}: got {got:#}");
     }
