@@ -649,6 +649,32 @@ mod tests {
     }
 
     #[test]
+    fn affinity_and_spread() {
+        let errs = check(
+            "Pod",
+            "",
+            pod(json!({"containers": [{"name": "c", "image": "x"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "disktype", "operator": "In"}, {"key": "zone", "operator": "Near", "values": ["a"]}]}]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {}}]},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "web"}}}]}},
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]})),
+            None,
+        );
+        let na = "spec.affinity.nodeAffinity";
+        assert_eq!(errs, vec![
+            format!("{na}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"),
+            format!("{na}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[1].operator: Invalid value: \"Near\": not a valid selector operator"),
+            format!("{na}.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 0: must be in the range 1-100"),
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Required value: can not be empty".to_string(),
+            "spec.topologySpreadConstraints[0].{topologyKey, whenUnsatisfiable}: Duplicate value: \"{zone, DoNotSchedule}\"".to_string(),
+            "spec.topologySpreadConstraints[1].maxSkew: Invalid value: 0: must be greater than zero".to_string(),
+        ]);
+    }
+
+    #[test]
     fn volume_items() {
         let errs = check(
             "Pod",

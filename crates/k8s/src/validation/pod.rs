@@ -178,6 +178,14 @@ pub(super) fn validate_pod_spec(errs: &mut Errs, spec: &Value, p: &Path, is_pod:
         &p.child("nodeSelector"),
     );
     validate_pod_security_context(errs, spec, &p.child("securityContext"));
+    if let Some(a) = spec.get("affinity").filter(|v| !v.is_null()) {
+        validate_affinity(errs, a, &p.child("affinity"));
+    }
+    validate_topology_spread(
+        errs,
+        arr(spec, "topologySpreadConstraints"),
+        &p.child("topologySpreadConstraints"),
+    );
     if s(spec, "dnsPolicy") == "None" {
         match spec.get("dnsConfig").filter(|d| !d.is_null()) {
             None => errs.push(FieldError::required(
@@ -638,7 +646,188 @@ pub(super) fn validate_container_common(
     }
 }
 
-pub(super) const ID_RANGE: &str = "must be between 0 and 2147483647, inclusive";
+pub(super) fn validate_node_selector_requirement(errs: &mut Errs, rq: &Value, p: &Path) {
+    let values = arr(rq, "values");
+    let vp = p.child("values");
+    match s(rq, "operator") {
+        "In" | "NotIn" if values.is_empty() => {
+            errs.push(FieldError::required(
+                vp,
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            ));
+        }
+        "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
+            vp,
+            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+        )),
+        "Gt" | "Lt" if values.len() != 1 => errs.push(FieldError::required(
+            vp,
+            "must be specified single value when `operator` is 'Lt' or 'Gt'",
+        )),
+        "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
+        other => errs.push(FieldError::invalid(
+            p.child("operator"),
+            json!(other),
+            "not a valid selector operator",
+        )),
+    }
+    let key = s(rq, "key");
+    each_msg(errs, &p.child("key"), key, is_qualified_name(key));
+}
+
+fn validate_node_selector_term(errs: &mut Errs, term: &Value, p: &Path) {
+    for (i, rq) in arr(term, "matchExpressions").iter().enumerate() {
+        validate_node_selector_requirement(errs, rq, &p.child("matchExpressions").index(i));
+    }
+    for (i, rq) in arr(term, "matchFields").iter().enumerate() {
+        let fp = p.child("matchFields").index(i);
+        if s(rq, "key") != "metadata.name" {
+            errs.push(FieldError::invalid(
+                fp.child("key"),
+                json!(s(rq, "key")),
+                "not a valid field selector key",
+            ));
+        }
+    }
+}
+
+fn weight(errs: &mut Errs, v: &Value, p: &Path) {
+    let w = v.get("weight").and_then(Value::as_i64).unwrap_or(0);
+    if !(1..=100).contains(&w) {
+        errs.push(FieldError::invalid(
+            p.child("weight"),
+            json!(w),
+            "must be in the range 1-100",
+        ));
+    }
+}
+
+fn validate_pod_affinity_term(errs: &mut Errs, term: &Value, p: &Path) {
+    if let Some(sel) = term.get("labelSelector").filter(|v| !v.is_null()) {
+        let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
+            serde_json::from_value(sel.clone());
+        let checked = parsed
+            .map_err(|e| e.to_string())
+            .and_then(|s| crate::selector::from_metav1(&s).map_err(|e| e.to_string()));
+        if let Err(e) = checked {
+            errs.push(FieldError::invalid(
+                p.child("labelSelector"),
+                sel.clone(),
+                e,
+            ));
+        }
+    }
+    let key = s(term, "topologyKey");
+    if key.is_empty() {
+        errs.push(FieldError::required(
+            p.child("topologyKey"),
+            "can not be empty",
+        ));
+    } else {
+        each_msg(errs, &p.child("topologyKey"), key, is_qualified_name(key));
+    }
+}
+
+/// Upstream's `validateAffinity`: node affinity selector terms and pod (anti-)affinity terms.
+fn validate_affinity(errs: &mut Errs, a: &Value, p: &Path) {
+    if let Some(na) = a.get("nodeAffinity").filter(|v| !v.is_null()) {
+        let np = p.child("nodeAffinity");
+        if let Some(req) = na
+            .get("requiredDuringSchedulingIgnoredDuringExecution")
+            .filter(|v| !v.is_null())
+        {
+            let rp = np.child("requiredDuringSchedulingIgnoredDuringExecution");
+            let terms = arr(req, "nodeSelectorTerms");
+            if terms.is_empty() {
+                errs.push(FieldError::required(
+                    rp.child("nodeSelectorTerms"),
+                    "must have at least one node selector term",
+                ));
+            }
+            for (i, t) in terms.iter().enumerate() {
+                validate_node_selector_term(errs, t, &rp.child("nodeSelectorTerms").index(i));
+            }
+        }
+        let pp = np.child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, pref) in arr(na, "preferredDuringSchedulingIgnoredDuringExecution")
+            .iter()
+            .enumerate()
+        {
+            let ip = pp.index(i);
+            weight(errs, pref, &ip);
+            if let Some(t) = pref.get("preference") {
+                validate_node_selector_term(errs, t, &ip.child("preference"));
+            }
+        }
+    }
+    for kind in ["podAffinity", "podAntiAffinity"] {
+        let Some(pa) = a.get(kind).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let kp = p.child(kind);
+        let rp = kp.child("requiredDuringSchedulingIgnoredDuringExecution");
+        for (i, t) in arr(pa, "requiredDuringSchedulingIgnoredDuringExecution")
+            .iter()
+            .enumerate()
+        {
+            validate_pod_affinity_term(errs, t, &rp.index(i));
+        }
+        let wp = kp.child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, w) in arr(pa, "preferredDuringSchedulingIgnoredDuringExecution")
+            .iter()
+            .enumerate()
+        {
+            let ip = wp.index(i);
+            weight(errs, w, &ip);
+            if let Some(t) = w.get("podAffinityTerm") {
+                validate_pod_affinity_term(errs, t, &ip.child("podAffinityTerm"));
+            }
+        }
+    }
+}
+
+/// Upstream's `validateTopologySpreadConstraints` (maxSkew, topologyKey, whenUnsatisfiable,
+/// and no repeated `{topologyKey, whenUnsatisfiable}`).
+fn validate_topology_spread(errs: &mut Errs, constraints: &[Value], p: &Path) {
+    for (i, c) in constraints.iter().enumerate() {
+        let ip = p.index(i);
+        let skew = c.get("maxSkew").and_then(Value::as_i64).unwrap_or(0);
+        if skew <= 0 {
+            errs.push(FieldError::invalid(
+                ip.child("maxSkew"),
+                json!(skew),
+                "must be greater than zero",
+            ));
+        }
+        let key = s(c, "topologyKey");
+        if key.is_empty() {
+            errs.push(FieldError::required(
+                ip.child("topologyKey"),
+                "can not be empty",
+            ));
+        }
+        let when = s(c, "whenUnsatisfiable");
+        if when != "DoNotSchedule" && when != "ScheduleAnyway" {
+            not_supported(
+                errs,
+                ip.child("whenUnsatisfiable"),
+                when,
+                &["DoNotSchedule", "ScheduleAnyway"],
+            );
+        }
+        let repeated = constraints[i + 1..]
+            .iter()
+            .any(|o| s(o, "topologyKey") == key && s(o, "whenUnsatisfiable") == when);
+        if repeated {
+            errs.push(FieldError::duplicate(
+                ip.child("{topologyKey, whenUnsatisfiable}"),
+                json!(format!("{{{key}, {when}}}")),
+            ));
+        }
+    }
+}
+
+const ID_RANGE: &str = "must be between 0 and 2147483647, inclusive";
 
 /// Upstream's `IsValidUserID`/`IsValidGroupID` for an optional id field.
 pub(super) fn id_field(errs: &mut Errs, v: &Value, key: &str, p: &Path) {
