@@ -92,6 +92,38 @@ pub(super) fn validate_service(errs: &mut Errs, obj: &Value, old: Option<&Value>
         not_supported(errs, sp.child("sessionAffinity"), sa, &["ClientIP", "None"]);
     }
     validate_labels(errs, &strmap(spec, "selector"), &sp.child("selector"));
+    // Upstream's validateServiceExternalTrafficPolicy / internal traffic policy checks.
+    let has_external_ips = !arr(spec, "externalIPs").is_empty();
+    let externally_accessible =
+        ty == "LoadBalancer" || ty == "NodePort" || (ty == "ClusterIP" && has_external_ips);
+    let etp = s(spec, "externalTrafficPolicy");
+    if !externally_accessible {
+        if !etp.is_empty() {
+            errs.push(FieldError::invalid(
+                sp.child("externalTrafficPolicy"),
+                json!(etp),
+                "may only be set for externally-accessible services",
+            ));
+        }
+    } else {
+        enum_field(
+            errs,
+            sp.child("externalTrafficPolicy"),
+            etp,
+            &["Cluster", "Local"],
+        );
+    }
+    if let Some(itp) = spec.get("internalTrafficPolicy").and_then(Value::as_str)
+        && itp != "Cluster"
+        && itp != "Local"
+    {
+        not_supported(
+            errs,
+            sp.child("internalTrafficPolicy"),
+            itp,
+            &["Cluster", "Local"],
+        );
+    }
     if let Some(old) = old {
         let old_spec = old.get("spec").unwrap_or(&empty);
         let old_ty = s(old_spec, "type");

@@ -399,6 +399,43 @@ mod tests {
                 "spec.ports[1].name: Required value"
             ]
         );
+        assert_eq!(
+            check(
+                "Service",
+                "",
+                svc(json!({"externalTrafficPolicy": "Local", "ports": [{"port": 80}]})),
+                None
+            ),
+            vec![
+                "spec.externalTrafficPolicy: Invalid value: \"Local\": may only be set for externally-accessible services"
+            ]
+        );
+        assert_eq!(
+            check(
+                "Service",
+                "",
+                svc(
+                    json!({"type": "NodePort", "externalTrafficPolicy": "Global", "ports": [{"port": 80}]})
+                ),
+                None
+            ),
+            vec![
+                "spec.externalTrafficPolicy: Unsupported value: \"Global\": supported values: \"Cluster\", \"Local\""
+            ]
+        );
+        assert_eq!(
+            check(
+                "Pod",
+                "",
+                pod(
+                    json!({"containers": [{"name": "c", "image": "x"}], "dnsConfig": {"nameservers": ["1.1.1.1", "dns"]}})
+                ),
+                None
+            ),
+            vec![
+                "spec.dnsConfig.nameservers[1]: Invalid value: \"dns\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+            ]
+        );
         let old = svc(
             json!({"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"], "ports": [{"port": 80}]}),
         );

@@ -186,6 +186,27 @@ pub(super) fn validate_pod_spec(errs: &mut Errs, spec: &Value, p: &Path, is_pod:
         arr(spec, "topologySpreadConstraints"),
         &p.child("topologySpreadConstraints"),
     );
+    if let Some(dc) = spec.get("dnsConfig").filter(|d| !d.is_null()) {
+        let np = p.child("dnsConfig").child("nameservers");
+        let servers = arr(dc, "nameservers");
+        if servers.len() > 3 {
+            errs.push(FieldError::invalid(
+                &np,
+                json!(servers),
+                "must not have more than 3 nameservers",
+            ));
+        }
+        for (i, ns) in servers.iter().enumerate() {
+            let ns = ns.as_str().unwrap_or("");
+            if ns.parse::<std::net::IpAddr>().is_err() {
+                errs.push(FieldError::invalid(
+                    np.index(i),
+                    json!(ns),
+                    "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                ));
+            }
+        }
+    }
     if s(spec, "dnsPolicy") == "None" {
         match spec.get("dnsConfig").filter(|d| !d.is_null()) {
             None => errs.push(FieldError::required(
