@@ -5,6 +5,10 @@
 //! sets in registry strategies or admission rather than defaulting are included where noted,
 //! because every cluster applies them: namespace finalizers, the DefaultTolerationSeconds
 //! admission plugin ([`default_tolerations`]), and a Service's `ipFamilyPolicy`.
+//!
+//! Resource lists (requests, limits, overhead, node capacity and allocatable) are rounded up
+//! to milli-units and written in canonical form (`0.5` → `500m`, `1024Mi` → `1Gi`, a YAML
+//! number `1` → `"1"`), as upstream stores them.
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Map, Value, json};

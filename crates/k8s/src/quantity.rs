@@ -1,5 +1,8 @@
 //! `resource.Quantity` parsing with upstream's semantics: suffixes, rounding up to the nano
-//! unit, capping at the int64 maximum, and `Value()`/`MilliValue()` rounding away from zero.
+//! unit, capping at the int64 maximum where upstream's arbitrary-precision path does (short
+//! decimal values are kept exactly, as by its int64 fast path), canonical formatting, and
+//! `Value()`/`MilliValue()` rounding away from zero. Checked against upstream's
+//! TestQuantityParse and TestQuantityString tables.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 

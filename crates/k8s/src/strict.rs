@@ -3,6 +3,9 @@
 //! The typed structs ignore fields they do not define, so a field of the input that is
 //! missing after a round trip through its kind's struct is unknown to the kind. Kinds outside
 //! the catalogue (CRDs) are not checked.
+//!
+//! [`normalize`] is what upstream's decoding does before anything else: a value of the wrong
+//! type or a malformed quantity fails the request (400, see [`decode_error_message`]).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

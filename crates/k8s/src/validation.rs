@@ -1,5 +1,8 @@
 //! Upstream-style field validation: `field.Error` values, their exact texts, the name
 //! validators of apimachinery, and per-kind object validation.
+//!
+//! [`validate_object`] also rejects values of the wrong type (which upstream refuses while
+//! decoding) so a caller that validates raw JSON never stores an undecodable object.
 
 use std::fmt;
 
