@@ -6,12 +6,7 @@
 
 mod common;
 
-// The transcoder's own unit tests run from here too, so they run even before the API
-// server links the module in.
-#[allow(dead_code, unused_imports)]
-#[path = "../src/apiserver/protobuf/mod.rs"]
-mod protobuf;
-
+use nodus_control_plane::apiserver::protobuf;
 use serde_json::{Value, json};
 
 async fn get_json(c: &common::Cluster, args: &[&str]) -> Value {
@@ -23,7 +18,6 @@ async fn get_json(c: &common::Cluster, args: &[&str]) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the protobuf hook in rest/"]
 async fn kubectl_typed_create_and_scale_send_protobuf() {
     let c = common::start().await;
 
@@ -92,7 +86,6 @@ async fn kubectl_typed_create_and_scale_send_protobuf() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the protobuf hook in rest/"]
 async fn more_typed_kinds_named_ports_and_int_or_string() {
     let c = common::start().await;
     let created = [
@@ -172,7 +165,6 @@ async fn more_typed_kinds_named_ports_and_int_or_string() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the protobuf hook in rest/"]
 async fn a_malformed_protobuf_body_is_a_bad_request() {
     let c = common::start().await;
     let client = c.client().await;
@@ -193,4 +185,41 @@ async fn a_malformed_protobuf_body_is_a_bad_request() {
         "{}",
         status.message
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_only_clients_get_protobuf_others_json() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let cm = json!({
+        "kind": "ConfigMap", "apiVersion": "v1",
+        "metadata": {"name": "pb", "namespace": "default"},
+        "data": {"k": "v"}
+    });
+    let create = http::Request::post("/api/v1/namespaces/default/configmaps")
+        .header("content-type", protobuf::PROTOBUF)
+        .header("accept", protobuf::PROTOBUF)
+        .body(kube::client::Body::from(
+            protobuf::encode(&cm).expect("encodes"),
+        ))
+        .expect("request");
+    let resp = client.send(create).await.expect("create");
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers()["content-type"], protobuf::PROTOBUF);
+    let body = resp.into_body().collect_bytes().await.expect("body");
+    let created = protobuf::decode(&body).expect("a protobuf ConfigMap");
+    assert_eq!(created["data"], json!({"k": "v"}));
+    assert!(created["metadata"]["uid"].is_string(), "{created}");
+
+    // What client-go sends: JSON is acceptable, and nodus answers JSON.
+    let get = http::Request::get("/api/v1/namespaces/default/configmaps/pb")
+        .header(
+            "accept",
+            "application/vnd.kubernetes.protobuf,application/json",
+        )
+        .body(kube::client::Body::empty())
+        .expect("request");
+    let resp = client.send(get).await.expect("get");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
 }
