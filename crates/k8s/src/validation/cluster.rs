@@ -97,6 +97,8 @@ pub(super) fn validate_namespace(errs: &mut Errs, obj: &Value) {
     }
 }
 
+/// Upstream's `legacyValidateEvent` for core/v1 Events: old-style events (no `eventTime`)
+/// must agree on the namespace; new-style ones need the reporting fields.
 pub(super) fn validate_event(errs: &mut Errs, obj: &Value) {
     let ns = obj
         .pointer("/metadata/namespace")
@@ -106,7 +108,10 @@ pub(super) fn validate_event(errs: &mut Errs, obj: &Value) {
         .pointer("/involvedObject/namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let mismatch = if ins.is_empty() {
+    let new_style = obj.get("eventTime").is_some_and(|t| !t.is_null());
+    let mismatch = if new_style {
+        ins.is_empty() && ns != "default" && ns != "kube-system"
+    } else if ins.is_empty() {
         !ns.is_empty() && ns != "default"
     } else {
         ns != ins
@@ -117,6 +122,38 @@ pub(super) fn validate_event(errs: &mut Errs, obj: &Value) {
             json!(ins),
             "does not match event.namespace",
         ));
+    }
+    if !new_style {
+        return;
+    }
+    let controller = s(obj, "reportingComponent");
+    if controller.is_empty() {
+        errs.push(FieldError::required("reportingComponent", ""));
+    }
+    each_msg(
+        errs,
+        &Path::new("reportingComponent"),
+        controller,
+        is_qualified_name(controller),
+    );
+    let limited = [
+        ("reportingInstance", 128, true),
+        ("action", 128, true),
+        ("reason", 128, true),
+        ("message", 1024, false),
+    ];
+    for (field, limit, required) in limited {
+        let v = s(obj, field);
+        if required && v.is_empty() {
+            errs.push(FieldError::required(field, ""));
+        }
+        if v.len() > limit {
+            errs.push(FieldError::invalid(
+                field,
+                json!(""),
+                format!("can have at most {limit} characters"),
+            ));
+        }
     }
 }
 

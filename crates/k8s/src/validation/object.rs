@@ -796,6 +796,22 @@ mod tests {
     }
 
     #[test]
+    fn new_style_events_need_reporting_fields() {
+        let ev = json!({"metadata": {"name": "e", "namespace": "default"}, "eventTime": "2024-01-01T00:00:00.000000Z",
+            "involvedObject": {"kind": "Node", "name": "n1"}, "reason": "Starting"});
+        assert_eq!(
+            check("Event", "", ev, None),
+            vec![
+                "reportingComponent: Required value",
+                "reportingComponent: Invalid value: \"\": name part must be non-empty",
+                "reportingComponent: Invalid value: \"\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+                "reportingInstance: Required value",
+                "action: Required value",
+            ]
+        );
+    }
+
+    #[test]
     fn kubelet_static_pod() {
         let mut p: Pod = serde_json::from_value(json!({"metadata": {"name": "static-web", "namespace": "default"},
             "spec": {"containers": [{"name": "web", "image": "nginx:1", "ports": [{"containerPort": 80}]}]}})).unwrap_or_default();
