@@ -223,7 +223,10 @@ async fn authenticate(State(st): State<SharedState>, mut req: Request, next: Nex
         (None, None) => User::anonymous(),
     };
     let path = req.uri().path().to_string();
-    if user.is_anonymous() && !auth::is_public_path(&path) {
+    // Resource paths reach the authorizer, which refuses anonymous users with the
+    // resource-style message upstream's RBAC gives; other paths are refused here.
+    let resource_path = matches!(rest::path::parse(&path), rest::path::Parsed::Resource(_));
+    if user.is_anonymous() && !auth::is_public_path(&path) && !resource_path {
         let verb = match *req.method() {
             Method::GET | Method::HEAD => "get",
             Method::POST => "post",
