@@ -160,7 +160,7 @@ pub fn encode(obj: &Value) -> Result<Vec<u8>, ProtobufError> {
         map.get(key)
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or(ProtobufError::MissingTypeMeta(key))
+            .ok_or_else(|| ProtobufError::field(key, "required to encode an object as protobuf"))
     };
     let api_version = text("apiVersion")?;
     let kind = text("kind")?;

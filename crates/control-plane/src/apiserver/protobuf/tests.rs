@@ -291,6 +291,99 @@ fn delete_options_under_a_group_version() {
 }
 
 #[test]
+fn endpoint_slice_conditions_keep_false() {
+    // EndpointConditions are *bool upstream: `ready: false` means not ready, absent means
+    // unknown (treated as ready), so the zero must survive.
+    round_trip(json!({
+        "kind": "EndpointSlice",
+        "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {"name": "web-abc", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{
+            "addresses": ["10.0.0.5"],
+            "conditions": {"ready": false, "serving": true, "terminating": false},
+            "nodeName": "n1",
+            "targetRef": {"kind": "Pod", "namespace": "default", "name": "web-1", "uid": "u"}
+        }],
+        "ports": [{"name": "", "protocol": "TCP", "port": 80}]
+    }));
+}
+
+#[test]
+fn core_and_events_v1_events() {
+    round_trip(json!({
+        "kind": "Event",
+        "apiVersion": "v1",
+        "metadata": {"name": "web.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "namespace": "default", "name": "web", "apiVersion": "v1"},
+        "reason": "Scheduled",
+        "message": "Successfully assigned default/web to n1",
+        "source": {"component": "default-scheduler"},
+        "firstTimestamp": "2024-05-06T07:08:09Z",
+        "lastTimestamp": "2024-05-06T07:08:09Z",
+        "count": 1,
+        "type": "Normal",
+        // A non-pointer MicroTime: Go writes the zero one, which reads back as null.
+        "eventTime": null
+    }));
+    round_trip(json!({
+        "kind": "Event",
+        "apiVersion": "events.k8s.io/v1",
+        "metadata": {"name": "web.2", "namespace": "default"},
+        "eventTime": "2024-05-06T07:08:09.000001Z",
+        "series": {"count": 2, "lastObservedTime": "2024-05-06T07:09:00.500000Z"},
+        "reportingController": "kubelet",
+        "reportingInstance": "kubelet-n1",
+        "action": "Pulling",
+        "reason": "Pulling",
+        "regarding": {"kind": "Pod", "name": "web"},
+        "note": "Pulling image",
+        "type": "Normal"
+    }));
+}
+
+#[test]
+fn pod_with_status_and_security_context() {
+    round_trip(json!({
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": "p", "namespace": "default", "deletionGracePeriodSeconds": 0,
+                     "deletionTimestamp": "2024-05-06T07:08:09Z"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 1"],
+                            "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}],
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 0, "fsGroup": 2000,
+                                "supplementalGroups": [0, 4, 5]},
+            "nodeName": "n1",
+            "priority": 0,
+            "enableServiceLinks": true
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False", "lastProbeTime": null,
+                            "lastTransitionTime": "2024-05-06T07:08:09Z"}],
+            "hostIP": "10.0.0.1",
+            "podIP": "10.244.0.5",
+            "podIPs": [{"ip": "10.244.0.5"}],
+            "startTime": "2024-05-06T07:08:00Z",
+            "containerStatuses": [{
+                "name": "c",
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                         "startedAt": "2024-05-06T07:08:01Z",
+                                         "finishedAt": "2024-05-06T07:08:02Z"}},
+                "lastState": {},
+                "ready": false,
+                "restartCount": 0,
+                "image": "busybox:latest",
+                "imageID": "",
+                "started": false
+            }],
+            "qosClass": "BestEffort"
+        }
+    }));
+}
+
+#[test]
 fn lists_encode_with_typed_items() {
     let list = json!({
         "kind": "ConfigMapList",
@@ -349,6 +442,11 @@ fn errors_name_what_is_wrong() {
     let e = encode(&json!({"kind": "ConfigMap", "apiVersion": "v1", "data": {"k": 1}}))
         .expect_err("data values are strings");
     assert_eq!(e.to_string(), "data[\"k\"]: expected a string, found 1");
+    let e = encode(&json!({"kind": "Pod", "metadata": {}})).expect_err("no apiVersion");
+    assert_eq!(
+        e.to_string(),
+        "apiVersion: required to encode an object as protobuf"
+    );
     let e = encode(&json!({"kind": "Pod", "apiVersion": "v1", "spec": {"bogus": 1}}))
         .expect_err("unknown field");
     assert_eq!(e.to_string(), "spec.bogus: unknown field");
