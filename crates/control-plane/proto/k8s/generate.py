@@ -11,6 +11,11 @@ and listed in src/apiserver/protobuf/hints.rs, so the transcoder keeps its zero 
 upstream's JSON always writes); a message field whose own fields are the outer type's JSON
 fields is a Go struct embedded with `json:",inline"` (also listed in hints.rs).
 
+K8S_PB_SRC is the src/ directory of the k8s-pb crate (unpack its .crate file from cargo's
+registry cache); K8S_OPENAPI_SRC the src/ of the k8s-openapi crate the workspace uses. To
+serve a new API group, add its package to PACKAGES, rerun, and list its Go pointer fields in
+src/apiserver/protobuf/pointers.rs.
+
 Usage: generate.py K8S_PB_SRC K8S_OPENAPI_SRC/v1_33 ../../src/apiserver/protobuf/hints.rs
        rustfmt --edition 2024 ../../src/apiserver/protobuf/hints.rs
 """
