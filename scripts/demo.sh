@@ -119,6 +119,8 @@ spec:
       exec: {command: ["true"]}
       periodSeconds: 1
 YAML
+# The kubelet's cgroup root must exist (as upstream's); kubepods and the QoS tiers go under it.
+for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do [[ -e $d/cgroup.procs ]] && mkdir -p "$d/$CG"; done
 in_ns "$BIN/nodus" kubelet --container-runtime-endpoint "unix://$SOCK" --root-dir "$WORK/kubelet" \
   --pod-manifest-path "$WORK/manifests" --pod-logs-dir "$WORK/pod-logs" --cgroup-root "/$CG" \
   --hostname-override demo-node --healthz-port 0 2> "$WORK/kubelet.log" &

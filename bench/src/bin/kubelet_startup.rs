@@ -39,6 +39,7 @@ fn start_kubelet(bin: &Path, t: &Target) -> Result<Kubelet> {
         .prefix("bench-kubelet-")
         .tempdir()?;
     let manifests = dir.path().join("manifests");
+    t.cgroup.create();
     std::fs::create_dir_all(&manifests)?;
     let mut cmd = t.netns.command(bin)?;
     cmd.arg("kubelet")

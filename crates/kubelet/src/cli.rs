@@ -53,7 +53,7 @@ pub struct KubeletArgs {
     /// The node's IP address (default: the first global address of the host).
     #[arg(long)]
     pub node_ip: Option<IpAddr>,
-    /// The cgroup under which pod cgroups are created, cgroupfs driver [default: /kubepods].
+    /// The cgroup under which `kubepods` and the pod cgroups are created [default: /].
     #[arg(long)]
     pub cgroup_root: Option<String>,
     /// Where containers' logs go (podLogsDir) [default: /var/log/pods].
@@ -87,6 +87,58 @@ pub struct KubeletArgs {
     /// itself unhealthy (upstream's fixed 3m; settable here for tests and drills).
     #[arg(long, hide = true, default_value = "3m")]
     pub pleg_relist_threshold: String,
+    /// Create the QoS cgroup hierarchy (kubepods, burstable, besteffort) [default: true].
+    #[arg(long)]
+    pub cgroups_per_qos: Option<bool>,
+    /// cgroupfs (systemd is not supported) [default: cgroupfs].
+    #[arg(long)]
+    pub cgroup_driver: Option<String>,
+    /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=256Mi.
+    #[arg(long)]
+    pub kube_reserved: Option<String>,
+    /// Resources reserved for the OS, e.g. cpu=100m,memory=256Mi.
+    #[arg(long)]
+    pub system_reserved: Option<String>,
+    /// The cgroup of the Kubernetes daemons, to enforce kube-reserved on.
+    #[arg(long)]
+    pub kube_reserved_cgroup: Option<String>,
+    /// The cgroup of the OS daemons, to enforce system-reserved on.
+    #[arg(long)]
+    pub system_reserved_cgroup: Option<String>,
+    /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%].
+    #[arg(long)]
+    pub eviction_hard: Option<String>,
+    /// Which reservations to enforce with cgroups: pods, kube-reserved, system-reserved, none [default: pods].
+    #[arg(long, value_delimiter = ',')]
+    pub enforce_node_allocatable: Vec<String>,
+    /// The most pods this node runs [default: 110].
+    #[arg(long)]
+    pub max_pods: Option<i64>,
+    /// The most processes a pod may have; -1 for no limit [default: -1].
+    #[arg(long, allow_hyphen_values = true)]
+    pub pod_max_pids: Option<i64>,
+    /// Enforce CPU limits with CFS quota [default: true].
+    #[arg(long)]
+    pub cpu_cfs_quota: Option<bool>,
+    /// The CFS quota period [default: 100ms].
+    #[arg(long)]
+    pub cpu_cfs_quota_period: Option<String>,
+}
+
+/// `a=1,b=2` (or with `<` for eviction thresholds) into a map.
+fn parse_map(
+    flag: &str,
+    s: &str,
+    sep: char,
+) -> Result<std::collections::BTreeMap<String, String>, RunError> {
+    let mut m = std::collections::BTreeMap::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once(sep)
+            .ok_or_else(|| RunError::Flag(format!("--{flag}: {part:?} is not KEY{sep}VALUE")))?;
+        m.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(m)
 }
 
 /// Flags, config file and defaults merged.
@@ -97,7 +149,6 @@ struct Resolved {
     file_check_frequency: Duration,
     http_check_frequency: Duration,
     sync_frequency: Duration,
-    cgroup_root: String,
     pod_logs_dir: PathBuf,
     cluster_dns: Vec<String>,
     cluster_domain: String,
@@ -105,6 +156,7 @@ struct Resolved {
     healthz: SocketAddr,
     read_only: SocketAddr,
     evented_pleg: bool,
+    cm: crate::cm::Config,
 }
 
 fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
@@ -134,6 +186,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     gates.extend(args.feature_gates.iter().cloned());
+    let cm = resolve_cm(args, &c)?;
     Ok(Resolved {
         endpoint: args
             .container_runtime_endpoint
@@ -160,11 +213,6 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
             "1m",
             "sync-frequency",
         )?,
-        cgroup_root: args
-            .cgroup_root
-            .clone()
-            .or(c.cgroup_root)
-            .unwrap_or_else(|| "/kubepods".into()),
         pod_logs_dir: args
             .pod_logs_dir
             .clone()
@@ -199,7 +247,111 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
             args.read_only_port.or(c.read_only_port).unwrap_or(0),
         ),
         evented_pleg: feature(&gates, "EventedPLEG")?,
+        cm,
     })
+}
+
+fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm::Config, RunError> {
+    let driver = args
+        .cgroup_driver
+        .clone()
+        .or(c.cgroup_driver.clone())
+        .unwrap_or_else(|| "cgroupfs".into());
+    if driver != "cgroupfs" {
+        return Err(RunError::Flag(format!(
+            "cgroupDriver {driver:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only"
+        )));
+    }
+    let map = |flag: &str,
+               sep: char,
+               a: &Option<String>,
+               f: &Option<std::collections::BTreeMap<String, String>>|
+     -> Result<Option<std::collections::BTreeMap<String, String>>, RunError> {
+        match a {
+            Some(s) => parse_map(flag, s, sep).map(Some),
+            None => Ok(f.clone()),
+        }
+    };
+    let period = dur(
+        &args.cpu_cfs_quota_period,
+        &c.cpu_cfs_quota_period,
+        "100ms",
+        "cpu-cfs-quota-period",
+    )?;
+    let period_us = period.as_micros() as u64;
+    if !(1000..=1_000_000).contains(&period_us) {
+        return Err(RunError::Flag(format!(
+            "cpuCFSQuotaPeriod must be between 1ms and 1s, got {period:?}"
+        )));
+    }
+    let enforce = if args.enforce_node_allocatable.is_empty() {
+        c.enforce_node_allocatable
+            .clone()
+            .unwrap_or_else(|| vec!["pods".into()])
+    } else {
+        args.enforce_node_allocatable.clone()
+    };
+    for e in &enforce {
+        if !["pods", "kube-reserved", "system-reserved", "none"].contains(&e.as_str()) {
+            return Err(RunError::Flag(format!(
+                "enforceNodeAllocatable: unsupported value {e:?}: supported values: \"pods\", \"kube-reserved\", \"system-reserved\", \"none\""
+            )));
+        }
+    }
+    let max_pods = args.max_pods.or(c.max_pods).unwrap_or(110);
+    if max_pods < 1 {
+        return Err(RunError::Flag(format!(
+            "maxPods must be positive, got {max_pods}"
+        )));
+    }
+    let pids = args.pod_max_pids.or(c.pod_pids_limit).unwrap_or(-1);
+    Ok(crate::cm::Config {
+        layout: crate::cm::qos::Layout {
+            root: args
+                .cgroup_root
+                .clone()
+                .or(c.cgroup_root.clone())
+                .unwrap_or_else(|| "/".into()),
+            per_qos: args.cgroups_per_qos.or(c.cgroups_per_qos).unwrap_or(true),
+        },
+        kube_reserved: map("kube-reserved", '=', &args.kube_reserved, &c.kube_reserved)?
+            .unwrap_or_default(),
+        system_reserved: map(
+            "system-reserved",
+            '=',
+            &args.system_reserved,
+            &c.system_reserved,
+        )?
+        .unwrap_or_default(),
+        kube_reserved_cgroup: args
+            .kube_reserved_cgroup
+            .clone()
+            .or(c.kube_reserved_cgroup.clone()),
+        system_reserved_cgroup: args
+            .system_reserved_cgroup
+            .clone()
+            .or(c.system_reserved_cgroup.clone()),
+        eviction_hard: map("eviction-hard", '<', &args.eviction_hard, &c.eviction_hard)?
+            .unwrap_or_else(crate::cm::allocatable::default_eviction_hard),
+        enforce_node_allocatable: enforce,
+        max_pods,
+        pod_pids_limit: (pids > 0).then_some(pids),
+        cpu_cfs_quota: args.cpu_cfs_quota.or(c.cpu_cfs_quota).unwrap_or(true),
+        cpu_cfs_quota_period_us: period_us,
+    })
+}
+
+fn dur(
+    flag: &Option<String>,
+    file: &Option<String>,
+    default: &str,
+    name: &str,
+) -> Result<Duration, RunError> {
+    let v = flag
+        .clone()
+        .or_else(|| file.clone())
+        .unwrap_or_else(|| default.to_string());
+    parse_duration(&v).map_err(|e| RunError::Flag(format!("--{name}: {e}")))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -214,6 +366,8 @@ pub enum RunError {
     Config(#[from] crate::kubeletconfig::ConfigError),
     #[error("{0}")]
     Flag(String),
+    #[error("Failed to start ContainerManager: {0}")]
+    Cm(#[from] crate::cm::manager::CmError),
 }
 
 fn feature(gates: &[String], name: &str) -> Result<bool, RunError> {
@@ -298,7 +452,6 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         .collect();
     let settings = Settings {
         root_dir: args.root_dir.clone(),
-        cgroup_root: r.cgroup_root.clone(),
         sandbox: SandboxSettings {
             node_name: node.clone(),
             pod_logs_dir: r.pod_logs_dir.clone(),
@@ -317,7 +470,17 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         rt.runtime.clone(),
         Arc::new(ProviderAdapter(status.clone())),
     );
-    let kr = Arc::new(KubeRuntime::new(rt.clone(), settings, probes));
+    let cm = Arc::new(crate::cm::ContainerManager::new(
+        r.cm.clone(),
+        &args.root_dir,
+    )?);
+    cm.start()?;
+    let kr = Arc::new(KubeRuntime::new(
+        rt.clone(),
+        Arc::clone(&cm),
+        settings,
+        probes,
+    ));
     match kr.refresh_runtime_name().await {
         Ok(v) => {
             tracing::info!(node = %node, runtime = %v, endpoint = %rt.endpoint, "connected to the container runtime")

@@ -25,6 +25,8 @@ pub struct Core {
     /// When each pod should be synced again at the latest.
     next_sync: Mutex<HashMap<String, Instant>>,
     sync_frequency: Duration,
+    /// Pods refused at admission: they never run, their status says why.
+    rejected: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Core {
@@ -41,7 +43,55 @@ impl Core {
             first_seen: Mutex::new(HashMap::new()),
             next_sync: Mutex::new(HashMap::new()),
             sync_frequency,
+            rejected: Mutex::new(Default::default()),
         }
+    }
+
+    pub fn is_rejected(&self, uid: &str) -> bool {
+        self.rejected
+            .lock()
+            .map(|r| r.contains(uid))
+            .unwrap_or(false)
+    }
+
+    /// Whether a pod counts against Allocatable: admitted and not finished.
+    pub fn is_active(&self, pod: &Pod) -> bool {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if self.is_rejected(uid) {
+            return false;
+        }
+        !matches!(
+            self.status.get(uid).and_then(|s| s.phase).as_deref(),
+            Some("Succeeded") | Some("Failed")
+        )
+    }
+
+    /// Records a pod refused at admission with upstream's terminal status.
+    pub fn reject(&self, pod: &Pod, r: crate::cm::admission::Rejection) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        tracing::warn!(pod = %pod_name(pod), reason = %r.reason, message = %r.message, "pod rejected at admission");
+        if let Ok(mut s) = self.rejected.lock() {
+            s.insert(uid.clone());
+        }
+        let status = PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some(r.reason),
+            message: Some(r.message),
+            qos_class: Some(
+                nodus_k8s::qos::pod_qos_class(&pod.spec.clone().unwrap_or_default())
+                    .as_str()
+                    .to_string(),
+            ),
+            ..Default::default()
+        };
+        self.status.set(&uid, status);
+    }
+
+    pub fn forget_rejected(&self, uid: &str) {
+        if let Ok(mut s) = self.rejected.lock() {
+            s.remove(uid);
+        }
+        self.status.remove(uid);
     }
 
     pub fn seen(&self, uid: &str) {
@@ -239,42 +289,13 @@ impl Core {
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(&pod), error = %e, "tearing down the pod's volumes failed");
         }
-        remove_pod_cgroup(&self.kr.pod_cgroup(&uid));
+        self.kr.cm.remove_pod(&uid);
         self.status.remove(&uid);
         self.kr.forget(&uid);
         if let Ok(mut m) = self.first_seen.lock() {
             m.remove(&uid);
         }
         tracing::info!(pod = %pod_name(&pod), "pod cleaned up");
-    }
-}
-
-/// Removes the pod-level cgroup directories the OCI runtime created as parents (v1: one per
-/// controller; v2: one). Best effort: a busy cgroup is retried by housekeeping.
-pub fn remove_pod_cgroup(path: &str) {
-    let rel = path.trim_start_matches('/');
-    if rel.is_empty() {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    let mut dirs = vec![std::path::PathBuf::from("/sys/fs/cgroup").join(rel)];
-    for e in entries.flatten() {
-        dirs.push(e.path().join(rel));
-    }
-    for d in dirs {
-        if d.is_dir() {
-            // Children first (a container cgroup runc left behind).
-            if let Ok(children) = std::fs::read_dir(&d) {
-                for c in children.flatten() {
-                    if c.path().is_dir() {
-                        let _ = std::fs::remove_dir(c.path());
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir(&d);
-        }
     }
 }
 

@@ -32,6 +32,21 @@ pub struct KubeletConfiguration {
     pub pod_logs_dir: Option<PathBuf>,
     pub container_runtime_endpoint: Option<String>,
     pub feature_gates: Option<BTreeMap<String, bool>>,
+    #[serde(rename = "cgroupsPerQOS")]
+    pub cgroups_per_qos: Option<bool>,
+    pub cgroup_driver: Option<String>,
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    pub kube_reserved_cgroup: Option<String>,
+    pub system_reserved_cgroup: Option<String>,
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub enforce_node_allocatable: Option<Vec<String>>,
+    pub max_pods: Option<i64>,
+    pub pod_pids_limit: Option<i64>,
+    #[serde(rename = "cpuCFSQuota")]
+    pub cpu_cfs_quota: Option<bool>,
+    #[serde(rename = "cpuCFSQuotaPeriod")]
+    pub cpu_cfs_quota_period: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +122,7 @@ impl KubeletConfiguration {
             }
         }
         for (name, v) in [
+            ("cpuCFSQuotaPeriod", &cfg.cpu_cfs_quota_period),
             ("fileCheckFrequency", &cfg.file_check_frequency),
             ("httpCheckFrequency", &cfg.http_check_frequency),
             ("syncFrequency", &cfg.sync_frequency),

@@ -92,13 +92,13 @@ impl SyncLoop {
                     }
                 },
                 Some(ev) = pleg.recv() => {
-                    if let Some(pod) = self.pods.get(&ev.pod_uid) {
+                    if let Some(pod) = self.pods.get(&ev.pod_uid).filter(|p| !self.core.is_rejected(&uid(p))) {
                         tracing::debug!(pod = %pod_name(&pod), event = ?ev.kind, container = %ev.data, "SyncLoop (PLEG)");
                         self.workers.update(Update::Sync(pod, "sync"));
                     }
                 }
                 Some(p) = probes.recv() => {
-                    if let Some(pod) = self.pods.get(&p.pod_uid) {
+                    if let Some(pod) = self.pods.get(&p.pod_uid).filter(|p| !self.core.is_rejected(&uid(p))) {
                         tracing::debug!(pod = %pod_name(&pod), container = %p.container_name, probe = ?p.probe, result = ?p.result, "SyncLoop (probe)");
                         self.workers.update(Update::Sync(pod, "sync"));
                     }
@@ -108,12 +108,12 @@ impl SyncLoop {
                     // upstream's PodSyncLoopHandlers: a pod past its activeDeadlineSeconds
                     // is synced now, not at its next resync.
                     for pod in self.pods.all() {
-                        if self.core.deadline_needs_sync(&pod) {
+                        if !self.core.is_rejected(&uid(&pod)) && self.core.deadline_needs_sync(&pod) {
                             due.insert(uid(&pod));
                         }
                     }
                     for u in due {
-                        if let Some(pod) = self.pods.get(&u) {
+                        if let Some(pod) = self.pods.get(&u).filter(|p| !self.core.is_rejected(&uid(p))) {
                             tracing::debug!(pod = %pod_name(&pod), "SyncLoop (SYNC)");
                             self.workers.update(Update::Sync(pod, "sync"));
                         }
@@ -130,8 +130,20 @@ impl SyncLoop {
             match u.op {
                 PodOperation::Add => {
                     tracing::debug!(pod = %name, source = %u.source, "SyncLoop ADD");
+                    let others: Vec<Pod> = self
+                        .pods
+                        .all()
+                        .into_iter()
+                        .filter(|p| uid(p) != uid(&pod) && self.core.is_active(p))
+                        .collect();
+                    if let Err(r) = self.core.kr.cm.admit(&pod, &others) {
+                        self.pods.set(&pod);
+                        self.core.reject(&pod, r);
+                        continue;
+                    }
                     self.core.seen(&uid(&pod));
                     self.pods.set(&pod);
+                    self.core.kr.cm.update_tiers(&self.pods.all());
                     if self.workers.update(Update::Sync(pod, "create")) {
                         let label = vec![(
                             "static".to_string(),
@@ -143,11 +155,19 @@ impl SyncLoop {
                 PodOperation::Update => {
                     tracing::debug!(pod = %name, source = %u.source, "SyncLoop UPDATE");
                     self.pods.set(&pod);
+                    if self.core.is_rejected(&uid(&pod)) {
+                        continue;
+                    }
                     self.workers.update(Update::Sync(pod, "update"));
                 }
                 PodOperation::Remove => {
                     tracing::debug!(pod = %name, source = %u.source, "SyncLoop REMOVE");
                     self.pods.remove(&uid(&pod));
+                    self.core.kr.cm.update_tiers(&self.pods.all());
+                    if self.core.is_rejected(&uid(&pod)) {
+                        self.core.forget_rejected(&uid(&pod));
+                        continue;
+                    }
                     self.workers.update(Update::Kill {
                         pod,
                         grace: None,
@@ -237,6 +257,12 @@ impl SyncLoop {
                 if let Err(e) = volumes::tear_down(root, &u) {
                     tracing::warn!(pod_uid = %u, error = %e, "cannot remove orphaned pod directory");
                 }
+            }
+        }
+        // Pod cgroups of pods that are gone (a crash between stop and cleanup).
+        for u in self.core.kr.cm.pod_cgroup_uids() {
+            if !desired.contains(&u) && !self.workers.is_known(&u) && !listed.contains_key(&u) {
+                self.core.kr.cm.remove_pod(&u);
             }
         }
         if let Ok(mut b) = self.core.kr.crash_backoff.lock() {

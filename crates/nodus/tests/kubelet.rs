@@ -14,6 +14,7 @@ const T: Duration = Duration::from_secs(60);
 
 fn node_and_kubelet(subnet: &str, extra: &[&str]) -> (BareNode, Kubelet) {
     let node = BareNode::new(subnet);
+    node.cgroup.create();
     let k = Kubelet::start(
         node.netns.clone(),
         &node.rt.endpoint(),

@@ -57,6 +57,7 @@ fn start(subnet: &str, extra: &[&str]) -> Node {
         );
     }
     let cgroup = CgroupParent::new("kubelet-ctrd");
+    cgroup.create();
     let k = Kubelet::start(Arc::clone(&netns), &ctrd.endpoint(), &cgroup.path(), extra);
     Node {
         k,

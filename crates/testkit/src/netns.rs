@@ -148,6 +148,22 @@ impl CgroupParent {
     pub fn path(&self) -> String {
         format!("/{}", self.name)
     }
+
+    /// Creates the parent in every mounted controller (a kubelet wants its cgroup root to
+    /// exist, as upstream's does).
+    pub fn create(&self) -> &CgroupParent {
+        let base = std::path::Path::new("/sys/fs/cgroup");
+        let mut dirs = vec![base.to_path_buf()];
+        if let Ok(rd) = std::fs::read_dir(base) {
+            dirs.extend(rd.flatten().map(|e| e.path()));
+        }
+        for d in dirs {
+            if d.join("cgroup.procs").exists() {
+                let _ = std::fs::create_dir(d.join(&self.name));
+            }
+        }
+        self
+    }
 }
 
 fn remove_cgroup_tree(dir: &std::path::Path) {

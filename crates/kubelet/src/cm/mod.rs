@@ -6,5 +6,24 @@
 
 pub mod admission;
 pub mod allocatable;
+pub mod manager;
 pub mod qos;
 pub mod resources;
+
+pub use manager::ContainerManager;
+
+/// The container manager's settings (issue 5's fields).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub layout: qos::Layout,
+    pub kube_reserved: std::collections::BTreeMap<String, String>,
+    pub system_reserved: std::collections::BTreeMap<String, String>,
+    pub kube_reserved_cgroup: Option<String>,
+    pub system_reserved_cgroup: Option<String>,
+    pub eviction_hard: std::collections::BTreeMap<String, String>,
+    pub enforce_node_allocatable: Vec<String>,
+    pub max_pods: i64,
+    pub pod_pids_limit: Option<i64>,
+    pub cpu_cfs_quota: bool,
+    pub cpu_cfs_quota_period_us: u64,
+}

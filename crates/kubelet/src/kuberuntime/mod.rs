@@ -25,8 +25,6 @@ pub use sync_pod::{PodActions, SyncResult};
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub root_dir: PathBuf,
-    /// The cgroup under which pod cgroups are made (`--cgroup-root`, cgroupfs driver).
-    pub cgroup_root: String,
     pub sandbox: sandbox::SandboxSettings,
     pub node_cpu_milli: i64,
     pub node_memory_bytes: i64,
@@ -43,6 +41,8 @@ pub struct Waiting {
 /// The container-runtime half of the kubelet, shared by every pod worker.
 pub struct KubeRuntime {
     pub rt: Runtime,
+    /// The QoS hierarchy and pod cgroups.
+    pub cm: std::sync::Arc<crate::cm::ContainerManager>,
     pub settings: Settings,
     pub probes: ProbeManager,
     /// CrashLoopBackOff: 10s doubling to 5m (upstream's MaxContainerBackOff).
@@ -55,9 +55,15 @@ pub struct KubeRuntime {
 }
 
 impl KubeRuntime {
-    pub fn new(rt: Runtime, settings: Settings, probes: ProbeManager) -> KubeRuntime {
+    pub fn new(
+        rt: Runtime,
+        cm: std::sync::Arc<crate::cm::ContainerManager>,
+        settings: Settings,
+        probes: ProbeManager,
+    ) -> KubeRuntime {
         KubeRuntime {
             rt,
+            cm,
             settings,
             probes,
             crash_backoff: Mutex::new(Backoff::new(
@@ -133,13 +139,5 @@ impl KubeRuntime {
             .map(|n| n.clone())
             .unwrap_or_else(|_| "cri".into());
         format!("{name}://{id}")
-    }
-
-    /// The pod's cgroup parent, cgroupfs style: `<cgroup-root>/pod<uid>`.
-    pub fn pod_cgroup(&self, uid: &str) -> String {
-        format!(
-            "{}/pod{uid}",
-            self.settings.cgroup_root.trim_end_matches('/')
-        )
     }
 }

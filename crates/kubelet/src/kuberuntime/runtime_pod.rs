@@ -190,7 +190,8 @@ pub async fn pod_status(rt: &Runtime, uid: &str) -> Result<RuntimePod, tonic::St
         }
         pod.sandboxes.push(info);
     }
-    pod.sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+    pod.sandboxes
+        .sort_by_key(|s| std::cmp::Reverse(s.created_at));
     for c in containers {
         match client
             .container_status(pb::ContainerStatusRequest {
@@ -210,7 +211,8 @@ pub async fn pod_status(rt: &Runtime, uid: &str) -> Result<RuntimePod, tonic::St
             Err(e) => return Err(e),
         }
     }
-    pod.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    pod.containers
+        .sort_by_key(|c| std::cmp::Reverse(c.created_at));
     Ok(pod)
 }
 

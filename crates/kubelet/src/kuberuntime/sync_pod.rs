@@ -307,12 +307,31 @@ impl KubeRuntime {
 
         let mut sandbox_id = actions.sandbox_id.clone();
         let spec = pod.spec.clone().unwrap_or_default();
-        let cfg = sandbox_config(
-            pod,
-            actions.attempt,
-            &self.pod_cgroup(&uid),
-            &self.settings.sandbox,
-        );
+        // The pod cgroup exists before anything runs in it (upstream's pcm.EnsureExists).
+        let cgroup =
+            if actions.create_sandbox || !actions.start.is_empty() || actions.next_init.is_some() {
+                match self.cm.ensure_pod(pod) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let msg = format!("failed to create the pod's cgroup: {e}");
+                        result.errors.push(msg.clone());
+                        for c in pod_containers(pod) {
+                            self.set_reason(
+                                &uid,
+                                &c.name,
+                                Some(Waiting {
+                                    reason: "ContainerCreating".into(),
+                                    message: msg.clone(),
+                                }),
+                            );
+                        }
+                        return Ok((result, rp));
+                    }
+                }
+            } else {
+                self.cm.pod_cgroup(pod)
+            };
+        let cfg = sandbox_config(pod, actions.attempt, &cgroup, &self.settings.sandbox);
         if actions.create_sandbox {
             let log_dir = pod_log_dir(&self.settings.sandbox.pod_logs_dir, pod);
             if let Err(e) = std::fs::create_dir_all(&log_dir) {

@@ -1,0 +1,271 @@
+//! The container manager at run time: builds the QoS hierarchy at start (capping
+//! `kubepods` at Allocatable when `enforceNodeAllocatable` names pods), gives every pod its
+//! cgroup before its sandbox starts, keeps the tiers' CPU shares in step with the pods they
+//! hold, and removes pod cgroups when pods go.
+
+use super::Config;
+use super::admission::{Rejection, admit};
+use super::allocatable::{NodeResources, allocatable, machine_capacity, parse_reserved};
+use super::resources::{CgroupValues, milli_to_shares, pod_requests, pod_values};
+use k8s_openapi::api::core::v1::Pod;
+use nodus_cgroups::{Manager, Resources};
+use nodus_k8s::qos::{QosClass, pod_qos_class};
+use std::path::Path;
+use std::sync::Mutex;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CmError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("invalid configuration: cgroup-root {root:?} doesn't exist or is not usable: {source}")]
+    Root {
+        root: String,
+        source: nodus_cgroups::CgroupError,
+    },
+    #[error("{0}")]
+    Cgroup(#[from] nodus_cgroups::CgroupError),
+}
+
+pub struct ContainerManager {
+    pub config: Config,
+    pub capacity: NodeResources,
+    pub allocatable: NodeResources,
+    cgroups: Manager,
+    /// Serialises tier updates with pod cgroup creation.
+    lock: Mutex<()>,
+    kube: NodeResources,
+    system: NodeResources,
+}
+
+fn to_resources(v: &CgroupValues) -> Resources {
+    Resources {
+        cpu_shares: v.cpu_shares,
+        cpu_quota: v.cpu_quota,
+        cpu_period: v.cpu_period,
+        memory_limit: v.memory_limit,
+        pids_limit: v.pids_limit,
+        ..Default::default()
+    }
+}
+
+impl ContainerManager {
+    /// Reads the machine, computes Allocatable and checks the cgroup root; nothing is
+    /// created yet.
+    pub fn new(config: Config, root_dir: &Path) -> Result<ContainerManager, CmError> {
+        let capacity = machine_capacity(root_dir, config.max_pods);
+        let kube =
+            parse_reserved("kubeReserved", &config.kube_reserved).map_err(CmError::Config)?;
+        let system =
+            parse_reserved("systemReserved", &config.system_reserved).map_err(CmError::Config)?;
+        let alloc = allocatable(&capacity, &kube, &system, &config.eviction_hard)
+            .map_err(CmError::Config)?;
+        if config
+            .enforce_node_allocatable
+            .iter()
+            .any(|e| e == "kube-reserved")
+            && config.kube_reserved_cgroup.is_none()
+        {
+            return Err(CmError::Config(
+                "enforceNodeAllocatable names kube-reserved but kubeReservedCgroup is not set"
+                    .into(),
+            ));
+        }
+        if config
+            .enforce_node_allocatable
+            .iter()
+            .any(|e| e == "system-reserved")
+            && config.system_reserved_cgroup.is_none()
+        {
+            return Err(CmError::Config(
+                "enforceNodeAllocatable names system-reserved but systemReservedCgroup is not set"
+                    .into(),
+            ));
+        }
+        let cgroups = Manager::detect();
+        cgroups.check_root().map_err(|source| CmError::Root {
+            root: config.layout.root.clone(),
+            source,
+        })?;
+        let root = config.layout.root.trim_end_matches('/');
+        if !root.is_empty() && !cgroups.exists(root) {
+            return Err(CmError::Config(format!(
+                "cgroup-root {:?} doesn't exist",
+                config.layout.root
+            )));
+        }
+        Ok(ContainerManager {
+            config,
+            capacity,
+            allocatable: alloc,
+            cgroups,
+            lock: Mutex::new(()),
+            kube,
+            system,
+        })
+    }
+
+    /// Creates `kubepods` and the tiers, and enforces the reservations asked for.
+    pub fn start(&self) -> Result<(), CmError> {
+        let _g = self.lock.lock();
+        if !self.config.layout.per_qos {
+            return Ok(());
+        }
+        let enforce_pods = self
+            .config
+            .enforce_node_allocatable
+            .iter()
+            .any(|e| e == "pods");
+        let kubepods = Resources {
+            cpu_shares: Some(milli_to_shares(self.allocatable.cpu_milli)),
+            memory_limit: enforce_pods.then_some(self.allocatable.memory_bytes),
+            ..Default::default()
+        };
+        self.cgroups
+            .create(&self.config.layout.kubepods(), &kubepods)?;
+        let be = Resources {
+            cpu_shares: Some(super::resources::MIN_SHARES),
+            ..Default::default()
+        };
+        self.cgroups
+            .create(&self.config.layout.tier(QosClass::BestEffort), &be)?;
+        self.cgroups.create(
+            &self.config.layout.tier(QosClass::Burstable),
+            &Resources {
+                cpu_shares: Some(super::resources::MIN_SHARES),
+                ..Default::default()
+            },
+        )?;
+        for (which, cgroup, reserved) in [
+            (
+                "kube-reserved",
+                &self.config.kube_reserved_cgroup,
+                &self.kube,
+            ),
+            (
+                "system-reserved",
+                &self.config.system_reserved_cgroup,
+                &self.system,
+            ),
+        ] {
+            if !self
+                .config
+                .enforce_node_allocatable
+                .iter()
+                .any(|e| e == which)
+            {
+                continue;
+            }
+            let Some(cg) = cgroup else { continue };
+            self.cgroups.create(
+                cg,
+                &Resources {
+                    cpu_shares: (reserved.cpu_milli > 0)
+                        .then(|| milli_to_shares(reserved.cpu_milli)),
+                    memory_limit: (reserved.memory_bytes > 0).then_some(reserved.memory_bytes),
+                    ..Default::default()
+                },
+            )?;
+        }
+        tracing::info!(
+            kubepods = %self.config.layout.kubepods(),
+            allocatable_cpu_milli = self.allocatable.cpu_milli,
+            allocatable_memory = self.allocatable.memory_bytes,
+            enforce = ?self.config.enforce_node_allocatable,
+            "QoS cgroup hierarchy ready"
+        );
+        Ok(())
+    }
+
+    /// The pod's cgroup path.
+    pub fn pod_cgroup(&self, pod: &Pod) -> String {
+        let qos = pod_qos_class(&pod.spec.clone().unwrap_or_default());
+        self.config
+            .layout
+            .pod(qos, pod.metadata.uid.as_deref().unwrap_or_default())
+    }
+
+    /// Creates (or updates) the pod's cgroup with its values; returns its path.
+    pub fn ensure_pod(&self, pod: &Pod) -> Result<String, CmError> {
+        let _g = self.lock.lock();
+        let path = self.pod_cgroup(pod);
+        let v = pod_values(
+            pod,
+            self.config.cpu_cfs_quota,
+            self.config.cpu_cfs_quota_period_us,
+            self.config.pod_pids_limit,
+        );
+        if self.cgroups.exists(&path) {
+            self.cgroups.update(&path, &to_resources(&v))?;
+        } else {
+            self.cgroups.create(&path, &to_resources(&v))?;
+        }
+        Ok(path)
+    }
+
+    /// Removes a pod's cgroup wherever its tier put it (the pod's spec may be unknown).
+    pub fn remove_pod(&self, uid: &str) {
+        let _g = self.lock.lock();
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
+            let path = self.config.layout.pod(qos, uid);
+            if self.cgroups.exists(&path)
+                && let Err(e) = self.cgroups.delete(&path)
+            {
+                tracing::warn!(pod_uid = %uid, cgroup = %path, error = %e, "cannot remove pod cgroup; housekeeping retries");
+            }
+        }
+    }
+
+    /// Sets the Burstable tier's shares to the sum of its pods' CPU requests (upstream's
+    /// qosContainerManager.UpdateCgroups); BestEffort stays at the minimum.
+    pub fn update_tiers(&self, pods: &[Pod]) {
+        if !self.config.layout.per_qos {
+            return;
+        }
+        let _g = self.lock.lock();
+        let burstable_milli: i64 = pods
+            .iter()
+            .filter(|p| pod_qos_class(&p.spec.clone().unwrap_or_default()) == QosClass::Burstable)
+            .map(|p| pod_requests(p).0)
+            .sum();
+        let r = Resources {
+            cpu_shares: Some(milli_to_shares(burstable_milli)),
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .cgroups
+            .update(&self.config.layout.tier(QosClass::Burstable), &r)
+        {
+            tracing::warn!(error = %e, "cannot update the burstable tier's cpu shares");
+        }
+    }
+
+    /// Admission against what is left of Allocatable after `admitted`.
+    pub fn admit(&self, pod: &Pod, admitted: &[Pod]) -> Result<(), Rejection> {
+        admit(pod, admitted, &self.allocatable)
+    }
+
+    /// The pod cgroup uids present under the tiers (for orphan cleanup).
+    pub fn pod_cgroup_uids(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
+            let dir = self
+                .cgroups
+                .hierarchy()
+                .dir("memory", &self.config.layout.tier(qos));
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if let Some(uid) = e.file_name().to_string_lossy().strip_prefix("pod") {
+                    out.push(uid.to_string());
+                }
+            }
+        }
+        out
+    }
+}
