@@ -1,8 +1,9 @@
 //! The real kubectl's typed clients send bodies of built-in kinds as
 //! `application/vnd.kubernetes.protobuf` (and accept protobuf or JSON back):
-//! `create configmap|deployment|namespace|secret|serviceaccount|service` and `scale` must
-//! succeed against nodus, print nothing on stderr, and store what the equivalent JSON body
-//! would have stored.
+//! `create configmap|deployment|namespace|secret|serviceaccount|service|priorityclass|pdb`
+//! and `expose` must succeed against nodus, print nothing on stderr, and store what the
+//! equivalent JSON body would have stored. (`kubectl scale` sends a JSON merge patch to
+//! `/scale`; it is exercised on the protobuf-created deployment.)
 
 mod common;
 
@@ -158,6 +159,18 @@ async fn more_typed_kinds_named_ports_and_int_or_string() {
         web["spec"]["template"]["spec"]["containers"][0]["ports"],
         json!([{"containerPort": 8080, "protocol": "TCP"}])
     );
+
+    // kubectl scale merge-patches /scale in JSON (not protobuf); checked here because it
+    // acts on a deployment whose body came in as protobuf with a pointer replicas of 0.
+    c.kubectl(&["scale", "deployment", "web", "--replicas=2"])
+        .await
+        .ok();
+    let out = c
+        .kubectl(&["scale", "deployment", "web", "--replicas=0"])
+        .await;
+    assert_eq!(out.ok().trim(), "deployment.apps/web scaled");
+    let web = get_json(&c, &["deployment", "web"]).await;
+    assert_eq!(web["spec"]["replicas"], json!(0), "{web}");
 
     let exposed = get_json(&c, &["service", "web"]).await;
     assert_eq!(exposed["spec"]["ports"][0]["targetPort"], json!(8080));
