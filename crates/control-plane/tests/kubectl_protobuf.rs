@@ -1,9 +1,9 @@
 //! The real kubectl's typed clients send bodies of built-in kinds as
 //! `application/vnd.kubernetes.protobuf` (and accept protobuf or JSON back):
 //! `create configmap|deployment|namespace|secret|serviceaccount|service|priorityclass|pdb`
-//! and `expose` must succeed against nodus, print nothing on stderr, and store what the
-//! equivalent JSON body would have stored. (`kubectl scale` sends a JSON merge patch to
-//! `/scale`; it is exercised on the protobuf-created deployment.)
+//! must succeed against nodus, print nothing on stderr, and store what the equivalent JSON
+//! body would have stored. (`kubectl scale` sends a JSON merge patch to `/scale` and
+//! `kubectl expose` a JSON Service; both run on a protobuf-created deployment.)
 
 mod common;
 
