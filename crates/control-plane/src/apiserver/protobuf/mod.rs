@@ -1,9 +1,9 @@
 //! The Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
 //! built-in types, transcoded to and from the JSON form the rest of the API server works on.
 //!
-//! client-go's typed clients (kubectl `create configmap|deployment|secret|…`, `scale`,
-//! `expose`, controllers, leader election) send bodies of built-in kinds in this encoding
-//! whatever discovery says, and offer `Accept: application/vnd.kubernetes.protobuf,
+//! client-go's typed clients (kubectl `create configmap|deployment|namespace|secret|…`,
+//! `drain`'s evictions, controllers, leader election) send bodies of built-in kinds in this
+//! encoding whatever discovery says, and offer `Accept: application/vnd.kubernetes.protobuf,
 //! application/json`. A body is the 4-byte magic `k8s\0` followed by a `runtime.Unknown`
 //! message whose `typeMeta` names the kind and whose `raw` is the object's own message.
 //!
