@@ -157,7 +157,7 @@ pub fn list(req: &Req) -> ApiResult<Response> {
             remaining += 1;
             continue;
         }
-        out.push((*s.object).clone());
+        out.push(s.object.clone());
         last_key = Some(s.key.clone());
     }
     let mut meta = json!({"resourceVersion": list_rev.to_string()});
@@ -174,5 +174,34 @@ pub fn list(req: &Req) -> ApiResult<Response> {
             meta["remainingItemCount"] = json!(remaining);
         }
     }
+    if output::shape(req) == output::Shape::Object && !super::convert::is_events_v1(&req.target) {
+        return Ok(plain_list(req, &out, &meta));
+    }
+    let out: Vec<Value> = out.iter().map(|o| (**o).clone()).collect();
     Ok(json_response(200, &output::list(req, out, meta), &[]))
+}
+
+/// A plain `<Kind>List` serialised straight from the stored objects (no copies: lists of
+/// thousands of objects are the API server's largest responses).
+fn plain_list(req: &Req, items: &[std::sync::Arc<Value>], meta: &Value) -> Response {
+    let info = req.target.info;
+    let mut buf = Vec::with_capacity(64 + items.len() * 1024);
+    let head = json!({"kind": format!("{}List", info.kind), "apiVersion": req.target.gvk().api_version(), "metadata": meta});
+    let head = serde_json::to_vec(&head).unwrap_or_default();
+    // `{"apiVersion":..,"kind":..,"metadata":..}` minus its closing brace, then the items.
+    buf.extend_from_slice(&head[..head.len().saturating_sub(1)]);
+    buf.extend_from_slice(b",\"items\":[");
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut buf, &**o);
+    }
+    buf.extend_from_slice(b"]}");
+    let mut resp = Response::new(axum::body::Body::from(buf));
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    resp
 }
