@@ -1,0 +1,279 @@
+//! The lesson's lab steps 5 and 6 against a nodus node: QoS classes derived from requests
+//! and limits, each pod in its QoS tier's cgroup, a memory limit read back from inside the
+//! container, CPU throttling without a kill, an OOM kill reported as OOMKilled, pods beyond
+//! Allocatable rejected, and `kubepods` capped at Allocatable.
+
+mod common;
+
+use common::BareNode;
+use common::kubelet::{Kubelet, NODE_NAME, container_status, is_running, phase};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(60);
+
+fn full(name: &str) -> String {
+    format!("{name}-{NODE_NAME}")
+}
+
+fn cg(controller: &str, path: &str) -> PathBuf {
+    PathBuf::from("/sys/fs/cgroup")
+        .join(controller)
+        .join(path.trim_start_matches('/'))
+}
+
+fn pod(name: &str, resources: &str, command: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"{command}\"]\n    resources: {resources}\n"
+    )
+}
+
+async fn exec(node: &BareNode, p: &Value, cmd: &[&str]) -> String {
+    let id = container_status(p, "c").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("nodus://")
+        .to_string();
+    let c = node.rt.clients().await;
+    let out = c
+        .runtime
+        .clone()
+        .exec_sync(cri::runtime::v1::ExecSyncRequest {
+            container_id: id,
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn mem_total() -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap()
+        * 1024
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn qos_classes_tiers_limits_throttling_oom_and_allocatable() {
+    if !common::have_root() {
+        return;
+    }
+    let node = BareNode::new("10.88.20.0/24");
+    node.cgroup.create();
+    let root = node.cgroup.path();
+    let k = Kubelet::start(node.netns.clone(), &node.rt.endpoint(), &root, &[]);
+
+    // kubepods is capped at Allocatable: MemTotal minus the default hard eviction 100Mi.
+    let kubepods = format!("{root}/kubepods");
+    let cap: i64 = std::fs::read_to_string(cg("memory", &kubepods).join("memory.limit_in_bytes"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let expected = mem_total() - (100 << 20);
+    // The kernel rounds limits down to whole pages.
+    assert!(
+        (expected - cap).abs() < 4096,
+        "kubepods limit {cap}, want {expected}"
+    );
+    for tier in ["burstable", "besteffort"] {
+        assert!(
+            cg("memory", &format!("{kubepods}/{tier}")).is_dir(),
+            "{tier} tier"
+        );
+    }
+
+    k.write_manifest("be.yaml", &pod("be", "{}", "exec sleep 3600"));
+    k.write_manifest(
+        "burst.yaml",
+        &pod(
+            "burst",
+            "{requests: {cpu: 100m, memory: 32Mi}}",
+            "exec sleep 3600",
+        ),
+    );
+    k.write_manifest(
+        "guar.yaml",
+        &pod(
+            "guar",
+            "{requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 100m, memory: 64Mi}}",
+            "while :; do :; done",
+        ),
+    );
+    let mut uids = std::collections::HashMap::new();
+    for (name, qos, tier) in [
+        ("be", "BestEffort", "kubepods/besteffort"),
+        ("burst", "Burstable", "kubepods/burstable"),
+        ("guar", "Guaranteed", "kubepods"),
+    ] {
+        let p = k.wait_pod(&full(name), T, "running", |p| is_running(p, "c"));
+        assert_eq!(p["status"]["qosClass"], qos, "{name}");
+        let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+        let dir = cg("cpu", &format!("{root}/{tier}/pod{uid}"));
+        assert!(dir.is_dir(), "{name}: {} missing", dir.display());
+        uids.insert(name, (uid, p));
+    }
+    // Pod-level values: shares from requests; the Guaranteed pod's limits.
+    let (guid, guar) = &uids["guar"];
+    let gdir = format!("{root}/kubepods/pod{guid}");
+    let read = |c: &str, p: &str, f: &str| {
+        std::fs::read_to_string(cg(c, p).join(f))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(read("memory", &gdir, "memory.limit_in_bytes"), "67108864");
+    assert_eq!(read("cpu", &gdir, "cpu.cfs_quota_us"), "10000");
+    assert_eq!(read("cpu", &gdir, "cpu.shares"), "102");
+    let (buid, _) = &uids["burst"];
+    assert_eq!(
+        read(
+            "cpu",
+            &format!("{root}/kubepods/burstable/pod{buid}"),
+            "cpu.shares"
+        ),
+        "102"
+    );
+    assert_eq!(
+        read("cpu", &format!("{kubepods}/burstable"), "cpu.shares"),
+        "102"
+    );
+    assert_eq!(
+        read("cpu", &format!("{kubepods}/besteffort"), "cpu.shares"),
+        "2"
+    );
+
+    // Lab step 6: the limit read back from inside the container.
+    let inside = exec(
+        &node,
+        guar,
+        &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
+    )
+    .await;
+    assert_eq!(inside, "67108864");
+
+    // The CPU-limited spinner is throttled, not killed.
+    let deadline = Instant::now() + T;
+    loop {
+        let stat = read("cpu", &gdir, "cpu.stat");
+        let throttled: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("nr_throttled "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if throttled > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never throttled: {stat}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let p = k.pod(&full("guar")).unwrap();
+    assert!(is_running(&p, "c"));
+    assert_eq!(container_status(&p, "c").unwrap()["restartCount"], 0);
+
+    // Over its memory limit: OOM-killed and reported so.
+    k.write_manifest(
+        "oom.yaml",
+        &pod(
+            "oom",
+            "{limits: {memory: 16Mi}}",
+            "x=a; while :; do x=$x$x; done",
+        ),
+    );
+    let p = k.wait_pod(&full("oom"), T, "OOMKilled", |p| {
+        let c = container_status(p, "c");
+        c.is_some_and(|c| {
+            c["state"]["terminated"]["reason"] == "OOMKilled"
+                || c["lastState"]["terminated"]["reason"] == "OOMKilled"
+        })
+    });
+    assert_eq!(phase(&p), "Running", "restartPolicy Always restarts it");
+
+    // Beyond Allocatable: rejected with upstream's reason, never run.
+    k.write_manifest(
+        "huge.yaml",
+        &pod("huge", "{requests: {cpu: \"1000\"}}", "exec sleep 3600"),
+    );
+    let p = k.wait_pod(&full("huge"), T, "rejected", |p| phase(p) == "Failed");
+    assert_eq!(p["status"]["reason"], "OutOfcpu");
+    let msg = p["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("Pod was rejected: Node didn't have enough resource: cpu, requested: 1000000, used: 200, capacity: "),
+        "{msg}"
+    );
+
+    // Removing the pods removes their cgroups.
+    for f in [
+        "be.yaml",
+        "burst.yaml",
+        "guar.yaml",
+        "oom.yaml",
+        "huge.yaml",
+    ] {
+        k.remove_manifest(f);
+    }
+    let deadline = Instant::now() + T;
+    while cg("cpu", &gdir).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "pod cgroup left behind\n{}",
+            k.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_cgroup_settings_are_refused_with_the_field() {
+    if !common::have_root() {
+        return;
+    }
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::nodus_bin())
+            .arg("kubelet")
+            .args(["--container-runtime-endpoint", "unix:///nonexistent.sock"])
+            .args(["--healthz-port", "0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let e = run(&["--root-dir", root, "--cgroup-root", "/nodus-no-such-root-x"]);
+    assert!(
+        e.contains("cgroup-root \"/nodus-no-such-root-x\" doesn't exist"),
+        "{e}"
+    );
+    let e = run(&["--root-dir", root, "--kube-reserved", "memory=100Mx"]);
+    assert!(
+        e.contains("kubeReserved: invalid quantity \"100Mx\" for memory"),
+        "{e}"
+    );
+    let e = run(&["--root-dir", root, "--system-reserved", "cpu=-1"]);
+    assert!(
+        e.contains("systemReserved: cpu must not be negative"),
+        "{e}"
+    );
+    let e = run(&["--root-dir", root, "--cgroup-driver", "systemd"]);
+    assert!(
+        e.contains("cgroupDriver \"systemd\" is not supported"),
+        "{e}"
+    );
+    let e = run(&[
+        "--root-dir",
+        root,
+        "--enforce-node-allocatable",
+        "pods,kube-reserved",
+    ]);
+    assert!(e.contains("kubeReservedCgroup is not set"), "{e}");
+}
