@@ -859,7 +859,6 @@ fn run_create_and_edit_flows_print_no_warnings() {
 /// kubectl 1.32's typed clients (`kubectl create configmap|deployment|namespace|...`,
 /// `scale`) send protobuf request bodies for built-in kinds, whatever discovery says.
 #[test]
-#[ignore = "the API server does not decode application/vnd.kubernetes.protobuf bodies yet"]
 fn create_generators_send_protobuf_bodies() {
     let cp = ControlPlane::start();
     let out = cp.kubectl_ok(&["create", "configmap", "cm", "--from-literal=a=b"]);
