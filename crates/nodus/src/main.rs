@@ -28,7 +28,7 @@ enum Role {
     /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
     Node(Unbuilt),
     /// Run the kubelet alone, driving any CRI runtime.
-    Kubelet(nodus_kubelet::cli::KubeletArgs),
+    Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
     Runtime(RuntimeCmd),
     /// Run kube-proxy alone.
@@ -176,7 +176,7 @@ fn main() -> ExitCode {
             }
             Role::Up(_) => not_built("up", "the control plane and node issues"),
             Role::Node(_) => not_built("node", "the kubelet, runtime and proxy issues"),
-            Role::Kubelet(args) => nodus_kubelet::cli::run(args).await.map_err(Into::into),
+            Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
             Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)
                 .await

@@ -5,7 +5,7 @@
 mod common;
 
 use common::BareNode;
-use common::kubelet::{Kubelet, NODE_NAME, condition, container_status, is_running, phase};
+use common::kubelet::{Kubelet, NODE_NAME, condition, container_status, exec, is_running, phase};
 use serde_json::Value;
 use std::time::Duration;
 use std::time::Instant;
@@ -344,36 +344,15 @@ async fn liveness_failure_restarts_and_readiness_flips_ready() {
     // The readiness probe has never succeeded: not ready, so the pod is not Ready.
     assert_eq!(container_status(&p, "ready").unwrap()["ready"], false);
     assert_eq!(condition(&p, "Ready"), Some("False"));
-    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
-    let node_rt = _node.rt.clients().await;
-    let id = container_status(&p, "ready").unwrap()["containerID"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches("nodus://")
-        .to_string();
-    let exec = |cmd: &[&str]| {
-        let mut rt = node_rt.runtime.clone();
-        let id = id.clone();
-        let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
-        async move {
-            rt.exec_sync(cri::runtime::v1::ExecSyncRequest {
-                container_id: id,
-                cmd,
-                timeout: 10,
-            })
-            .await
-            .unwrap();
-        }
-    };
-    exec(&["touch", "/tmp/ready"]).await;
+    let ep = _node.rt.endpoint();
+    exec(&ep, &p, "ready", &["touch", "/tmp/ready"]).await;
     k.wait_pod(&full("probes"), T, "ready", |p| {
         container_status(p, "ready").is_some_and(|c| c["ready"] == true)
     });
-    exec(&["rm", "/tmp/ready"]).await;
+    exec(&ep, &p, "ready", &["rm", "/tmp/ready"]).await;
     k.wait_pod(&full("probes"), T, "not ready again", |p| {
         container_status(p, "ready").is_some_and(|c| c["ready"] == false)
     });
-    let _ = uid;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -650,24 +629,13 @@ async fn volumes_sidecars_restart_never_and_active_deadline() {
         assert!(Instant::now() < deadline, "hostPath not written");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let id = container_status(&p, "c").unwrap()["containerID"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches("nodus://")
-        .to_string();
-    let c = node.rt.clients().await;
-    let out = c
-        .runtime
-        .clone()
-        .exec_sync(cri::runtime::v1::ExecSyncRequest {
-            container_id: id,
-            cmd: vec!["grep".into(), " /cache ".into(), "/proc/mounts".into()],
-            timeout: 10,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mounts = String::from_utf8_lossy(&out.stdout);
+    let mounts = exec(
+        &node.rt.endpoint(),
+        &p,
+        "c",
+        &["grep", " /cache ", "/proc/mounts"],
+    )
+    .await;
     assert!(mounts.starts_with("tmpfs /cache tmpfs"), "{mounts}");
     assert!(mounts.contains("size=16384k"), "{mounts}");
 

@@ -4,10 +4,9 @@
 mod common;
 
 use common::kubelet::{Kubelet, NODE_NAME, container_status, is_running, phase};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use testkit::{CgroupParent, Containerd, ContainerdOptions, Netns};
+use testkit::{CgroupParent, Containerd, Netns};
 
 const T: Duration = Duration::from_secs(90);
 
@@ -23,39 +22,7 @@ struct Node {
 fn start(subnet: &str, extra: &[&str]) -> Node {
     let netns = Arc::new(Netns::new("kubelet-ctrd").unwrap());
     let base = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(base.path().join("net.d")).unwrap();
-    std::fs::write(
-        base.path().join("net.d/10-test.conflist"),
-        common::node::conflist(&base.path().join("ipam"), subnet),
-    )
-    .unwrap();
-    let ctrd = Containerd::start_with(ContainerdOptions {
-        netns: Some(&netns),
-        cni_bin_dir: Some(Path::new("/usr/lib/cni")),
-        cni_conf_dir: Some(&base.path().join("net.d")),
-        ..Default::default()
-    })
-    .expect("containerd");
-    for (img, name) in [
-        (
-            testkit::image::busybox(),
-            "docker.io/library/busybox:latest",
-        ),
-        (testkit::image::pause(), "registry.k8s.io/pause:3.8"),
-    ] {
-        let a = base.path().join("img.tar");
-        img.write_oci_archive(&a, name).unwrap();
-        let out = ctrd
-            .ctr(["-n", "k8s.io", "images", "import"])
-            .arg(&a)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let ctrd = common::node::start_containerd(&netns, base.path(), subnet);
     let cgroup = CgroupParent::new("kubelet-ctrd");
     cgroup.create();
     let k = Kubelet::start(Arc::clone(&netns), &ctrd.endpoint(), &cgroup.path(), extra);

@@ -6,8 +6,7 @@
 mod common;
 
 use common::BareNode;
-use common::kubelet::{Kubelet, NODE_NAME, container_status, is_running, phase};
-use serde_json::Value;
+use common::kubelet::{Kubelet, NODE_NAME, container_status, exec, is_running, phase};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -27,27 +26,6 @@ fn pod(name: &str, resources: &str, command: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"{command}\"]\n    resources: {resources}\n"
     )
-}
-
-async fn exec(node: &BareNode, p: &Value, cmd: &[&str]) -> String {
-    let id = container_status(p, "c").unwrap()["containerID"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches("nodus://")
-        .to_string();
-    let c = node.rt.clients().await;
-    let out = c
-        .runtime
-        .clone()
-        .exec_sync(cri::runtime::v1::ExecSyncRequest {
-            container_id: id,
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 10,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn mem_total() -> i64 {
@@ -153,8 +131,9 @@ async fn qos_classes_tiers_limits_throttling_oom_and_allocatable() {
 
     // Lab step 6: the limit read back from inside the container.
     let inside = exec(
-        &node,
+        &node.rt.endpoint(),
         guar,
+        "c",
         &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
     )
     .await;

@@ -7,9 +7,9 @@ mod common;
 use common::*;
 use cri::runtime::v1 as pb;
 use nodus_crictl::Clients;
-use std::path::Path;
+
 use std::time::Duration;
-use testkit::{CgroupParent, Containerd, ContainerdOptions, Netns};
+use testkit::{CgroupParent, Netns};
 
 struct Side {
     name: &'static str,
@@ -43,39 +43,7 @@ async fn nodus_side() -> Side {
 async fn containerd_side() -> Side {
     let netns = Netns::new("parity-c").unwrap();
     let base = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(base.path().join("net.d")).unwrap();
-    std::fs::write(
-        base.path().join("net.d/10-parity.conflist"),
-        common::node::conflist(&base.path().join("ipam"), "10.96.0.0/24"),
-    )
-    .unwrap();
-    let ctrd = Containerd::start_with(ContainerdOptions {
-        netns: Some(&netns),
-        cni_bin_dir: Some(Path::new("/usr/lib/cni")),
-        cni_conf_dir: Some(&base.path().join("net.d")),
-        ..Default::default()
-    })
-    .expect("containerd");
-    for (img, name) in [
-        (
-            testkit::image::busybox(),
-            "docker.io/library/busybox:latest",
-        ),
-        (testkit::image::pause(), "registry.k8s.io/pause:3.8"),
-    ] {
-        let a = base.path().join("img.tar");
-        img.write_oci_archive(&a, name).unwrap();
-        let out = ctrd
-            .ctr(["-n", "k8s.io", "images", "import"])
-            .arg(&a)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let ctrd = common::node::start_containerd(&netns, base.path(), "10.96.0.0/24");
     let c = connect(&ctrd.endpoint()).await;
     Side {
         name: "containerd",

@@ -73,6 +73,21 @@ fn should_restart(c: Option<&ContainerInfo>, policy: &str) -> bool {
 }
 
 impl KubeRuntime {
+    /// Marks every container of the pod as waiting for `reason` (a pod-level step failed).
+    fn all_waiting(&self, pod: &Pod, reason: &str, message: &str) {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        for c in pod_containers(pod) {
+            self.set_reason(
+                uid,
+                &c.name,
+                Some(Waiting {
+                    reason: reason.into(),
+                    message: message.into(),
+                }),
+            );
+        }
+    }
+
     /// Upstream's computePodActions.
     pub fn compute_pod_actions(&self, pod: &Pod, rp: &RuntimePod) -> PodActions {
         let spec = pod.spec.clone().unwrap_or_default();
@@ -291,16 +306,7 @@ impl KubeRuntime {
             Ok(v) => v,
             Err(e) => {
                 result.errors.push(e.to_string());
-                for c in pod_containers(pod) {
-                    self.set_reason(
-                        &uid,
-                        &c.name,
-                        Some(Waiting {
-                            reason: "ContainerCreating".into(),
-                            message: e.to_string(),
-                        }),
-                    );
-                }
+                self.all_waiting(pod, "ContainerCreating", &e.to_string());
                 return Ok((result, rp));
             }
         };
@@ -315,16 +321,7 @@ impl KubeRuntime {
                     Err(e) => {
                         let msg = format!("failed to create the pod's cgroup: {e}");
                         result.errors.push(msg.clone());
-                        for c in pod_containers(pod) {
-                            self.set_reason(
-                                &uid,
-                                &c.name,
-                                Some(Waiting {
-                                    reason: "ContainerCreating".into(),
-                                    message: msg.clone(),
-                                }),
-                            );
-                        }
+                        self.all_waiting(pod, "ContainerCreating", &msg);
                         return Ok((result, rp));
                     }
                 }
@@ -361,16 +358,7 @@ impl KubeRuntime {
                     let msg = format!("Failed to create pod sandbox: {}", e.message());
                     tracing::warn!(pod = %pod_name(pod), error = %msg, "CreatePodSandbox failed");
                     result.errors.push(msg.clone());
-                    for c in pod_containers(pod) {
-                        self.set_reason(
-                            &uid,
-                            &c.name,
-                            Some(Waiting {
-                                reason: "ContainerCreating".into(),
-                                message: msg.clone(),
-                            }),
-                        );
-                    }
+                    self.all_waiting(pod, "ContainerCreating", &msg);
                     return Ok((result, rp));
                 }
             }

@@ -224,3 +224,27 @@ pub fn condition<'a>(pod: &'a Value, type_: &str) -> Option<&'a str> {
         .find(|c| c["type"] == type_)
         .and_then(|c| c["status"].as_str())
 }
+
+/// Runs `cmd` in container `container` of `pod` (a pod JSON from the kubelet) through the
+/// runtime at `endpoint`; returns its stdout, trimmed.
+pub async fn exec(endpoint: &str, pod: &Value, container: &str, cmd: &[&str]) -> String {
+    let id = container_status(pod, container).expect("container status")["containerID"]
+        .as_str()
+        .expect("a container id")
+        .split_once("://")
+        .map(|(_, id)| id.to_string())
+        .expect("<runtime>://<id>");
+    let c = super::connect(endpoint).await;
+    let out = c
+        .runtime
+        .clone()
+        .exec_sync(cri::runtime::v1::ExecSyncRequest {
+            container_id: id,
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -333,3 +333,43 @@ impl TestNode {
         .expect("RemovePodSandbox");
     }
 }
+
+/// containerd in `netns` with the same CNI network as a nodus test node (`subnet`), and
+/// busybox plus the pause image (as registry.k8s.io/pause:3.8) imported offline. Its files
+/// live under `base`.
+pub fn start_containerd(netns: &Netns, base: &Path, subnet: &str) -> testkit::Containerd {
+    std::fs::create_dir_all(base.join("net.d")).unwrap();
+    std::fs::write(
+        base.join("net.d/10-test.conflist"),
+        conflist(&base.join("ipam"), subnet),
+    )
+    .unwrap();
+    let ctrd = testkit::Containerd::start_with(testkit::ContainerdOptions {
+        netns: Some(netns),
+        cni_bin_dir: Some(Path::new("/usr/lib/cni")),
+        cni_conf_dir: Some(&base.join("net.d")),
+        ..Default::default()
+    })
+    .expect("containerd");
+    for (img, name) in [
+        (
+            testkit::image::busybox(),
+            "docker.io/library/busybox:latest",
+        ),
+        (testkit::image::pause(), "registry.k8s.io/pause:3.8"),
+    ] {
+        let a = base.join("img.tar");
+        img.write_oci_archive(&a, name).unwrap();
+        let out = ctrd
+            .ctr(["-n", "k8s.io", "images", "import"])
+            .arg(&a)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    ctrd
+}
