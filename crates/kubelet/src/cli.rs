@@ -422,19 +422,6 @@ fn host_ip() -> Option<String> {
     None
 }
 
-fn node_memory_bytes() -> i64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<i64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(1 << 30)
-}
-
 /// Runs the kubelet until SIGTERM/SIGINT. Pods keep running when it stops, as upstream's.
 pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let node = node_name(&args);
@@ -450,6 +437,12 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         .or_else(host_ip)
         .into_iter()
         .collect();
+    let cm = Arc::new(crate::cm::ContainerManager::new(
+        r.cm.clone(),
+        &args.root_dir,
+    )?);
+    cm.start()?;
+    // The downward API reads an unset limit as node allocatable, as upstream.
     let settings = Settings {
         root_dir: args.root_dir.clone(),
         sandbox: SandboxSettings {
@@ -459,10 +452,8 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             cluster_dns: r.cluster_dns.clone(),
             cluster_domain: r.cluster_domain.clone(),
         },
-        node_cpu_milli: std::thread::available_parallelism()
-            .map(|n| n.get() as i64 * 1000)
-            .unwrap_or(1000),
-        node_memory_bytes: node_memory_bytes(),
+        node_cpu_milli: cm.allocatable.cpu_milli,
+        node_memory_bytes: cm.allocatable.memory_bytes,
         host_ips,
     };
     let status = StatusManager::new();
@@ -470,11 +461,6 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         rt.runtime.clone(),
         Arc::new(ProviderAdapter(status.clone())),
     );
-    let cm = Arc::new(crate::cm::ContainerManager::new(
-        r.cm.clone(),
-        &args.root_dir,
-    )?);
-    cm.start()?;
     let kr = Arc::new(KubeRuntime::new(
         rt.clone(),
         Arc::clone(&cm),

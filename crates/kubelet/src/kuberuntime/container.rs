@@ -40,6 +40,9 @@ pub struct ContainerContext<'a> {
     pub etc_hosts: Option<&'a Path>,
     pub env: &'a EnvContext,
     pub node_memory_bytes: i64,
+    /// `cpuCFSQuota` and `cpuCFSQuotaPeriod` (µs): without quota, CPU limits are not enforced.
+    pub cfs_quota: bool,
+    pub cfs_period_us: u64,
 }
 
 /// Why a container could not be configured: shown as `CreateContainerConfigError`.
@@ -58,6 +61,7 @@ pub fn linux_resources(
     container: &Container,
     qos: QosClass,
     node_memory_bytes: i64,
+    cfs: Option<u64>,
 ) -> pb::LinuxContainerResources {
     let res = container.resources.clone().unwrap_or_default();
     let limits = res.limits.unwrap_or_default();
@@ -77,10 +81,12 @@ pub fn linux_resources(
     } else {
         (cpu_request * 1024 / 1000).max(2)
     };
-    let (cpu_period, cpu_quota) = if cpu_limit > 0 {
-        (100_000, (cpu_limit * 100_000 / 1000).max(1000))
-    } else {
-        (0, 0)
+    let (cpu_period, cpu_quota) = match cfs {
+        Some(period) if cpu_limit > 0 => (
+            period as i64,
+            crate::cm::resources::milli_to_quota(cpu_limit, period),
+        ),
+        _ => (0, 0),
     };
     // upstream's GetContainerOOMScoreAdjust.
     let oom = match qos {
@@ -280,7 +286,12 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(pb::LinuxContainerConfig {
-            resources: Some(linux_resources(c, qos, ctx.node_memory_bytes)),
+            resources: Some(linux_resources(
+                c,
+                qos,
+                ctx.node_memory_bytes,
+                ctx.cfs_quota.then_some(ctx.cfs_period_us),
+            )),
             security_context: Some(security_context(pod, c)),
         }),
         ..Default::default()

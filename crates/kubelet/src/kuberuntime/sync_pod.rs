@@ -419,6 +419,8 @@ impl KubeRuntime {
             etc_hosts: etc_hosts.as_deref(),
             env: &env,
             node_memory_bytes: self.settings.node_memory_bytes,
+            cfs_quota: self.cm.config.cpu_cfs_quota,
+            cfs_period_us: self.cm.config.cpu_cfs_quota_period_us,
         };
 
         let inits = spec.init_containers.clone().unwrap_or_default();
