@@ -1,0 +1,251 @@
+//! The nodus API server under load, through kube-rs over HTTPS as any client sees it:
+//! pods created per second (1 client, 8 concurrent clients), list latency with 10k pods,
+//! watch fan-out (events delivered per second to 50 watchers) and the server's RSS at 10k
+//! pods. The server is the real `nodus control-plane` binary with its embedded store
+//! (every write fsynced).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use nodus_bench::targets::{pct, rss_kib};
+
+const TOTAL_PODS: usize = 10_000;
+const SINGLE: usize = 1_000;
+const CONCURRENT: usize = 8;
+const PER_CLIENT: usize = 250;
+const WATCHERS: usize = 50;
+const WATCH_EVENTS: usize = 500;
+
+fn pod(name: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox", "command": ["sleep", "3600"]}]}
+    }))?)
+}
+
+struct Server {
+    child: Child,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(bin: &Path) -> Result<Server> {
+    let dir = tempfile::Builder::new()
+        .prefix("bench-apiserver-")
+        .tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut child = Command::new(bin)
+        .args(["control-plane", "--data-dir"])
+        .arg(dir.path())
+        .args(["--secure-port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().context("stdout")?;
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
+    if !line.contains("API server at") {
+        bail!("control plane did not start: {line:?}");
+    }
+    Ok(Server {
+        kubeconfig: dir.path().join("admin.kubeconfig"),
+        child,
+        _dir: dir,
+    })
+}
+
+async fn client(kubeconfig: &Path) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    cfg.default_retry = false;
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+async fn create_range(c: kube::Client, prefix: String, n: usize) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(c, "default");
+    for i in 0..n {
+        api.create(&PostParams::default(), &pod(&format!("{prefix}-{i}"))?)
+            .await?;
+    }
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let write = std::env::args()
+        .skip_while(|a| a != "--write")
+        .nth(1)
+        .map(PathBuf::from);
+    let bin =
+        PathBuf::from(std::env::var("NODUS_BIN").unwrap_or_else(|_| "target/release/nodus".into()));
+    let server = start(&bin)?;
+    let pid = server.child.id();
+    let c = client(&server.kubeconfig).await?;
+
+    // 1 client, sequential creates.
+    let t = Instant::now();
+    create_range(c.clone(), "single".into(), SINGLE).await?;
+    let single_rate = SINGLE as f64 / t.elapsed().as_secs_f64();
+
+    // 8 clients (separate connections), concurrent creates.
+    let mut clients = Vec::new();
+    for _ in 0..CONCURRENT {
+        clients.push(client(&server.kubeconfig).await?);
+    }
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for (k, cl) in clients.iter().enumerate() {
+        tasks.push(tokio::spawn(create_range(
+            cl.clone(),
+            format!("conc{k}"),
+            PER_CLIENT,
+        )));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let conc_rate = (CONCURRENT * PER_CLIENT) as f64 / t.elapsed().as_secs_f64();
+
+    // Fill up to 10k pods with 8 clients.
+    let have = SINGLE + CONCURRENT * PER_CLIENT;
+    let rest = TOTAL_PODS.saturating_sub(have);
+    let mut tasks = Vec::new();
+    for (k, cl) in clients.iter().enumerate() {
+        let n = rest / CONCURRENT + usize::from(k < rest % CONCURRENT);
+        tasks.push(tokio::spawn(create_range(
+            cl.clone(),
+            format!("fill{k}"),
+            n,
+        )));
+    }
+    for task in tasks {
+        task.await??;
+    }
+
+    // List latency at 10k pods (full list, all namespaces).
+    let all: Api<Pod> = Api::all(c.clone());
+    let mut lat = Vec::new();
+    let mut count = 0;
+    for _ in 0..7 {
+        let t = Instant::now();
+        let l = all.list(&ListParams::default()).await?;
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        count = l.items.len();
+    }
+    let mut paged = Vec::new();
+    for _ in 0..7 {
+        let t = Instant::now();
+        all.list(&ListParams::default().limit(500)).await?;
+        paged.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let rss_mib = rss_kib(pid) as f64 / 1024.0;
+
+    // Watch fan-out: 50 watchers from the current revision, then WATCH_EVENTS creates.
+    let rv = all
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(c.clone(), "default");
+    let mut watchers = Vec::new();
+    for _ in 0..WATCHERS {
+        let cl = client(&server.kubeconfig).await?;
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(cl, "default");
+        let rv = rv.clone();
+        let mut stream = api
+            .watch(&WatchParams::default().timeout(290), &rv)
+            .await?
+            .boxed();
+        watchers.push(tokio::spawn(async move {
+            let mut got = 0;
+            while got < WATCH_EVENTS {
+                match tokio::time::timeout(Duration::from_secs(120), stream.next()).await {
+                    Ok(Some(Ok(WatchEvent::Added(_)))) => got += 1,
+                    Ok(Some(Ok(_))) => {}
+                    _ => break,
+                }
+            }
+            (got, Instant::now())
+        }));
+    }
+    let t = Instant::now();
+    for i in 0..WATCH_EVENTS {
+        let cm =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": format!("w{i}")}}))?;
+        cms.create(&PostParams::default(), &cm).await?;
+    }
+    let mut delivered = 0;
+    let mut last = t;
+    for w in watchers {
+        let (got, at) = w.await?;
+        delivered += got;
+        last = last.max(at);
+    }
+    let fanout = delivered as f64 / last.duration_since(t).as_secs_f64();
+
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let date = k8s_openapi::jiff::Timestamp::from_second(secs)
+        .map(|t| t.strftime("%Y-%m-%d").to_string())
+        .unwrap_or_default();
+    let body = format!(
+        "Measured {date} on this machine (2 cores shared with other work), `nodus control-plane` \
+release build, embedded redb store with one fsynced commit per write, kube-rs clients over \
+HTTPS, pods in one namespace.\n\n\
+| measure | nodus |\n| --- | --- |\n\
+| pods created/s, 1 client (sequential, {SINGLE} pods) | {single_rate:.0} |\n\
+| pods created/s, {CONCURRENT} concurrent clients ({} pods) | {conc_rate:.0} |\n\
+| full list of {count} pods (all namespaces), median / p90 | {:.0} ms / {:.0} ms |\n\
+| first page (limit=500) at {count} pods, median | {:.1} ms |\n\
+| watch fan-out, {WATCHERS} watchers × {WATCH_EVENTS} creates | {fanout:.0} events/s delivered ({delivered} of {}) |\n\
+| server RSS at {count} pods | {rss_mib:.0} MiB |\n\n\
+The fan-out figure is bounded by the writer (the {WATCH_EVENTS} creates are issued by one \
+client as fast as they commit), not by delivery. Writes are serialised through one store \
+lock with an fsync each, so 8 clients do not create faster than one.\n\n\
+Upstream reference points (published, not measured here): the Kubernetes API call latency \
+SLOs ask for a 99th percentile ≤ 1 s for mutating calls and single-object reads and ≤ 30 s \
+for namespace- and cluster-scoped lists \
+(https://github.com/kubernetes/community/blob/master/sig-scalability/slos/api_call_latency.md); \
+etcd's performance guide states that a three-member etcd cluster on a standard cloud VM \
+finishes a request in under a millisecond under light load and completes more than 30,000 \
+requests per second under heavy load (https://etcd.io/docs/v3.6/op-guide/performance/). \
+Every kube-apiserver create is one etcd transaction, so etcd bounds its create rate the way \
+one redb commit bounds nodus's.\n",
+        CONCURRENT * PER_CLIENT,
+        pct(&mut lat.clone(), 50.0),
+        pct(&mut lat, 90.0),
+        pct(&mut paged, 50.0),
+        WATCHERS * WATCH_EVENTS,
+    );
+    println!("{body}");
+    if let Some(p) = write {
+        nodus_bench::write_section(
+            &p,
+            "apiserver",
+            "## API server (`bash bench/apiserver.sh`)",
+            &body,
+        )?;
+        eprintln!("wrote {}", p.display());
+    }
+    drop(server);
+    Ok(())
+}
