@@ -183,5 +183,21 @@ fn kill_during_writes_leaves_a_consistent_store() {
         rv > revision,
         "resourceVersion {rv} continues after {revision}"
     );
-    drop(server);
+
+    // SIGTERM stops it cleanly: exit status 0.
+    let mut server = server;
+    // SAFETY: kill(2) on the PID of a child this test spawned and still owns.
+    unsafe {
+        libc::kill(server.0.id() as i32, libc::SIGTERM);
+    }
+    let mut status = None;
+    for _ in 0..600 {
+        if let Ok(Some(s)) = server.0.try_wait() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = status.expect("the control plane exits after SIGTERM");
+    assert!(status.success(), "exit status after SIGTERM: {status}");
 }

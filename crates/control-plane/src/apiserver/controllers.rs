@@ -18,6 +18,9 @@ use crate::apiserver::rest::path::{Target, group_key};
 use crate::apiserver::state::ApiState;
 use crate::storage::{Mutation, Stored};
 
+/// How long Events are kept.
+const EVENT_TTL_SECS: i64 = 3600;
+
 /// The catalogue entry and namespace a storage key belongs to.
 fn target_of(key: &str) -> Option<(Target, String)> {
     let parts: Vec<&str> = key.trim_start_matches('/').split('/').collect();
@@ -190,6 +193,31 @@ pub fn sweep(st: &ApiState) {
         }
     }
 
+    // Events expire after an hour, as with kube-apiserver's default --event-ttl.
+    let now = crate::apiserver::rest::now_ts();
+    for ev in all.iter().filter(|s| s.key.starts_with("/core/events/")) {
+        let o = &ev.object;
+        // The newest of the server's creation time and the client's observation times, so
+        // an event is kept an hour past its last write, as an etcd lease would keep it.
+        let when = [
+            "/metadata/creationTimestamp",
+            "/lastTimestamp",
+            "/eventTime",
+            "/series/lastObservedTime",
+        ]
+        .iter()
+        .filter_map(|p| {
+            o.pointer(p)?
+                .as_str()?
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+        })
+        .max();
+        if when.is_some_and(|t| now.duration_since(t).as_secs() > EVENT_TTL_SECS) {
+            let _ = st.store.delete(&ev.key, Some(ev.revision));
+        }
+    }
+
     // Garbage collector: dependents whose owners are gone or going.
     let mut has_dependents: HashSet<String> = HashSet::new();
     for dep in &all {
@@ -285,5 +313,45 @@ pub async fn run(st: Arc<ApiState>) {
         if let Some(r) = compact_to {
             let _ = st.store.compact(r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::state::ApiConfig;
+    use crate::storage::{EmbeddedStore, Store};
+
+    #[test]
+    fn events_older_than_an_hour_are_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+        let st = ApiState {
+            store: store.clone(),
+            config: ApiConfig::default(),
+            tokens: Default::default(),
+            ca_pem: String::new(),
+            kubelet_tls: None,
+            alloc_lock: tokio::sync::Mutex::new(()),
+        };
+        let fresh = crate::apiserver::rest::now_rfc3339();
+        store
+            .create(
+                "/core/events/default/old",
+                json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "old", "namespace": "default",
+                    "creationTimestamp": "2020-01-01T00:00:00Z"}, "lastTimestamp": "2020-01-01T00:00:00Z"}),
+            )
+            .unwrap();
+        store
+            .create(
+                "/core/events/default/new",
+                json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "new", "namespace": "default",
+                    "creationTimestamp": fresh}, "lastTimestamp": "2020-01-01T00:00:00Z"}),
+            )
+            .unwrap();
+        sweep(&st);
+        assert!(store.get("/core/events/default/old").unwrap().is_none());
+        assert!(store.get("/core/events/default/new").unwrap().is_some());
     }
 }
