@@ -48,6 +48,21 @@ async fn fake_kubelet(dir: &std::path::Path) -> u16 {
                 };
                 let head = String::from_utf8_lossy(&buf[..n]).to_string();
                 let line = head.lines().next().unwrap_or("").to_string();
+                if head.to_ascii_lowercase().contains("\r\nupgrade: spdy/3.1") {
+                    // A stream upgrade: switch protocols, then echo every byte back.
+                    let resp = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n";
+                    if tls.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let mut chunk = [0u8; 1024];
+                    while let Ok(n) = tls.read(&mut chunk).await {
+                        if n == 0 || tls.write_all(&chunk[..n]).await.is_err() {
+                            break;
+                        }
+                        let _ = tls.flush().await;
+                    }
+                    return;
+                }
                 let body = format!("kubelet saw: {line}\n");
                 let resp = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -100,5 +115,87 @@ async fn logs_and_node_proxy_go_to_the_kubelet() {
         text.contains("cannot reach the kubelet of node \"gone\" at https://127.0.0.1:1"),
         "{text}"
     );
+    c.handle.shutdown().await;
+}
+
+/// TLS as the admin client (its certificate from the data dir), HTTP/1.1.
+async fn admin_tls(
+    dir: &std::path::Path,
+    addr: std::net::SocketAddr,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let pem = |p: &str| std::fs::read(dir.join(p)).expect("pem");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut pem("pki/ca.crt").as_slice()) {
+        roots.add(c.expect("cert")).expect("root");
+    }
+    let certs = rustls_pemfile::certs(&mut pem("pki/admin.crt").as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certs");
+    let key = rustls_pemfile::private_key(&mut pem("pki/admin.key").as_slice())
+        .expect("key")
+        .expect("a key");
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_client_auth_cert(certs, key)
+    .expect("client auth");
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .expect("tls")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_upgrades_are_tunnelled_to_the_kubelet() {
+    let c = common::start().await;
+    let port = fake_kubelet(c.dir.path()).await;
+    let node = format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: n1}}\nstatus:\n  addresses: [{{type: InternalIP, address: 127.0.0.1}}]\n  daemonEndpoints: {{kubeletEndpoint: {{Port: {port}}}}}\n"
+    );
+    c.kubectl_stdin(&["create", "-f", "-"], Some(&node))
+        .await
+        .ok();
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: busybox}]\n";
+    c.kubectl_stdin(&["create", "-f", "-"], Some(pod))
+        .await
+        .ok();
+
+    let mut tls = admin_tls(c.dir.path(), c.handle.addr).await;
+    let req = "POST /api/v1/namespaces/default/pods/p/exec?command=sh&command=-c&command=true&stdout=true HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n";
+    tls.write_all(req.as_bytes()).await.expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tls.read(&mut byte).await.expect("read");
+        assert_eq!(
+            n,
+            1,
+            "connection closed in the response head: {}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("x-stream-protocol-version: v4.channel.k8s.io"),
+        "{head}"
+    );
+    tls.write_all(b"ping")
+        .await
+        .expect("write through the tunnel");
+    tls.flush().await.expect("flush");
+    let mut back = [0u8; 4];
+    tls.read_exact(&mut back)
+        .await
+        .expect("echo through the tunnel");
+    assert_eq!(&back, b"ping");
     c.handle.shutdown().await;
 }
