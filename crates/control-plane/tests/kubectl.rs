@@ -361,6 +361,13 @@ async fn apply_twice_configures_and_describe_node_works() {
     let text = d.ok();
     assert!(text.contains("Name:") && text.contains("n1"), "{text}");
     assert!(text.contains("InternalIP:  10.0.0.5"), "{text}");
+    let ssa = c.apply_server_side(&dep(3)).await;
+    assert!(
+        ssa.fails()
+            .contains("server-side apply is not supported by nodus yet"),
+        "{}",
+        ssa.stderr
+    );
     let pods = c.kubectl(&["get", "pods", "-A"]).await;
     assert_eq!(pods.code, 0, "{}", pods.stderr);
     c.handle.shutdown().await;

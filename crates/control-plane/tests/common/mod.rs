@@ -87,6 +87,11 @@ impl Cluster {
         self.kubectl_stdin(&["apply", "-f", "-"], Some(yaml)).await
     }
 
+    pub async fn apply_server_side(&self, yaml: &str) -> Out {
+        self.kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(yaml))
+            .await
+    }
+
     pub async fn client(&self) -> kube::Client {
         client_for(self.kubeconfig()).await
     }
