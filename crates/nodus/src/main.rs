@@ -157,6 +157,7 @@ fn main() -> ExitCode {
         role => Cli { role },
     };
     init_logging();
+    limit_malloc_arenas();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -196,6 +197,18 @@ fn main() -> ExitCode {
                 _ => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+/// glibc gives every thread that allocates its own malloc arena (up to 8 per core), and a
+/// long-running daemon with a few dozen tokio and blocking threads keeps each one's free
+/// memory. Two arenas keep the daemons' resident memory low at no measurable cost for
+/// their allocation rates.
+fn limit_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
     }
 }
 
