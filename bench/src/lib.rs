@@ -2,7 +2,21 @@
 
 pub mod targets;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The command line every benchmark takes: `[--write FILE]`, where FILE (usually
+/// docs/PERFORMANCE.md) gets the result section.
+pub fn write_arg() -> Result<Option<PathBuf>, String> {
+    let mut write = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--write" => write = Some(args.next().ok_or("--write needs a FILE")?.into()),
+            other => return Err(format!("unknown argument {other:?}; usage: [--write FILE]")),
+        }
+    }
+    Ok(write)
+}
 
 /// Replaces the section between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`
 /// in `path` with `body`, or appends it under `heading` when the markers are absent.

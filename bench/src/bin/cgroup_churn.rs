@@ -4,10 +4,10 @@
 //! cgroups, under a private cgroup root. Reports wall time per pod and the CPU time the
 //! process spent (user + system), the kubelet's own cost of this churn.
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;
 use nodus_kubelet::cm::{Config, ContainerManager, qos::Layout};
-use std::path::PathBuf;
+
 use std::time::{Duration, Instant};
 
 fn pods() -> usize {
@@ -46,14 +46,7 @@ fn cpu_time() -> Duration {
 }
 
 fn main() -> Result<()> {
-    let mut write: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--write" => write = Some(args.next().context("--write FILE")?.into()),
-            other => bail!("unknown argument {other:?}"),
-        }
-    }
+    let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
     let n = pods();
     let parent = testkit::CgroupParent::new("nodus-cgbench");
     parent.create();

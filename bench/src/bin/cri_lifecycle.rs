@@ -8,7 +8,7 @@
 //! Each runtime is a test node in its own network namespace and cgroup parent, with the
 //! real CNI bridge plugin; images are imported from OCI archives (no registry needed).
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use cri::runtime::v1 as pb;
 use nodus_bench::targets::{Target, containerd, kib, nodus, pct, rss_kib};
 use nodus_crictl::Clients;
@@ -244,14 +244,7 @@ async fn measure(t: &Target) -> Result<Results> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let mut write: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--write" => write = Some(args.next().context("--write FILE")?.into()),
-            other => bail!("unknown argument {other:?}"),
-        }
-    }
+    let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
     let bin =
         PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
     let pods = pod_count();

@@ -199,14 +199,7 @@ async fn measure(bin: &Path, t: &Target) -> Result<Results> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let mut write: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--write" => write = Some(args.next().context("--write FILE")?.into()),
-            other => bail!("unknown argument {other:?}"),
-        }
-    }
+    let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
     let bin =
         PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
     let n = many();
