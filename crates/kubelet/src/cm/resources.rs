@@ -3,13 +3,10 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-/// The shares upstream gives a cgroup that asked for nothing.
-pub const MIN_SHARES: u64 = 2;
-/// The largest cpu.shares value the kernel takes.
-pub const MAX_SHARES: u64 = 262144;
-pub const QUOTA_PERIOD: u64 = 100_000;
-/// The smallest quota upstream sets (1ms).
-pub const MIN_QUOTA: i64 = 1000;
+pub use nodus_cgroups::resources::MIN_SHARES;
+pub use nodus_cgroups::{
+    milli_cpu_to_quota as milli_to_quota, milli_cpu_to_shares as milli_to_shares,
+};
 
 /// Values for one cgroup; `None` leaves the kernel's default (unlimited).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -19,22 +16,6 @@ pub struct CgroupValues {
     pub cpu_period: Option<u64>,
     pub memory_limit: Option<i64>,
     pub pids_limit: Option<i64>,
-}
-
-/// millicores → cpu.shares, as upstream's MilliCPUToShares.
-pub fn milli_to_shares(milli: i64) -> u64 {
-    if milli <= 0 {
-        return MIN_SHARES;
-    }
-    ((milli as u64) * 1024 / 1000).clamp(MIN_SHARES, MAX_SHARES)
-}
-
-/// millicores → CFS quota for `period`, as upstream's MilliCPUToQuota.
-pub fn milli_to_quota(milli: i64, period: u64) -> i64 {
-    if milli <= 0 {
-        return 0;
-    }
-    ((milli * period as i64) / 1000).max(MIN_QUOTA)
 }
 
 fn milli(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<i64> {
@@ -165,16 +146,6 @@ mod tests {
             "spec": {"containers": containers}
         }))
         .unwrap()
-    }
-
-    #[test]
-    fn shares_and_quota_follow_upstream() {
-        assert_eq!(milli_to_shares(0), 2);
-        assert_eq!(milli_to_shares(1), 2);
-        assert_eq!(milli_to_shares(100), 102);
-        assert_eq!(milli_to_shares(1000), 1024);
-        assert_eq!(milli_to_quota(500, 100_000), 50_000);
-        assert_eq!(milli_to_quota(1, 100_000), 1000);
     }
 
     #[test]
