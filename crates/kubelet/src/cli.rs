@@ -564,7 +564,14 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         core,
         workers,
         pods,
-        sources_ready: Box::new(move || cfg.seen_all_sources(&sources)),
+        sources_ready: Box::new(move || {
+            cfg.seen_all_sources(&sources).then(|| {
+                cfg.pods()
+                    .iter()
+                    .filter_map(|p| p.metadata.uid.clone())
+                    .collect()
+            })
+        }),
         last_iteration,
     };
     tracing::info!(node = %node, evented_pleg = evented, "kubelet started");

@@ -61,9 +61,11 @@ pub struct SyncLoop {
     pub core: Arc<Core>,
     pub workers: PodWorkers,
     pub pods: PodManager,
-    /// Whether every configured source has reported at least once (orphans are only
-    /// cleaned up after that, so a restarting kubelet never kills pods it will adopt).
-    pub sources_ready: Box<dyn Fn() -> bool + Send + Sync>,
+    /// The UIDs every configured source wants, once each has reported at least once
+    /// (`None` before). Orphans are judged against this, not only against the pods this
+    /// loop has already taken in: an ADD still queued must not make its pod an orphan, and
+    /// a restarting kubelet never kills pods it is about to adopt.
+    pub sources_ready: Box<dyn Fn() -> Option<HashSet<String>> + Send + Sync>,
     /// Updated on every iteration, for the `syncloop` health check.
     pub last_iteration: Arc<Mutex<Instant>>,
 }
@@ -229,9 +231,10 @@ impl SyncLoop {
                 })
                 .set(by_state.get(state).copied().unwrap_or(0));
         }
-        if !(self.sources_ready)() {
+        let Some(from_sources) = (self.sources_ready)() else {
             return;
-        }
+        };
+        let desired: HashSet<String> = desired.union(&from_sources).cloned().collect();
         // Pods the runtime has that nobody wants: stop and remove them, through a worker
         // so it happens once.
         for (u, summary) in &listed {

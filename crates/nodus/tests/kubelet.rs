@@ -430,7 +430,9 @@ async fn kubelet_restart_adopts_running_pods_and_removes_pods_deleted_meanwhile(
     assert_eq!(
         container_status(&again, "c").unwrap()["containerID"],
         keep_id,
-        "adopted, not restarted"
+        "adopted, not restarted\nbefore the restart:\n{}\nafter:\n{}",
+        std::fs::read_to_string(k.dir.path().join("kubelet-1.log")).unwrap_or_default(),
+        k.log()
     );
     assert_eq!(restarts(&again, "c"), 0);
     // Give the kubelet a few sync rounds: still one sandbox, one container.
