@@ -23,7 +23,16 @@ cleanup() {
     nsenter --net="/run/netns/$NS" "$BIN/nodus" crictl -r "unix://$WORK/nodus.sock" rmp -f -a >/dev/null 2>&1
   fi
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  exec 3>&-
+  # Give each daemon a few seconds to stop on SIGTERM (the registry helper stops when its
+  # stdin closes), then SIGKILL what is left.
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [[ $alive == 0 ]] && break
+    sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   ip netns del "$NS" 2>/dev/null
   for d in /sys/fs/cgroup/*/"$CG" /sys/fs/cgroup/"$CG"; do
     [[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
@@ -34,13 +43,18 @@ trap cleanup EXIT
 ip netns add "$NS"
 ip -n "$NS" link set lo up
 # nsenter --net switches only the network namespace: unlike `ip netns exec` it keeps the
-# host mount namespace, where /sys/fs/cgroup is (runc needs it).
+# host mount namespace, where /sys/fs/cgroup is (runc needs it). Daemons are started with
+# nsenter itself (not through this function) so that `$!` is the daemon's own PID, which
+# the cleanup stops.
 in_ns() { nsenter --net="/run/netns/$NS" "$@"; }
 
 echo "== a local registry with busybox built offline from /bin/busybox"
-in_ns "$BIN/nodus-testkit" registry --push busybox=library/busybox:latest \
-  --ready-file "$WORK/registry" < <(sleep infinity) &
+# The registry helper serves until its stdin closes: a FIFO this script holds open.
+mkfifo "$WORK/registry.stdin"
+nsenter --net="/run/netns/$NS" "$BIN/nodus-testkit" registry --push busybox=library/busybox:latest \
+  --ready-file "$WORK/registry" < "$WORK/registry.stdin" &
 PIDS+=("$!")
+exec 3> "$WORK/registry.stdin"
 for _ in $(seq 100); do [[ -s $WORK/registry ]] && break; sleep 0.1; done
 REG=$(cat "$WORK/registry")
 echo "registry: http://$REG (inside network namespace $NS)"
@@ -66,7 +80,7 @@ TOML
 
 echo "== nodus runtime"
 SOCK="$WORK/nodus.sock"
-in_ns "$BIN/nodus" runtime --listen "$SOCK" --root-dir "$WORK/root" --state-dir "$WORK/state" \
+nsenter --net="/run/netns/$NS" "$BIN/nodus" runtime --listen "$SOCK" --root-dir "$WORK/root" --state-dir "$WORK/state" \
   --config "$WORK/runtime.toml" 2> "$WORK/runtime.log" &
 PIDS+=("$!")
 for _ in $(seq 100); do [[ -S $SOCK ]] && break; sleep 0.1; done
@@ -121,7 +135,7 @@ spec:
 YAML
 # The kubelet's cgroup root must exist (as upstream's); kubepods and the QoS tiers go under it.
 for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do [[ -e $d/cgroup.procs ]] && mkdir -p "$d/$CG"; done
-in_ns "$BIN/nodus" kubelet --container-runtime-endpoint "unix://$SOCK" --root-dir "$WORK/kubelet" \
+nsenter --net="/run/netns/$NS" "$BIN/nodus" kubelet --container-runtime-endpoint "unix://$SOCK" --root-dir "$WORK/kubelet" \
   --pod-manifest-path "$WORK/manifests" --pod-logs-dir "$WORK/pod-logs" --cgroup-root "/$CG" \
   --hostname-override demo-node --healthz-port 0 2> "$WORK/kubelet.log" &
 PIDS+=("$!")
