@@ -123,6 +123,10 @@ pub struct KubeletArgs {
     /// The CFS quota period [default: 100ms].
     #[arg(long)]
     pub cpu_cfs_quota_period: Option<String>,
+    /// The kubeconfig to reach the API server with; without it the kubelet runs standalone
+    /// (static pods only), as upstream.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// `a=1,b=2` (or with `<` for eviction thresholds) into a map.

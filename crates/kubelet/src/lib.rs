@@ -6,6 +6,7 @@
 //! [`syncloop`], [`pleg`], [`pod_workers`], [`kuberuntime`] (SyncPod), [`status`],
 //! [`prober`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`].
 
+pub mod apiclient;
 pub mod cli;
 pub mod cm;
 pub mod config;
