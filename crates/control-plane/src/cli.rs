@@ -23,6 +23,24 @@ pub struct ControlPlaneArgs {
     /// The port range NodePort Services are allocated from.
     #[arg(long, default_value = "30000-32767")]
     pub service_node_port_range: String,
+    /// How often the node-lifecycle controller checks nodes' heartbeats.
+    #[arg(long, default_value = "5s")]
+    pub node_monitor_period: String,
+    /// How long a node may go without a heartbeat before it is marked Unknown.
+    #[arg(long, default_value = "50s")]
+    pub node_monitor_grace_period: String,
+    /// How long a new node has to post its first status.
+    #[arg(long, default_value = "1m")]
+    pub node_startup_grace_period: String,
+    /// Nodes per second whose pods may start being evicted.
+    #[arg(long, default_value_t = 0.1)]
+    pub node_eviction_rate: f64,
+    /// The most endpoints one EndpointSlice holds.
+    #[arg(long, default_value_t = 100)]
+    pub max_endpoints_per_slice: usize,
+    /// Run the API server without the scheduler (another scheduler binds pods).
+    #[arg(long)]
+    pub disable_scheduler: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +96,29 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
     let mut cfg = ControlPlaneConfig::new(&args.data_dir, args.bind_address, args.secure_port);
     cfg.api.service_cidr = parse_cidr(&args.service_cluster_ip_range)?;
     cfg.api.node_port_range = parse_range(&args.service_node_port_range)?;
+    let duration = |flag: &'static str, v: &str| {
+        nodus_k8s::duration::parse_duration(v).map_err(|_| RunError::Flag {
+            flag,
+            value: v.to_string(),
+            why: "not a duration (e.g. 5s, 1m)",
+        })
+    };
+    cfg.controllers.node_monitor_period =
+        duration("node-monitor-period", &args.node_monitor_period)?;
+    cfg.controllers.node_monitor_grace_period =
+        duration("node-monitor-grace-period", &args.node_monitor_grace_period)?;
+    cfg.controllers.node_startup_grace_period =
+        duration("node-startup-grace-period", &args.node_startup_grace_period)?;
+    if cfg.controllers.node_monitor_period.is_zero() {
+        return Err(RunError::Flag {
+            flag: "node-monitor-period",
+            value: args.node_monitor_period.clone(),
+            why: "must be positive",
+        });
+    }
+    cfg.controllers.node_eviction_rate = args.node_eviction_rate.max(0.0);
+    cfg.controllers.max_endpoints_per_slice = args.max_endpoints_per_slice.clamp(1, 1000);
+    cfg.controllers.scheduler = !args.disable_scheduler;
     let handle = server::start(cfg).await?;
     println!(
         "nodus control plane: API server at {} ; kubeconfig {}",

@@ -5,7 +5,9 @@
 
 pub mod apiserver;
 pub mod cli;
+pub mod controllers;
 pub mod pki;
+pub mod scheduler;
 pub mod storage;
 
 pub use apiserver::server::{ControlPlaneConfig, ServerHandle, start};

@@ -1,10 +1,13 @@
 //! Pure Kubernetes API logic shared by the API server and the kubelet. No I/O.
 //!
 //! Modules:
+//! - [`duration`]: Go duration strings as flags and config files write them.
 //! - [`gvk`]: group/version/kind of objects.
 //! - [`catalog`]: the built-in resources served, with upstream's names, verbs, subresources.
 //! - [`quantity`]: `resource.Quantity` parsing and rounding.
 //! - [`qos`]: the pod QoS class.
+//! - [`resources`]: a pod's effective requests (init containers, sidecars, overhead).
+//! - [`scheduling`]: taints against tolerations, node selectors and required node affinity.
 //! - [`selector`]: label and field selectors, and the field-selectable fields per kind.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 //! - [`validation`]: field errors with upstream's texts, name validators, per-kind validation.
@@ -15,11 +18,14 @@
 
 pub mod catalog;
 pub mod defaults;
+pub mod duration;
 pub mod gvk;
 pub mod patch;
 pub mod printers;
 pub mod qos;
 pub mod quantity;
+pub mod resources;
+pub mod scheduling;
 pub mod selector;
 pub mod status;
 pub mod strict;

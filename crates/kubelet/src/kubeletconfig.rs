@@ -7,7 +7,6 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -62,35 +61,7 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
-/// Parses a Go duration (`20s`, `1m30s`, `500ms`, `1h`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("invalid duration {s:?}: use Go's form, e.g. 20s, 1m, 500ms");
-    if s.is_empty() {
-        return Err(err());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        let value: f64 = rest[..n].parse().map_err(|_| err())?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = match &rest[..u] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(err()),
-        };
-        rest = &rest[u..];
-        total += Duration::from_secs_f64(value * unit);
-    }
-    Ok(total)
-}
+pub use nodus_k8s::duration::parse_duration;
 
 impl KubeletConfiguration {
     pub fn load(path: &Path) -> Result<KubeletConfiguration, ConfigError> {
@@ -150,6 +121,7 @@ fn explain(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn reads_upstream_fields() {

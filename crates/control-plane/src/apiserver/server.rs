@@ -51,6 +51,8 @@ pub struct ControlPlaneConfig {
     /// 0 picks a free port.
     pub secure_port: u16,
     pub api: ApiConfig,
+    /// The scheduler and controllers run beside the API server.
+    pub controllers: crate::controllers::ControllersConfig,
 }
 
 impl ControlPlaneConfig {
@@ -60,6 +62,7 @@ impl ControlPlaneConfig {
             bind_address,
             secure_port,
             api: ApiConfig::default(),
+            controllers: Default::default(),
         }
     }
 }
@@ -359,6 +362,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut tasks = JoinSet::new();
     tasks.spawn(controllers::run(st.clone()));
+    crate::controllers::spawn(&st, &cfg.controllers, &mut tasks);
     let conn_stop = stop.subscribe();
     tasks.spawn(async move {
         let mut conns = JoinSet::new();

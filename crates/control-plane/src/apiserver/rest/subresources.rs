@@ -11,6 +11,7 @@ use super::list::labels_of;
 use super::update::{Part, apply_patch, patch_part, put_part, write};
 use super::{ApiError, ApiResult, Req, json_response, meta_str};
 use crate::apiserver::rest::path::{self, Target};
+use crate::apiserver::state::ApiState;
 use crate::storage::{Mutation, StoreError};
 
 pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResult<Response> {
@@ -94,11 +95,40 @@ pub fn bind(req: &Req, pod: &str, binding: &Value) -> ApiResult<Response> {
             ))
         })?
         .to_string();
+    let annotations = binding
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object);
+    bind_pod(
+        &req.st,
+        req.target.namespace.as_deref().unwrap_or("default"),
+        pod,
+        &node,
+        annotations,
+        req.dry_run(),
+    )?;
+    Ok(json_response(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    ))
+}
+
+/// Assigns an unbound pod to `node` (the Binding's effect, shared by the REST subresource
+/// and the in-process scheduler): fails with upstream's Conflict when the pod is already
+/// assigned or being deleted.
+pub fn bind_pod(
+    st: &ApiState,
+    ns: &str,
+    pod: &str,
+    node: &str,
+    annotations: Option<&serde_json::Map<String, Value>>,
+    dry: bool,
+) -> ApiResult<()> {
     let pods = nodus_k8s::catalog::by_plural("", "v1", "pods")
         .ok_or_else(|| ApiError(status::internal("pods are not in the catalogue")))?;
     let t = Target {
         info: pods,
-        namespace: req.target.namespace.clone(),
+        namespace: Some(ns.to_string()),
         name: Some(pod.to_string()),
         sub: None,
         watch_path: false,
@@ -106,8 +136,7 @@ pub fn bind(req: &Req, pod: &str, binding: &Value) -> ApiResult<Response> {
     };
     let key = t.key_for(pod);
     let mut failure = None;
-    let dry = req.dry_run();
-    let out = req.st.store.mutate(&key, &mut |cur| {
+    let out = st.store.mutate(&key, &mut |cur| {
         let Some(cur) = cur else {
             failure = Some(ApiError(status::not_found("", "pods", pod)));
             return Err(StoreError::NotFound(key.clone()));
@@ -130,7 +159,7 @@ pub fn bind(req: &Req, pod: &str, binding: &Value) -> ApiResult<Response> {
         }
         let mut new = (*cur.object).clone();
         new["spec"]["nodeName"] = json!(node);
-        if let Some(ann) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+        if let Some(ann) = annotations {
             let m = super::meta_mut(&mut new);
             let a = m.entry("annotations").or_insert_with(|| json!({}));
             for (k, v) in ann {
@@ -148,11 +177,7 @@ pub fn bind(req: &Req, pod: &str, binding: &Value) -> ApiResult<Response> {
         return Err(f);
     }
     out.map_err(|e| super::store_error(&t, pod, e))?;
-    Ok(json_response(
-        201,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        &[],
-    ))
+    Ok(())
 }
 
 /// POST pods/<name>/eviction: refuses when a matching PodDisruptionBudget allows no

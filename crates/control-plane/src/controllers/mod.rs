@@ -1,0 +1,64 @@
+//! The controllers of kube-controller-manager that a node's life depends on, run in the
+//! control-plane process over informer caches of the store ([`cache`]):
+//! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
+//! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
+//! EndpointSlices and Endpoints kube-proxy reads). Namespace deletion, the ServiceAccount
+//! controller and garbage collection are level-triggered sweeps in
+//! `apiserver::controllers`.
+
+pub mod cache;
+pub mod endpointslice;
+pub mod events;
+pub mod nodelifecycle;
+pub mod objects;
+pub mod tainteviction;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::apiserver::state::ApiState;
+
+/// kube-controller-manager's and kube-scheduler's knobs, with upstream's defaults.
+#[derive(Clone, Debug)]
+pub struct ControllersConfig {
+    /// Run the scheduler in this process.
+    pub scheduler: bool,
+    /// Run the node-lifecycle, taint-eviction and EndpointSlice controllers.
+    pub controllers: bool,
+    /// `--node-monitor-period` (5s).
+    pub node_monitor_period: Duration,
+    /// `--node-monitor-grace-period` (50s).
+    pub node_monitor_grace_period: Duration,
+    /// `--node-startup-grace-period` (1m).
+    pub node_startup_grace_period: Duration,
+    /// `--node-eviction-rate`: nodes per second whose pods may start being evicted (0.1).
+    pub node_eviction_rate: f64,
+    /// `--max-endpoints-per-slice` (100).
+    pub max_endpoints_per_slice: usize,
+}
+
+impl Default for ControllersConfig {
+    fn default() -> Self {
+        ControllersConfig {
+            scheduler: true,
+            controllers: true,
+            node_monitor_period: Duration::from_secs(5),
+            node_monitor_grace_period: Duration::from_secs(50),
+            node_startup_grace_period: Duration::from_secs(60),
+            node_eviction_rate: 0.1,
+            max_endpoints_per_slice: 100,
+        }
+    }
+}
+
+/// Starts what `cfg` enables on `tasks`.
+pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::task::JoinSet<()>) {
+    if cfg.scheduler {
+        tasks.spawn(crate::scheduler::run(st.clone()));
+    }
+    if cfg.controllers {
+        tasks.spawn(nodelifecycle::run(st.clone(), cfg.clone()));
+        tasks.spawn(tainteviction::run(st.clone()));
+        tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
+    }
+}
