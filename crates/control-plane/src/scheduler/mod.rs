@@ -248,9 +248,9 @@ impl Scheduler {
             None => {
                 let msg = fit::fit_error(self.nodes.len(), &reasons);
                 tracing::info!(pod = %key, message = %msg, "scheduler: no node fits");
+                let _ = objects::modify(&self.st, &key, &mut |p| set_unschedulable(p, &msg));
                 self.recorder
                     .record(&self.st, &v, "Warning", "FailedScheduling", &msg);
-                let _ = objects::modify(&self.st, &key, &mut |p| set_unschedulable(p, &msg));
                 self.park(&key);
             }
         }

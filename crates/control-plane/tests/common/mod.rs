@@ -26,8 +26,26 @@ pub async fn start_with(api: ApiConfig) -> Cluster {
 }
 
 pub async fn start_in(dir: &Path, api: ApiConfig) -> ServerHandle {
+    start_configured(dir, api, Default::default()).await
+}
+
+/// A control plane with the scheduler's and controllers' knobs set (shorter grace periods).
+pub async fn start_with_controllers(
+    controllers: nodus_control_plane::controllers::ControllersConfig,
+) -> Cluster {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let handle = start_configured(dir.path(), ApiConfig::default(), controllers).await;
+    Cluster { handle, dir }
+}
+
+pub async fn start_configured(
+    dir: &Path,
+    api: ApiConfig,
+    controllers: nodus_control_plane::controllers::ControllersConfig,
+) -> ServerHandle {
     let mut cfg = ControlPlaneConfig::new(dir, "127.0.0.1".parse().expect("ip"), 0);
     cfg.api = api;
+    cfg.controllers = controllers;
     nodus_control_plane::start(cfg)
         .await
         .expect("control plane starts")
