@@ -304,6 +304,9 @@ impl EndpointSliceController {
             for chunk in rest.chunks(self.max_per_slice) {
                 slots.push((None, chunk.to_vec(), None));
             }
+            if slots.is_empty() {
+                slots.push((None, Vec::new(), None));
+            }
             // Empty slices go, but one slice always remains for the group.
             let nonempty = slots.iter().filter(|s| !s.1.is_empty()).count();
             let mut kept_empty = nonempty > 0;
