@@ -6,6 +6,8 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod up;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "nodus",
@@ -24,7 +26,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Role {
     /// Run a whole single-node cluster: control plane + node (like `k3s server`).
-    Up(Unbuilt),
+    Up(up::UpArgs),
     /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
     Node(Unbuilt),
     /// Run the kubelet alone, driving any CRI runtime.
@@ -175,7 +177,7 @@ fn main() -> ExitCode {
                 let mut out = std::io::stdout();
                 nodus_crictl::run(args, &mut out).await.map_err(Into::into)
             }
-            Role::Up(_) => not_built("up", "the control plane and node issues"),
+            Role::Up(args) => up::run(args).await,
             Role::Node(_) => not_built("node", "the kubelet, runtime and proxy issues"),
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
             Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
