@@ -1,5 +1,6 @@
 //! Shared pieces of nodus's benchmarks: writing a result section into docs/PERFORMANCE.md.
 
+pub mod controlplane;
 pub mod targets;
 
 use std::path::{Path, PathBuf};

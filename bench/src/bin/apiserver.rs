@@ -4,14 +4,14 @@
 //! pods. The server is the real `nodus control-plane` binary with its embedded store
 //! (every write fsynced).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use nodus_bench::controlplane::{client, start};
 use nodus_bench::targets::{pct, rss_kib};
 
 const TOTAL_PODS: usize = 10_000;
@@ -26,54 +26,6 @@ fn pod(name: &str) -> Result<Pod> {
         "metadata": {"name": name, "labels": {"app": "bench"}},
         "spec": {"containers": [{"name": "app", "image": "busybox", "command": ["sleep", "3600"]}]}
     }))?)
-}
-
-struct Server {
-    child: Child,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(bin: &Path) -> Result<Server> {
-    let dir = tempfile::Builder::new()
-        .prefix("bench-apiserver-")
-        .tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let mut child = Command::new(bin)
-        .args(["control-plane", "--data-dir"])
-        .arg(dir.path())
-        .args(["--secure-port", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let mut line = String::new();
-    let stdout = child.stdout.take().context("stdout")?;
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    if !line.contains("API server at") {
-        bail!("control plane did not start: {line:?}");
-    }
-    Ok(Server {
-        kubeconfig: dir.path().join("admin.kubeconfig"),
-        child,
-        _dir: dir,
-    })
-}
-
-async fn client(kubeconfig: &Path) -> Result<kube::Client> {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    cfg.default_retry = false;
-    Ok(kube::Client::try_from(cfg)?)
 }
 
 async fn create_range(c: kube::Client, prefix: String, n: usize) -> Result<()> {

@@ -35,7 +35,9 @@ async fn make_pod(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) {
             "ports": [{"name": "http", "containerPort": 8080}]}]}
     }))
     .expect("pod");
-    pods.create(&PostParams::default(), &p).await.expect("create pod");
+    pods.create(&PostParams::default(), &p)
+        .await
+        .expect("create pod");
     set_ready(pods, name, ip, ready).await;
 }
 
@@ -44,8 +46,10 @@ async fn set_ready(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) {
     pods.patch_status(
         name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-            "conditions": [{"type": "Ready", "status": st}]}})),
+        &Patch::Merge(
+            json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": st}]}}),
+        ),
     )
     .await
     .expect("pod status");
@@ -85,19 +89,32 @@ async fn slices_follow_pod_readiness_and_deletion() {
     let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web", "labels": {"tier": "front"}},
         "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}))
     .expect("svc");
-    svcs.create(&PostParams::default(), &svc).await.expect("svc");
+    svcs.create(&PostParams::default(), &svc)
+        .await
+        .expect("svc");
     // No pods yet: one empty slice, as upstream keeps.
     let empty = eventually("placeholder slice", || async {
-        let l = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.ok()?;
+        let l = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await
+            .ok()?;
         (l.items.len() == 1).then(|| l.items[0].clone())
     })
     .await;
     assert!(empty.endpoints.is_empty());
     let labels = empty.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("endpointslice.kubernetes.io/managed-by").map(String::as_str), Some("endpointslice-controller.k8s.io"));
+    assert_eq!(
+        labels
+            .get("endpointslice.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("endpointslice-controller.k8s.io")
+    );
     assert_eq!(labels.get("tier").map(String::as_str), Some("front"));
     let owner = &empty.metadata.owner_references.clone().unwrap_or_default()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Service", "web", Some(true)));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Service", "web", Some(true))
+    );
 
     make_pod(&pods, "a", "10.0.0.1", true).await;
     make_pod(&pods, "b", "10.0.0.2", false).await;
@@ -105,24 +122,50 @@ async fn slices_follow_pod_readiness_and_deletion() {
         ("10.0.0.1".to_string(), true, true, false),
         ("10.0.0.2".to_string(), false, false, false),
     ];
-    eventually("two endpoints", || async { (endpoints_of(&slices, "web").await == want).then_some(()) }).await;
+    eventually("two endpoints", || async {
+        (endpoints_of(&slices, "web").await == want).then_some(())
+    })
+    .await;
     // The named target port resolved to the pod's containerPort; the placeholder was reused.
-    let l = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.expect("slices");
+    let l = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+        .await
+        .expect("slices");
     assert_eq!(l.items.len(), 1);
     let s = &l.items[0];
     let port = &s.ports.clone().unwrap_or_default()[0];
-    assert_eq!((port.name.as_deref(), port.port, port.protocol.as_deref()), (Some("http"), Some(8080), Some("TCP")));
-    let ep = s.endpoints.iter().find(|e| e.addresses[0] == "10.0.0.1").expect("a");
+    assert_eq!(
+        (port.name.as_deref(), port.port, port.protocol.as_deref()),
+        (Some("http"), Some(8080), Some("TCP"))
+    );
+    let ep = s
+        .endpoints
+        .iter()
+        .find(|e| e.addresses[0] == "10.0.0.1")
+        .expect("a");
     assert_eq!(ep.node_name.as_deref(), Some("n1"));
-    assert_eq!(ep.target_ref.as_ref().and_then(|r| r.name.as_deref()), Some("a"));
+    assert_eq!(
+        ep.target_ref.as_ref().and_then(|r| r.name.as_deref()),
+        Some("a")
+    );
 
     // Legacy Endpoints: ready and not-ready addresses.
     let eps: Api<Endpoints> = Api::namespaced(client.clone(), "default");
     eventually("legacy endpoints", || async {
         let e = eps.get("web").await.ok()?;
         let ss = e.subsets?.into_iter().next()?;
-        let ready: Vec<String> = ss.addresses.unwrap_or_default().into_iter().map(|a| a.ip).collect();
-        let not_ready: Vec<String> = ss.not_ready_addresses.unwrap_or_default().into_iter().map(|a| a.ip).collect();
+        let ready: Vec<String> = ss
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| a.ip)
+            .collect();
+        let not_ready: Vec<String> = ss
+            .not_ready_addresses
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| a.ip)
+            .collect();
         (ready == ["10.0.0.1"] && not_ready == ["10.0.0.2"]).then_some(())
     })
     .await;
@@ -134,31 +177,57 @@ async fn slices_follow_pod_readiness_and_deletion() {
     })
     .await;
     // a is deleted gracefully (bound, so it terminates first): terminating, still serving.
-    pods.delete("a", &DeleteParams::default()).await.expect("delete a");
+    pods.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete a");
     let want = vec![
         ("10.0.0.1".to_string(), false, true, true),
         ("10.0.0.2".to_string(), true, true, false),
     ];
-    eventually("a terminating", || async { (endpoints_of(&slices, "web").await == want).then_some(()) }).await;
+    eventually("a terminating", || async {
+        (endpoints_of(&slices, "web").await == want).then_some(())
+    })
+    .await;
     // The kubelet finishes the deletion: a is gone.
-    pods.delete("a", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.expect("force");
+    pods.delete(
+        "a",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("force");
     eventually("a gone", || async {
-        (endpoints_of(&slices, "web").await == vec![("10.0.0.2".to_string(), true, true, false)]).then_some(())
+        (endpoints_of(&slices, "web").await == vec![("10.0.0.2".to_string(), true, true, false)])
+            .then_some(())
     })
     .await;
     // b's labels no longer match: no endpoints, one empty slice remains.
-    pods.patch("b", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})))
-        .await
-        .expect("relabel");
+    pods.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})),
+    )
+    .await
+    .expect("relabel");
     eventually("no endpoints", || async {
-        let l = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.ok()?;
+        let l = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await
+            .ok()?;
         (l.items.len() == 1 && l.items[0].endpoints.is_empty()).then_some(())
     })
     .await;
     // Deleting the service removes its slices.
-    svcs.delete("web", &DeleteParams::default()).await.expect("delete svc");
+    svcs.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete svc");
     eventually("slices removed", || async {
-        let l = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.ok()?;
+        let l = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await
+            .ok()?;
         l.items.is_empty().then_some(())
     })
     .await;
@@ -181,7 +250,9 @@ async fn slices_split_at_the_maximum_and_a_change_rewrites_one_slice() {
     let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
     .expect("svc");
-    svcs.create(&PostParams::default(), &svc).await.expect("svc");
+    svcs.create(&PostParams::default(), &svc)
+        .await
+        .expect("svc");
     let lp = ListParams::default().labels("kubernetes.io/service-name=web");
     let before = eventually("5 endpoints in 3 slices", || async {
         let l = slices.list(&lp).await.ok()?;
@@ -195,7 +266,8 @@ async fn slices_split_at_the_maximum_and_a_change_rewrites_one_slice() {
     let after = eventually("p3 unready", || async {
         let l = slices.list(&lp).await.ok()?;
         let flipped = l.items.iter().flat_map(|s| s.endpoints.iter()).any(|e| {
-            e.addresses[0] == "10.0.1.3" && e.conditions.as_ref().and_then(|c| c.ready) == Some(false)
+            e.addresses[0] == "10.0.1.3"
+                && e.conditions.as_ref().and_then(|c| c.ready) == Some(false)
         });
         flipped.then_some(l.items)
     })
@@ -203,11 +275,26 @@ async fn slices_split_at_the_maximum_and_a_change_rewrites_one_slice() {
     let rv = |items: &[EndpointSlice]| -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = items
             .iter()
-            .map(|s| (s.metadata.name.clone().unwrap_or_default(), s.metadata.resource_version.clone().unwrap_or_default()))
+            .map(|s| {
+                (
+                    s.metadata.name.clone().unwrap_or_default(),
+                    s.metadata.resource_version.clone().unwrap_or_default(),
+                )
+            })
             .collect();
         v.sort();
         v
     };
-    let changed = rv(&before).iter().zip(rv(&after).iter()).filter(|(a, b)| a != b).count();
-    assert_eq!(changed, 1, "one slice rewritten: {:?} -> {:?}", rv(&before), rv(&after));
+    let changed = rv(&before)
+        .iter()
+        .zip(rv(&after).iter())
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(
+        changed,
+        1,
+        "one slice rewritten: {:?} -> {:?}",
+        rv(&before),
+        rv(&after)
+    );
 }

@@ -33,7 +33,9 @@ fn now_micro() -> String {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock");
-    let ts = k8s_openapi::jiff::Timestamp::new(d.as_secs() as i64, (d.subsec_micros() * 1000) as i32).expect("ts");
+    let ts =
+        k8s_openapi::jiff::Timestamp::new(d.as_secs() as i64, (d.subsec_micros() * 1000) as i32)
+            .expect("ts");
     ts.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
@@ -48,7 +50,10 @@ async fn make_node(client: &kube::Client, name: &str) {
         }
     }))
     .expect("node");
-    nodes.create(&PostParams::default(), &n).await.expect("create node");
+    nodes
+        .create(&PostParams::default(), &n)
+        .await
+        .expect("create node");
     renew(client, name).await;
 }
 
@@ -61,7 +66,11 @@ async fn renew(client: &kube::Client, name: &str) {
     .expect("lease");
     if leases.create(&PostParams::default(), &l).await.is_err() {
         leases
-            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": now_micro()}})))
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"renewTime": now_micro()}})),
+            )
             .await
             .expect("renew lease");
     }
@@ -108,26 +117,40 @@ async fn a_silent_node_goes_unknown_is_tainted_and_its_pods_are_evicted() {
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
-    let unreachable = |secs: Option<i64>| {
-        json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": secs}])
-    };
-    pods.create(&pp, &pod_on("short", "silent", unreachable(Some(2)))).await.expect("short");
-    pods.create(&pp, &pod_on("forever", "silent", unreachable(None))).await.expect("forever");
+    let unreachable = |secs: Option<i64>| json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": secs}]);
+    pods.create(&pp, &pod_on("short", "silent", unreachable(Some(2))))
+        .await
+        .expect("short");
+    pods.create(&pp, &pod_on("forever", "silent", unreachable(None)))
+        .await
+        .expect("forever");
     // No tolerations of its own: admission gives it upstream's 300 s ones.
-    pods.create(&pp, &pod_on("default", "silent", json!([]))).await.expect("default");
+    pods.create(&pp, &pod_on("default", "silent", json!([])))
+        .await
+        .expect("default");
     let p = pods.get("default").await.expect("default");
     let tols = p.spec.and_then(|s| s.tolerations).unwrap_or_default();
-    assert!(tols.iter().any(|t| t.key.as_deref() == Some("node.kubernetes.io/unreachable") && t.toleration_seconds == Some(300)));
+    assert!(tols.iter().any(
+        |t| t.key.as_deref() == Some("node.kubernetes.io/unreachable")
+            && t.toleration_seconds == Some(300)
+    ));
 
     let nodes: Api<Node> = Api::all(client.clone());
     let ready = eventually("silent node Ready=Unknown", || async {
         let n = nodes.get("silent").await.ok()?;
-        let c = n.status?.conditions?.into_iter().find(|c| c.type_ == "Ready")?;
+        let c = n
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
         (c.status == "Unknown").then_some(c)
     })
     .await;
     assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
-    assert_eq!(ready.message.as_deref(), Some("Kubelet stopped posting node status."));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("Kubelet stopped posting node status.")
+    );
     let n = eventually("unreachable taints", || async {
         let n = nodes.get("silent").await.ok()?;
         (taints(&n).len() == 2).then_some(n)
@@ -136,8 +159,14 @@ async fn a_silent_node_goes_unknown_is_tainted_and_its_pods_are_evicted() {
     assert_eq!(
         taints(&n),
         vec![
-            ("node.kubernetes.io/unreachable".to_string(), "NoSchedule".to_string()),
-            ("node.kubernetes.io/unreachable".to_string(), "NoExecute".to_string()),
+            (
+                "node.kubernetes.io/unreachable".to_string(),
+                "NoSchedule".to_string()
+            ),
+            (
+                "node.kubernetes.io/unreachable".to_string(),
+                "NoExecute".to_string()
+            ),
         ]
     );
     // The renewing node is untouched.
@@ -152,13 +181,31 @@ async fn a_silent_node_goes_unknown_is_tainted_and_its_pods_are_evicted() {
     })
     .await;
     let cond = short.status.and_then(|s| s.conditions).unwrap_or_default();
-    assert!(cond.iter().any(|c| c.type_ == "DisruptionTarget" && c.reason.as_deref() == Some("DeletionByTaintManager")));
+    assert!(
+        cond.iter().any(|c| c.type_ == "DisruptionTarget"
+            && c.reason.as_deref() == Some("DeletionByTaintManager"))
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let evs = events.list(&ListParams::default().fields("involvedObject.name=short")).await.expect("events");
-    assert!(evs.items.iter().any(|e| e.reason.as_deref() == Some("TaintManagerEviction")
-        && e.message.as_deref() == Some("Marking for deletion Pod default/short")));
-    let node_evs = events.list(&ListParams::default().fields("involvedObject.name=silent")).await.expect("events");
-    assert!(node_evs.items.iter().any(|e| e.reason.as_deref() == Some("NodeNotReady")));
+    let evs = events
+        .list(&ListParams::default().fields("involvedObject.name=short"))
+        .await
+        .expect("events");
+    assert!(
+        evs.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("TaintManagerEviction")
+                && e.message.as_deref() == Some("Marking for deletion Pod default/short"))
+    );
+    let node_evs = events
+        .list(&ListParams::default().fields("involvedObject.name=silent"))
+        .await
+        .expect("events");
+    assert!(
+        node_evs
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NodeNotReady"))
+    );
     // Pods tolerating forever, or for 300 s, stay.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for name in ["forever", "default"] {
@@ -167,9 +214,13 @@ async fn a_silent_node_goes_unknown_is_tainted_and_its_pods_are_evicted() {
     }
     // The scheduler no longer places pods there.
     let fresh: Pod = serde_json::from_value(json!({"metadata": {"name": "fresh"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})).expect("pod");
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+    .expect("pod");
     pods.create(&pp, &fresh).await.expect("fresh");
-    let node = eventually("fresh bound", || async { pods.get("fresh").await.ok()?.spec?.node_name }).await;
+    let node = eventually("fresh bound", || async {
+        pods.get("fresh").await.ok()?.spec?.node_name
+    })
+    .await;
     assert_eq!(node, "alive");
 
     // The kubelet comes back and posts Ready: the taints go.
@@ -214,7 +265,10 @@ async fn when_every_node_is_silent_nothing_is_evicted() {
     assert_eq!(taints(&n), taints(&n2));
     assert_eq!(
         taints(&n2),
-        vec![("node.kubernetes.io/unreachable".to_string(), "NoSchedule".to_string())]
+        vec![(
+            "node.kubernetes.io/unreachable".to_string(),
+            "NoSchedule".to_string()
+        )]
     );
 }
 
@@ -246,7 +300,11 @@ async fn with_upstream_defaults_a_silent_node_goes_unknown() {
             .any(|c| c.type_ == "Ready" && c.status == "Unknown");
         if unknown {
             // Never before the grace period has passed.
-            assert!(started.elapsed() >= Duration::from_secs(45), "marked Unknown after {:?}", started.elapsed());
+            assert!(
+                started.elapsed() >= Duration::from_secs(45),
+                "marked Unknown after {:?}",
+                started.elapsed()
+            );
             let alive = nodes.get("alive").await.expect("alive");
             assert!(taints(&alive).is_empty());
             keep.abort();

@@ -70,7 +70,11 @@ async fn failed_scheduling(client: &kube::Client, pods: &Api<Pod>, name: &str) -
     })
     .await;
     let p = pods.get(name).await.expect("pod");
-    assert_eq!(p.spec.and_then(|s| s.node_name), None, "{name} stays unbound");
+    assert_eq!(
+        p.spec.and_then(|s| s.node_name),
+        None,
+        "{name} stays unbound"
+    );
     let cond = p
         .status
         .and_then(|s| s.conditions)
@@ -92,18 +96,31 @@ async fn pods_are_placed_on_allocatable_and_wait_when_nothing_fits() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
     for n in ["n1", "n2"] {
-        nodes.create(&pp, &node(n, "1", json!({}), json!([]))).await.expect("node");
+        nodes
+            .create(&pp, &node(n, "1", json!({}), json!([])))
+            .await
+            .expect("node");
     }
-    pods.create(&pp, &pod("a", "600m", json!({}))).await.expect("a");
+    pods.create(&pp, &pod("a", "600m", json!({})))
+        .await
+        .expect("a");
     let first = bound_to(&pods, "a").await;
-    pods.create(&pp, &pod("b", "600m", json!({}))).await.expect("b");
+    pods.create(&pp, &pod("b", "600m", json!({})))
+        .await
+        .expect("b");
     let second = bound_to(&pods, "b").await;
     assert_ne!(first, second, "600m + 600m does not fit on one 1-CPU node");
     let p = pods.get("a").await.expect("a");
     let sched = p.status.and_then(|s| s.conditions).unwrap_or_default();
-    assert!(sched.iter().any(|c| c.type_ == "PodScheduled" && c.status == "True"));
+    assert!(
+        sched
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True")
+    );
 
-    pods.create(&pp, &pod("c", "600m", json!({}))).await.expect("c");
+    pods.create(&pp, &pod("c", "600m", json!({})))
+        .await
+        .expect("c");
     let msg = failed_scheduling(&client, &pods, "c").await;
     assert_eq!(msg, "0/2 nodes are available: 2 Insufficient cpu.");
     // The Scheduled event names the node, as `kubectl describe pod` shows it.
@@ -113,24 +130,45 @@ async fn pods_are_placed_on_allocatable_and_wait_when_nothing_fits() {
         .await
         .expect("events");
     assert!(
-        scheduled.items.iter().any(|e| e.reason.as_deref() == Some("Scheduled")
-            && e.message.as_deref() == Some(&format!("Successfully assigned default/a to {first}"))),
+        scheduled
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Scheduled")
+                && e.message.as_deref()
+                    == Some(&format!("Successfully assigned default/a to {first}"))),
         "{:?}",
-        scheduled.items.iter().map(|e| &e.message).collect::<Vec<_>>()
+        scheduled
+            .items
+            .iter()
+            .map(|e| &e.message)
+            .collect::<Vec<_>>()
     );
 
     // Room appears: a bigger node joins, and the waiting pod goes there.
-    nodes.create(&pp, &node("n3", "4", json!({}), json!([]))).await.expect("n3");
+    nodes
+        .create(&pp, &node("n3", "4", json!({}), json!([])))
+        .await
+        .expect("n3");
     assert_eq!(bound_to(&pods, "c").await, "n3");
 
     // Deleting a pod frees its share for the next one.
-    pods.create(&pp, &pod("d", "3500m", json!({}))).await.expect("d");
+    pods.create(&pp, &pod("d", "3500m", json!({})))
+        .await
+        .expect("d");
     let msg = failed_scheduling(&client, &pods, "d").await;
     assert_eq!(msg, "0/3 nodes are available: 3 Insufficient cpu.");
-    pods.delete("c", &Default::default()).await.expect("delete c");
+    pods.delete("c", &Default::default())
+        .await
+        .expect("delete c");
     // c was bound, so deletion is graceful; force it as a kubelet would finish it.
     let _ = pods
-        .delete("c", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .delete(
+            "c",
+            &kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
         .await;
     assert_eq!(bound_to(&pods, "d").await, "n3");
 }
@@ -143,13 +181,29 @@ async fn taints_selectors_and_affinity_decide_where_a_pod_may_go() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
     nodes
-        .create(&pp, &node("gpu", "4", json!({"disk": "ssd"}), json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])))
+        .create(
+            &pp,
+            &node(
+                "gpu",
+                "4",
+                json!({"disk": "ssd"}),
+                json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
+            ),
+        )
         .await
         .expect("gpu");
-    nodes.create(&pp, &node("plain", "4", json!({"disk": "hdd"}), json!([]))).await.expect("plain");
+    nodes
+        .create(&pp, &node("plain", "4", json!({"disk": "hdd"}), json!([])))
+        .await
+        .expect("plain");
 
     // Wants ssd, does not tolerate the taint: nowhere, and the message says why per node.
-    pods.create(&pp, &pod("picky", "100m", json!({"nodeSelector": {"disk": "ssd"}}))).await.expect("picky");
+    pods.create(
+        &pp,
+        &pod("picky", "100m", json!({"nodeSelector": {"disk": "ssd"}})),
+    )
+    .await
+    .expect("picky");
     let msg = failed_scheduling(&client, &pods, "picky").await;
     assert_eq!(
         msg,
@@ -162,7 +216,9 @@ async fn taints_selectors_and_affinity_decide_where_a_pod_may_go() {
         .expect("tolerant");
     assert_eq!(bound_to(&pods, "tolerant").await, "gpu");
     // Without a selector, only the untainted node fits.
-    pods.create(&pp, &pod("anywhere", "100m", json!({}))).await.expect("anywhere");
+    pods.create(&pp, &pod("anywhere", "100m", json!({})))
+        .await
+        .expect("anywhere");
     assert_eq!(bound_to(&pods, "anywhere").await, "plain");
     // Required node affinity on a label expression, and on the node's name.
     pods.create(&pp, &pod("affine", "100m", json!({"tolerations": [{"operator": "Exists"}],
@@ -178,17 +234,28 @@ async fn taints_selectors_and_affinity_decide_where_a_pod_may_go() {
     assert_eq!(bound_to(&pods, "named").await, "plain");
     // A cordoned node takes nothing new.
     nodes
-        .patch("plain", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}})))
+        .patch(
+            "plain",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
         .await
         .expect("cordon");
-    pods.create(&pp, &pod("late", "100m", json!({}))).await.expect("late");
+    pods.create(&pp, &pod("late", "100m", json!({})))
+        .await
+        .expect("late");
     let msg = failed_scheduling(&client, &pods, "late").await;
     assert_eq!(
         msg,
         "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable."
     );
     // A pod for another scheduler is left alone.
-    pods.create(&pp, &pod("other", "100m", json!({"schedulerName": "someone-else"}))).await.expect("other");
+    pods.create(
+        &pp,
+        &pod("other", "100m", json!({"schedulerName": "someone-else"})),
+    )
+    .await
+    .expect("other");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let p = pods.get("other").await.expect("other");
     assert_eq!(p.spec.and_then(|s| s.node_name), None);
@@ -203,9 +270,17 @@ async fn a_node_with_garbage_status_is_never_chosen() {
     let pp = PostParams::default();
     let bare: Node = serde_json::from_value(json!({"metadata": {"name": "bare"}})).expect("node");
     nodes.create(&pp, &bare).await.expect("bare node");
-    pods.create(&pp, &pod("p", "100m", json!({}))).await.expect("p");
+    pods.create(&pp, &pod("p", "100m", json!({})))
+        .await
+        .expect("p");
     let msg = failed_scheduling(&client, &pods, "p").await;
-    assert_eq!(msg, "0/1 nodes are available: 1 Insufficient cpu, 1 Too many pods.");
-    nodes.create(&pp, &node("good", "1", json!({}), json!([]))).await.expect("good");
+    assert_eq!(
+        msg,
+        "0/1 nodes are available: 1 Insufficient cpu, 1 Too many pods."
+    );
+    nodes
+        .create(&pp, &node("good", "1", json!({}), json!([])))
+        .await
+        .expect("good");
     assert_eq!(bound_to(&pods, "p").await, "good");
 }

@@ -185,7 +185,10 @@ mod tests {
         let forever = tol(
             json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}),
         );
-        assert_eq!(toleration_time(&t, &[forever.clone()]), Some(None));
+        assert_eq!(
+            toleration_time(&t, std::slice::from_ref(&forever)),
+            Some(None)
+        );
         let s300 = tol(
             json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}),
         );

@@ -32,16 +32,28 @@ fn up_prints_the_kubeconfig_and_kubectl_works() {
     let kubeconfig = kubeconfig.unwrap_or_else(|| panic!("no kubeconfig line in {printed:?}"));
     assert_eq!(
         kubeconfig,
-        dir.path().join("control-plane/admin.kubeconfig").display().to_string()
+        dir.path()
+            .join("control-plane/admin.kubeconfig")
+            .display()
+            .to_string()
     );
     assert!(
-        printed.last().is_some_and(|l| l.contains("kubectl get nodes")),
+        printed
+            .last()
+            .is_some_and(|l| l.contains("kubectl get nodes")),
         "{printed:?}"
     );
     let mut out = None;
     for _ in 0..50 {
         let o = Command::new("kubectl")
-            .args(["--kubeconfig", &kubeconfig, "get", "namespaces", "-o", "name"])
+            .args([
+                "--kubeconfig",
+                &kubeconfig,
+                "get",
+                "namespaces",
+                "-o",
+                "name",
+            ])
             .output()
             .expect("kubectl runs");
         if o.status.success() {
@@ -59,5 +71,8 @@ fn up_prints_the_kubeconfig_and_kubectl_works() {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         assert!(out.contains(&format!("namespace/{ns}")), "{out}");
     }
-    assert!(status.success(), "nodus up exits cleanly on SIGTERM: {status}");
+    assert!(
+        status.success(),
+        "nodus up exits cleanly on SIGTERM: {status}"
+    );
 }

@@ -163,6 +163,12 @@ fn endpoint_for(svc: &Value, pod: &Value, zones: &HashMap<String, String>) -> Op
     Some(ep)
 }
 
+/// A legacy Endpoints subset in the making: (ports, ready addresses, not-ready addresses).
+type LegacySubset = (Vec<Value>, Vec<Value>, Vec<Value>);
+
+/// A slice being filled: (its storage key when it exists, endpoints, its current object).
+type Slot = (Option<String>, Vec<Value>, Option<Arc<Value>>);
+
 fn ep_addr(ep: &Value) -> String {
     ep.pointer("/addresses/0")
         .and_then(Value::as_str)
@@ -224,7 +230,7 @@ impl EndpointSliceController {
         }
         // Desired endpoints, grouped by the port list they serve.
         let mut groups: BTreeMap<String, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
-        let mut legacy: BTreeMap<String, (Vec<Value>, Vec<Value>, Vec<Value>)> = BTreeMap::new();
+        let mut legacy: BTreeMap<String, LegacySubset> = BTreeMap::new();
         for pod in pods.iter().filter(|p| selects(&sel, &labels(p))) {
             let Some(ep) = endpoint_for(svc, pod, zones) else {
                 continue;
@@ -281,7 +287,7 @@ impl EndpointSliceController {
             desired.sort_by_key(ep_addr);
             let mut want: BTreeMap<String, Value> =
                 desired.into_iter().map(|e| (ep_addr(&e), e)).collect();
-            let mut slots: Vec<(Option<String>, Vec<Value>, Option<Arc<Value>>)> = Vec::new();
+            let mut slots: Vec<Slot> = Vec::new();
             for (k, v) in by_ports.remove(&gk).unwrap_or_default() {
                 used.insert(k);
                 // Keep the endpoints still wanted where they are, with fresh values.
@@ -376,7 +382,7 @@ impl EndpointSliceController {
         ns: &str,
         name: &str,
         svc: &Value,
-        groups: BTreeMap<String, (Vec<Value>, Vec<Value>, Vec<Value>)>,
+        groups: BTreeMap<String, LegacySubset>,
     ) {
         let subsets: Vec<Value> = groups
             .into_values()
@@ -387,10 +393,10 @@ impl EndpointSliceController {
                 let ports: Vec<Value> = ports
                     .into_iter()
                     .map(|mut p| {
-                        if p["name"] == "" {
-                            if let Some(o) = p.as_object_mut() {
-                                o.remove("name");
-                            }
+                        if p["name"] == ""
+                            && let Some(o) = p.as_object_mut()
+                        {
+                            o.remove("name");
                         }
                         p
                     })
