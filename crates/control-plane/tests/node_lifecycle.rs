@@ -314,3 +314,27 @@ async fn with_upstream_defaults_a_silent_node_goes_unknown() {
     }
     panic!("the silent node was not marked Unknown within 120 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_a_deleted_node_are_garbage_collected() {
+    let c = common::start_with_controllers(ControllersConfig {
+        pod_gc_quarantine: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    let client = c.client().await;
+    make_node(&client, "gone").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod_on("orphan", "gone", json!([])))
+        .await
+        .expect("pod");
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .delete("gone", &Default::default())
+        .await
+        .expect("delete node");
+    eventually("orphan removed", || async {
+        pods.get_opt("orphan").await.ok()?.is_none().then_some(())
+    })
+    .await;
+}

@@ -2,7 +2,7 @@
 //! control-plane process over informer caches of the store ([`cache`]):
 //! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
-//! EndpointSlices and Endpoints kube-proxy reads). Namespace deletion, the ServiceAccount
+//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes). Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
@@ -11,6 +11,7 @@ pub mod endpointslice;
 pub mod events;
 pub mod nodelifecycle;
 pub mod objects;
+pub mod podgc;
 pub mod tainteviction;
 
 use std::sync::Arc;
@@ -35,6 +36,9 @@ pub struct ControllersConfig {
     pub node_eviction_rate: f64,
     /// `--max-endpoints-per-slice` (100).
     pub max_endpoints_per_slice: usize,
+    /// How long pods of a deleted node wait before the pod GC removes them (upstream's
+    /// quarantine, 40 s).
+    pub pod_gc_quarantine: Duration,
 }
 
 impl Default for ControllersConfig {
@@ -47,6 +51,7 @@ impl Default for ControllersConfig {
             node_startup_grace_period: Duration::from_secs(60),
             node_eviction_rate: 0.1,
             max_endpoints_per_slice: 100,
+            pod_gc_quarantine: Duration::from_secs(40),
         }
     }
 }
@@ -60,5 +65,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(nodelifecycle::run(st.clone(), cfg.clone()));
         tasks.spawn(tainteviction::run(st.clone()));
         tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
+        tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
     }
 }
