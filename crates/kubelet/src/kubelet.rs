@@ -70,6 +70,12 @@ impl Core {
     pub fn reject(&self, pod: &Pod, r: crate::cm::admission::Rejection) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         tracing::warn!(pod = %pod_name(pod), reason = %r.reason, message = %r.message, "pod rejected at admission");
+        crate::events::recorder().event(
+            &crate::events::pod_ref(pod),
+            crate::events::WARNING,
+            &r.reason,
+            &r.message,
+        );
         if let Ok(mut s) = self.rejected.lock() {
             s.insert(uid.clone());
         }

@@ -6,6 +6,8 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod node;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "nodus",
@@ -26,7 +28,7 @@ enum Role {
     /// Run a whole single-node cluster: control plane + node (like `k3s server`).
     Up(Unbuilt),
     /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
-    Node(Unbuilt),
+    Node(Box<node::NodeArgs>),
     /// Run the kubelet alone, driving any CRI runtime.
     Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
@@ -176,7 +178,7 @@ fn main() -> ExitCode {
                 nodus_crictl::run(args, &mut out).await.map_err(Into::into)
             }
             Role::Up(_) => not_built("up", "the control plane and node issues"),
-            Role::Node(_) => not_built("node", "the kubelet, runtime and proxy issues"),
+            Role::Node(args) => node::run(*args).await,
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
             Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)

@@ -357,6 +357,12 @@ impl KubeRuntime {
                 Err(e) => {
                     let msg = format!("Failed to create pod sandbox: {}", e.message());
                     tracing::warn!(pod = %pod_name(pod), error = %msg, "CreatePodSandbox failed");
+                    crate::events::recorder().event(
+                        &crate::events::pod_ref(pod),
+                        crate::events::WARNING,
+                        "FailedCreatePodSandBox",
+                        &msg,
+                    );
                     result.errors.push(msg.clone());
                     self.all_waiting(pod, "ContainerCreating", &msg);
                     return Ok((result, rp));
@@ -492,28 +498,46 @@ impl KubeRuntime {
                         message: msg.clone(),
                     }),
                 );
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &c.name),
+                    crate::events::WARNING,
+                    "BackOff",
+                    &format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        pod_name_uid(pod)
+                    ),
+                );
                 return Err(msg);
             }
             if let Ok(mut b) = self.crash_backoff.lock() {
                 b.next(&key, finished);
             }
         }
-        let image_ref = match image::ensure_image(&self.rt, &self.image_backoff, &uid, c).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.set_reason(
-                    &uid,
-                    &c.name,
-                    Some(Waiting {
-                        reason: e.reason.into(),
-                        message: e.message.clone(),
-                    }),
-                );
-                return Err(e.message);
-            }
-        };
+        let obj = crate::events::container_ref(pod, &c.name);
+        let image_ref =
+            match image::ensure_image(&self.rt, &self.image_backoff, &uid, c, &obj).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.set_reason(
+                        &uid,
+                        &c.name,
+                        Some(Waiting {
+                            reason: e.reason.into(),
+                            message: e.message.clone(),
+                        }),
+                    );
+                    return Err(e.message);
+                }
+            };
         let restart_count = previous.map(|p| p.restart_count + 1).unwrap_or(0);
         let fail = |reason: &str, message: String| {
+            crate::events::recorder().event(
+                &obj,
+                crate::events::WARNING,
+                "Failed",
+                &format!("Error: {message}"),
+            );
             self.set_reason(
                 &uid,
                 &c.name,
@@ -540,6 +564,12 @@ impl KubeRuntime {
             Ok(r) => r.into_inner().container_id,
             Err(e) => return fail("CreateContainerError", e.message().to_string()),
         };
+        crate::events::recorder().event(
+            &obj,
+            crate::events::NORMAL,
+            "Created",
+            &format!("Created container: {}", c.name),
+        );
         if let Err(e) = client
             .start_container(pb::StartContainerRequest {
                 container_id: id.clone(),
@@ -549,6 +579,12 @@ impl KubeRuntime {
             return fail("RunContainerError", e.message().to_string());
         }
         tracing::info!(pod = %pod_name(pod), container = %c.name, id = %id, restart_count, "started container");
+        crate::events::recorder().event(
+            &obj,
+            crate::events::NORMAL,
+            "Started",
+            &format!("Started container {}", c.name),
+        );
         self.set_reason(&uid, &c.name, None);
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let grace = grace_period(pod);
@@ -638,6 +674,14 @@ impl KubeRuntime {
             grace -= started.elapsed().as_secs() as i64;
         }
         let grace = grace.max(2);
+        if running(c) && pod.spec.is_some() {
+            crate::events::recorder().event(
+                &crate::events::container_ref(pod, &c.name),
+                crate::events::NORMAL,
+                "Killing",
+                &format!("Stopping container {}", c.name),
+            );
+        }
         if let Err(e) = self
             .rt
             .runtime
