@@ -593,6 +593,8 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let host_ips: Vec<String> = args
         .node_ip
         .map(|ip| ip.to_string())
+        // The Node's InternalIP and the pods' hostIP must agree.
+        .or_else(|| crate::nodestatus::default_node_ip().map(|ip| ip.to_string()))
         .or_else(host_ip)
         .into_iter()
         .collect();

@@ -2,6 +2,7 @@
 //! private socket and root dir, and CRI clients to it.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod kubelet;
 pub mod node;
 

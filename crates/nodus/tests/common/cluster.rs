@@ -1,0 +1,246 @@
+//! A cluster under test: `nodus control-plane` inside a test node's network namespace (so
+//! its 127.0.0.1 is the node's), node credentials from its CA, and kubectl run inside the
+//! namespace against it, as a user would.
+
+use super::nodus_bin;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use testkit::Netns;
+use testkit::daemon::Daemon;
+
+pub const API_PORT: u16 = 6443;
+
+/// The node's own address in its namespace: an interface carrying the default route,
+/// so the kubelet finds its InternalIP the way it does on a real machine.
+pub const NODE_IP: &str = "10.250.0.2";
+
+/// Gives the namespace an uplink-like interface with [`NODE_IP`] and a default route.
+pub fn add_node_address(netns: &Netns) {
+    for args in [
+        // A veth pair with both ends in the namespace: the kernel here has no dummy driver.
+        vec!["link", "add", "eth0", "type", "veth", "peer", "name", "uplink0"],
+        vec!["addr", "add", "10.250.0.2/24", "dev", "eth0"],
+        vec!["link", "set", "uplink0", "up"],
+        vec!["link", "set", "eth0", "up"],
+        vec![
+            "route",
+            "add",
+            "default",
+            "via",
+            "10.250.0.1",
+            "dev",
+            "eth0",
+        ],
+    ] {
+        let out = netns.run("ip", &args).expect("ip in netns");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+pub struct ControlPlane {
+    daemon: Option<Daemon>,
+    netns: Arc<Netns>,
+    pub dir: tempfile::TempDir,
+}
+
+impl ControlPlane {
+    /// Starts the control plane in `netns` on 127.0.0.1:[`API_PORT`].
+    pub fn start(netns: Arc<Netns>) -> ControlPlane {
+        let dir = tempfile::Builder::new()
+            .prefix("nodus-cp-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let mut cmd = netns.command(nodus_bin()).expect("command in netns");
+        cmd.arg("control-plane")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--bind-address", "127.0.0.1", "--secure-port"])
+            .arg(API_PORT.to_string());
+        let log = dir.path().join("control-plane.log");
+        let mut d = Daemon::spawn("nodus-control-plane", cmd, &log, Duration::from_secs(5))
+            .expect("spawn control plane");
+        let kubeconfig = dir.path().join("data/admin.kubeconfig");
+        let ns = Arc::clone(&netns);
+        d.wait_ready(Duration::from_secs(60), || {
+            kubeconfig.exists()
+                && ns
+                    .connect_tcp(std::net::SocketAddr::from(([127, 0, 0, 1], API_PORT)))
+                    .is_ok()
+        })
+        .expect("control plane did not come up");
+        ControlPlane {
+            daemon: Some(d),
+            netns,
+            dir,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.data_dir().join("admin.kubeconfig")
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{API_PORT}")
+    }
+
+    /// A kubeconfig for `system:node:<node>`.
+    pub fn node_kubeconfig(&self, node: &str) -> PathBuf {
+        nodus_control_plane::pki::issue_node_kubeconfig(&self.data_dir(), node, &self.url())
+            .expect("issue node kubeconfig")
+    }
+
+    pub fn log(&self) -> String {
+        self.daemon
+            .as_ref()
+            .map(|d| d.log_tail(60))
+            .unwrap_or_default()
+    }
+
+    /// `kubectl ARGS…` as the admin, inside the namespace: (success, stdout, stderr).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        kubectl(
+            &self.netns,
+            &self.admin_kubeconfig(),
+            &self.dir.path().join("home"),
+            args,
+            None,
+        )
+    }
+
+    /// `kubectl apply -f -` with `yaml`.
+    pub fn apply(&self, yaml: &str) {
+        let (ok, out, err) = kubectl(
+            &self.netns,
+            &self.admin_kubeconfig(),
+            &self.dir.path().join("home"),
+            &["apply", "-f", "-"],
+            Some(yaml),
+        );
+        assert!(ok, "kubectl apply failed: {out}{err}\n{yaml}");
+    }
+
+    /// `kubectl get ARGS… -o json`, parsed; None when kubectl fails (e.g. NotFound).
+    pub fn get_json(&self, args: &[&str]) -> Option<Value> {
+        let mut all: Vec<&str> = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        let (ok, out, _) = self.kubectl(&all);
+        if !ok {
+            return None;
+        }
+        serde_json::from_str(&out).ok()
+    }
+
+    /// Polls `get_json(args)` until `pred` holds; panics with the last object, `what` and
+    /// `context()` (logs) otherwise.
+    pub fn wait_json(
+        &self,
+        args: &[&str],
+        timeout: Duration,
+        what: &str,
+        context: &dyn Fn() -> String,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.get_json(args);
+            if let Some(v) = &v
+                && pred(v)
+            {
+                return v.clone();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{what}: not within {timeout:?}\nlast: {}\n{}\ncontrol plane log:\n{}",
+                    serde_json::to_string_pretty(&v).unwrap_or_default(),
+                    context(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+    }
+}
+
+fn kubectl_bin() -> &'static str {
+    if Path::new("/usr/bin/kubectl").exists() {
+        "/usr/bin/kubectl"
+    } else {
+        "kubectl"
+    }
+}
+
+/// Runs kubectl in `netns` with `kubeconfig`, feeding `stdin` when given.
+pub fn kubectl(
+    netns: &Netns,
+    kubeconfig: &Path,
+    home: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use std::io::Write as _;
+    let mut cmd = netns.command(kubectl_bin()).expect("kubectl in netns");
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--request-timeout", "20s"])
+        .args(args)
+        .env("HOME", home)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn kubectl");
+    if let Some(mut si) = child.stdin.take() {
+        if let Some(text) = stdin {
+            si.write_all(text.as_bytes()).expect("write kubectl stdin");
+        }
+    }
+    let out = child.wait_with_output().expect("kubectl output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// The condition `type_` of an object's status.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// The events about object `name` in `namespace`, as (reason, message) pairs.
+pub fn events_for(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<(String, String)> {
+    cp.get_json(&["events", "-n", namespace])
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == name)
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
