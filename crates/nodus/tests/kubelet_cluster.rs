@@ -411,3 +411,42 @@ fn node_not_ready_when_the_runtime_stops() {
     let ev = events_for(&c.cp, "default", NODE_NAME);
     assert!(ev.iter().any(|(r, _)| r == "NodeNotReady"), "{ev:?}");
 }
+
+/// `nodus node --control-plane-data-dir`: the runtime and the kubelet in one process join
+/// the control plane with credentials issued from its CA, and run a pod bound to them.
+#[test]
+fn nodus_node_joins_and_runs_pods() {
+    if !common::have_root() {
+        return;
+    }
+    let netns = std::sync::Arc::new(testkit::Netns::new("nodus-node").expect("netns"));
+    let cgroup = testkit::CgroupParent::new("nodus-test");
+    cgroup.create();
+    cluster::add_node_address(&netns);
+    let cp = ControlPlane::start(netns.clone());
+    let node = cluster::NodeProcess::start(&netns, &cp, "node-b", "10.99.62.0/24", &cgroup.path());
+    let logs = || format!("node log:\n{}", node.log());
+    let n = cp.wait_json(&["node", "node-b"], T, "node-b Ready", &logs, is_ready);
+    assert!(
+        str_of(&n, "/status/nodeInfo/containerRuntimeVersion").starts_with("nodus://"),
+        "{n}"
+    );
+    assert!(cp.data_dir().join("nodes/node-b.kubeconfig").exists());
+    cp.apply(&WEB.replace("nodeName: test-node", "nodeName: node-b"));
+    let pod = cp.wait_json(
+        &["pod", "web"],
+        T,
+        "pod web Running on node-b",
+        &logs,
+        |p| p["status"]["phase"] == "Running",
+    );
+    assert!(
+        str_of(&pod, "/status/podIP").starts_with("10.99.62."),
+        "{pod}"
+    );
+    let (ok, out, err) = cp.kubectl(&["delete", "pod", "web", "--timeout=60s"]);
+    assert!(ok, "kubectl delete: {out}{err}\n{}", logs());
+    drop(node);
+    drop(cp);
+    drop(cgroup);
+}

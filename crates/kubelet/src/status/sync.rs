@@ -48,8 +48,11 @@ impl StatusSync {
     pub async fn run(self) {
         let mut sent: HashMap<String, Value> = HashMap::new();
         let mut deleted: HashSet<String> = HashSet::new();
+        let mirrors_changed = std::sync::Arc::clone(&self.mirrors.changed);
         loop {
             tokio::select! {
+                // A new mirror pod needs its static pod's status now, not at the next round.
+                _ = mirrors_changed.notified() => {}
                 _ = self.status.changed.notified() => {
                     // Let a burst of updates settle into one round.
                     tokio::time::sleep(Duration::from_millis(20)).await;

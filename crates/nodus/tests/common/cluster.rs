@@ -20,7 +20,9 @@ pub const NODE_IP: &str = "10.250.0.2";
 pub fn add_node_address(netns: &Netns) {
     for args in [
         // A veth pair with both ends in the namespace: the kernel here has no dummy driver.
-        vec!["link", "add", "eth0", "type", "veth", "peer", "name", "uplink0"],
+        vec![
+            "link", "add", "eth0", "type", "veth", "peer", "name", "uplink0",
+        ],
         vec!["addr", "add", "10.250.0.2/24", "dev", "eth0"],
         vec!["link", "set", "uplink0", "up"],
         vec!["link", "set", "eth0", "up"],
@@ -208,10 +210,10 @@ pub fn kubectl(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("spawn kubectl");
-    if let Some(mut si) = child.stdin.take() {
-        if let Some(text) = stdin {
-            si.write_all(text.as_bytes()).expect("write kubectl stdin");
-        }
+    if let Some(mut si) = child.stdin.take()
+        && let Some(text) = stdin
+    {
+        si.write_all(text.as_bytes()).expect("write kubectl stdin");
     }
     let out = child.wait_with_output().expect("kubectl output");
     (
@@ -243,4 +245,101 @@ pub fn events_for(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<(String
             )
         })
         .collect()
+}
+
+/// `nodus node` (runtime + kubelet in one process) in `netns`, joining `cp` with
+/// credentials it issues itself from the control plane's data dir.
+pub struct NodeProcess {
+    daemon: Option<Daemon>,
+    pub dir: tempfile::TempDir,
+}
+
+impl NodeProcess {
+    pub fn start(
+        netns: &Arc<Netns>,
+        cp: &ControlPlane,
+        name: &str,
+        subnet: &str,
+        cgroup_root: &str,
+    ) -> NodeProcess {
+        let dir = tempfile::Builder::new()
+            .prefix("nodus-nodeproc-")
+            .tempdir()
+            .expect("tempdir");
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("net.d")).unwrap();
+        std::fs::write(
+            d.join("net.d/10-test.conflist"),
+            super::node::conflist(&d.join("ipam"), subnet),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("runtime.toml"),
+            format!(
+                "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+                d.join("net.d").display()
+            ),
+        )
+        .unwrap();
+        let archive = d.join("busybox.tar");
+        testkit::image::busybox()
+            .write_oci_archive(&archive, "docker.io/library/busybox:latest")
+            .unwrap();
+        let out = std::process::Command::new(nodus_bin())
+            .args(["runtime", "import"])
+            .arg(&archive)
+            .arg("--root-dir")
+            .arg(d.join("data/runtime"))
+            .output()
+            .expect("nodus runtime import");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut cmd = netns.command(nodus_bin()).expect("command in netns");
+        cmd.arg("node")
+            .arg("--data-dir")
+            .arg(d.join("data"))
+            .arg("--control-plane-data-dir")
+            .arg(cp.data_dir())
+            .arg("--runtime-config")
+            .arg(d.join("runtime.toml"))
+            .args(["--hostname-override", name])
+            .arg("--root-dir")
+            .arg(d.join("kubelet"))
+            .arg("--pod-logs-dir")
+            .arg(d.join("logs"))
+            .args(["--cgroup-root", cgroup_root])
+            .env("NODUS_LOG", "nodus_kubelet=debug,info");
+        let log = d.join("node.log");
+        let mut daemon = Daemon::spawn("nodus-node", cmd, &log, Duration::from_secs(10))
+            .expect("spawn nodus node");
+        let ns = Arc::clone(netns);
+        daemon
+            .wait_ready(Duration::from_secs(60), || {
+                ns.http_get(10248, "/healthz").is_ok_and(|(c, _)| c == 200)
+            })
+            .expect("nodus node did not come up");
+        NodeProcess {
+            daemon: Some(daemon),
+            dir,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.daemon
+            .as_ref()
+            .map(|d| d.log_tail(150))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+        super::kill_runtime_leftovers(&self.dir.path().join("data/run/runtime"), self.dir.path());
+    }
 }
