@@ -375,6 +375,19 @@ fn kubelet_registers_heartbeats_and_runs_api_pods() {
     });
     // Deleting the mirror never stops the static pod itself.
     assert_eq!(c.running_containers(&mirror_name), 1);
+
+    // A changed manifest is a new static pod: its mirror is replaced.
+    let old_hash = hash.to_string();
+    c.kubelet
+        .write_manifest("static-web.yaml", &STATIC.replace("\"3600\"", "\"3601\""));
+    let replaced = c.wait(&["pod", &mirror_name], "mirror pod replaced", |p| {
+        let h = str_of(p, "/metadata/annotations/kubernetes.io~1config.mirror");
+        !h.is_empty() && h != old_hash && p["status"]["phase"] == "Running"
+    });
+    assert_eq!(
+        replaced["spec"]["containers"][0]["command"][1], "3601",
+        "{replaced}"
+    );
 }
 
 #[test]
@@ -449,4 +462,112 @@ fn nodus_node_joins_and_runs_pods() {
     drop(node);
     drop(cp);
     drop(cgroup);
+}
+
+const WAITER: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: waiter
+  namespace: default
+spec:
+  nodeName: test-node
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "while [ ! -f /tmp/stop ]; do sleep 0.2; done"]
+"#;
+
+/// With the API server down, pods keep running and the kubelet keeps working; when it is
+/// back, the status that changed meanwhile arrives and the Lease is renewed again.
+#[test]
+fn api_server_outage_loses_no_status() {
+    if !common::have_root() {
+        return;
+    }
+    let mut c = Cluster::start("10.99.63.0/24");
+    c.wait(&["node", NODE_NAME], "node Ready", is_ready);
+    c.cp.apply(WEB);
+    c.cp.apply(WAITER);
+    for p in ["web", "waiter"] {
+        c.wait(&["pod", p], "pod Running", |v| {
+            v["status"]["phase"] == "Running"
+        });
+    }
+    c.cp.stop();
+    // While the API server is away, the waiter's container finishes.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cl = c.node.rt.clients().await;
+        let list = cl
+            .runtime
+            .clone()
+            .list_containers(cri::runtime::v1::ListContainersRequest {
+                filter: Some(cri::runtime::v1::ContainerFilter {
+                    label_selector: [("io.kubernetes.pod.name".to_string(), "waiter".to_string())]
+                        .into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+        assert_eq!(list.len(), 1, "{list:?}");
+        let out = cl
+            .runtime
+            .clone()
+            .exec_sync(cri::runtime::v1::ExecSyncRequest {
+                container_id: list[0].id.clone(),
+                cmd: vec!["touch".into(), "/tmp/stop".into()],
+                timeout: 10,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(out.exit_code, 0);
+    });
+    let deadline = std::time::Instant::now() + T;
+    while c.running_containers("waiter") != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waiter still running\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The kubelet is still serving and its pods still run.
+    let (code, _) = c.kubelet.healthz();
+    assert_eq!(code, 200);
+    assert_eq!(c.running_containers("web"), 1);
+    c.cp.start_again();
+    let waiter = c.wait(
+        &["pod", "waiter"],
+        "waiter Succeeded after the outage",
+        |p| p["status"]["phase"] == "Succeeded",
+    );
+    let cs = &waiter["status"]["containerStatuses"][0];
+    assert_eq!(cs["state"]["terminated"]["exitCode"], 0, "{cs}");
+    let lease =
+        c.cp.get_json(&["lease", "-n", "kube-node-lease", NODE_NAME])
+            .unwrap();
+    let before = str_of(&lease, "/spec/renewTime").to_string();
+    c.wait(
+        &["lease", "-n", "kube-node-lease", NODE_NAME],
+        "lease renewed after the outage",
+        |l| str_of(l, "/spec/renewTime") != before,
+    );
+    c.wait(
+        &["node", NODE_NAME],
+        "node Ready after the outage",
+        is_ready,
+    );
+    c.wait(&["pod", "web"], "web still Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
 }

@@ -49,6 +49,7 @@ pub struct ControlPlane {
     daemon: Option<Daemon>,
     netns: Arc<Netns>,
     pub dir: tempfile::TempDir,
+    starts: usize,
 }
 
 impl ControlPlane {
@@ -59,17 +60,32 @@ impl ControlPlane {
             .tempdir()
             .expect("tempdir");
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        let mut cmd = netns.command(nodus_bin()).expect("command in netns");
+        let mut cp = ControlPlane {
+            daemon: None,
+            netns,
+            dir,
+            starts: 0,
+        };
+        cp.spawn();
+        cp
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let mut cmd = self.netns.command(nodus_bin()).expect("command in netns");
         cmd.arg("control-plane")
             .arg("--data-dir")
-            .arg(dir.path().join("data"))
+            .arg(self.data_dir())
             .args(["--bind-address", "127.0.0.1", "--secure-port"])
             .arg(API_PORT.to_string());
-        let log = dir.path().join("control-plane.log");
+        let log = self
+            .dir
+            .path()
+            .join(format!("control-plane-{}.log", self.starts));
         let mut d = Daemon::spawn("nodus-control-plane", cmd, &log, Duration::from_secs(5))
             .expect("spawn control plane");
-        let kubeconfig = dir.path().join("data/admin.kubeconfig");
-        let ns = Arc::clone(&netns);
+        let kubeconfig = self.admin_kubeconfig();
+        let ns = Arc::clone(&self.netns);
         d.wait_ready(Duration::from_secs(60), || {
             kubeconfig.exists()
                 && ns
@@ -77,11 +93,20 @@ impl ControlPlane {
                     .is_ok()
         })
         .expect("control plane did not come up");
-        ControlPlane {
-            daemon: Some(d),
-            netns,
-            dir,
+        self.daemon = Some(d);
+    }
+
+    /// Stops the API server (SIGTERM); its store stays on disk.
+    pub fn stop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
         }
+    }
+
+    /// Starts it again on the same store.
+    pub fn start_again(&mut self) {
+        assert!(self.daemon.is_none(), "still running");
+        self.spawn();
     }
 
     pub fn data_dir(&self) -> PathBuf {
