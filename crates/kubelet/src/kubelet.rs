@@ -274,6 +274,26 @@ impl Core {
                             });
                         }
                     }
+                    // upstream's getPhase for a terminal pod: once every container
+                    // stopped, the pod ends Succeeded when all exited 0, else Failed (static
+                    // pods keep their phase, as upstream's TODO #116484 leaves them).
+                    if pod.spec.is_some() && !crate::config::is_static_pod(&pod) {
+                        let exits: Vec<i32> = status
+                            .container_statuses
+                            .iter()
+                            .flatten()
+                            .map(|c| {
+                                c.state
+                                    .as_ref()
+                                    .and_then(|s| s.terminated.as_ref())
+                                    .map_or(-1, |t| t.exit_code)
+                            })
+                            .collect();
+                        if !exits.is_empty() {
+                            let ok = exits.iter().all(|e| *e == 0);
+                            status.phase = Some(if ok { "Succeeded" } else { "Failed" }.into());
+                        }
+                    }
                     self.status.set(&uid, status);
                 }
             }
