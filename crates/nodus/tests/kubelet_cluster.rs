@@ -45,6 +45,26 @@ spec:
     command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
 "#;
 
+const SICK: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: sick
+  namespace: default
+spec:
+  nodeName: test-node
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    livenessProbe:
+      exec: {command: ["false"]}
+      periodSeconds: 1
+      failureThreshold: 1
+"#;
+
 const HUGE: &str = r#"
 apiVersion: v1
 kind: Pod
@@ -330,6 +350,34 @@ fn kubelet_registers_heartbeats_and_runs_api_pods() {
         "pod still in the API"
     );
     assert_eq!(c.running_containers("web"), 0);
+    let ev = events_for(&c.cp, "default", "web");
+    assert!(
+        ev.iter()
+            .any(|(r, m)| r == "Killing" && m == "Stopping container main"),
+        "{ev:?}"
+    );
+
+    // A failing liveness probe: Unhealthy, then Killing with upstream's reason.
+    c.cp.apply(SICK);
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let ev = events_for(&c.cp, "default", "sick");
+        let unhealthy = ev
+            .iter()
+            .any(|(r, m)| r == "Unhealthy" && m.starts_with("Liveness probe failed"));
+        let killing = ev.iter().any(|(r, m)| {
+            r == "Killing" && m == "Container main failed liveness probe, will be restarted"
+        });
+        if unhealthy && killing {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "liveness events: {ev:?}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 
     // A pod the node cannot admit fails with upstream's reason.
     c.cp.apply(HUGE);

@@ -299,6 +299,12 @@ impl KubeRuntime {
         }
         for (c, why) in &actions.kill {
             tracing::info!(pod = %pod_name(pod), container = %c.name, reason = %why, "killing container");
+            crate::events::recorder().event(
+                &crate::events::container_ref(pod, &c.name),
+                crate::events::NORMAL,
+                "Killing",
+                why,
+            );
             self.kill_container(pod, c, None).await;
         }
 
@@ -600,6 +606,12 @@ impl KubeRuntime {
             .await
             {
                 tracing::warn!(pod = %pod_name(pod), container = %c.name, error = %e, "FailedPostStartHook");
+                crate::events::recorder().event(
+                    &obj,
+                    crate::events::WARNING,
+                    "FailedPostStartHook",
+                    &e.to_string(),
+                );
                 let info = ContainerInfo {
                     id: id.clone(),
                     name: c.name.clone(),
@@ -670,18 +682,16 @@ impl KubeRuntime {
             .await
             {
                 tracing::warn!(pod = %pod_name(pod), container = %c.name, error = %e, "FailedPreStopHook");
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &c.name),
+                    crate::events::WARNING,
+                    "FailedPreStopHook",
+                    &e.to_string(),
+                );
             }
             grace -= started.elapsed().as_secs() as i64;
         }
         let grace = grace.max(2);
-        if running(c) && pod.spec.is_some() {
-            crate::events::recorder().event(
-                &crate::events::container_ref(pod, &c.name),
-                crate::events::NORMAL,
-                "Killing",
-                &format!("Stopping container {}", c.name),
-            );
-        }
         if let Err(e) = self
             .rt
             .runtime
@@ -699,6 +709,16 @@ impl KubeRuntime {
     /// Stops every running container (in parallel, each with its own grace) and then the
     /// pod's sandboxes.
     pub async fn kill_pod(&self, pod: &Pod, rp: &RuntimePod, grace_override: Option<i64>) {
+        if pod.spec.is_some() {
+            for c in rp.running() {
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &c.name),
+                    crate::events::NORMAL,
+                    "Killing",
+                    &format!("Stopping container {}", c.name),
+                );
+            }
+        }
         let kills = rp
             .running()
             .map(|c| self.kill_container(pod, c, grace_override));
