@@ -176,3 +176,41 @@ impl MirrorManager {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirror_carries_hash_owner_and_node() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "etcd-n1", "namespace": "kube-system", "uid": "abc",
+                "labels": {"app": "etcd"},
+                "annotations": {"kubernetes.io/config.hash": "abc", "kubernetes.io/config.source": "file"}
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let m = mirror_of(&pod, "n1", "node-uid");
+        assert_eq!(m.metadata.name.as_deref(), Some("etcd-n1"));
+        assert_eq!(m.metadata.uid, None);
+        let a = m.metadata.annotations.as_ref().unwrap();
+        assert_eq!(a[CONFIG_MIRROR_ANNOTATION], "abc");
+        assert_eq!(mirror_hash(&m), Some("abc"));
+        let o = &m.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                o.kind.as_str(),
+                o.name.as_str(),
+                o.uid.as_str(),
+                o.controller
+            ),
+            ("Node", "n1", "node-uid", Some(true))
+        );
+        assert_eq!(m.spec.unwrap().node_name.as_deref(), Some("n1"));
+        assert!(m.status.is_none());
+        assert!(config::is_mirror_pod(&mirror_of(&pod, "n1", "u")));
+    }
+}

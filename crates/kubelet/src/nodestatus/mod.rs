@@ -511,6 +511,27 @@ mod tests {
     }
 
     #[test]
+    fn runtime_errors_in_upstream_order() {
+        let pleg = Health::new(Duration::from_secs(180));
+        let s = RuntimeState::default();
+        assert_eq!(
+            s.errors(&pleg),
+            vec!["container runtime status check may not have completed yet".to_string()]
+        );
+        if let Ok(mut i) = s.inner.lock() {
+            i.last_sync = Instant::now().checked_sub(Duration::from_secs(31));
+            i.network_error = Some(
+                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:no CNI".into(),
+            );
+        }
+        let errs = s.errors(&pleg);
+        assert_eq!(errs[0], "container runtime is down");
+        assert!(errs[1].starts_with("container runtime network not ready: NetworkReady=false"));
+        let ready = setters::ready(&errs);
+        assert!(ready.message.starts_with("[container runtime is down, "));
+    }
+
+    #[test]
     fn labels_parse() {
         let l = parse_labels("a=1, b=two").unwrap();
         assert_eq!(l["b"], "two");
