@@ -127,6 +127,27 @@ pub struct KubeletArgs {
     /// (static pods only), as upstream.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// Register the node with the API server (with --kubeconfig) [default: true].
+    #[arg(long)]
+    pub register_node: Option<bool>,
+    /// Labels to add when registering the node, `key=value,…`.
+    #[arg(long)]
+    pub node_labels: Option<String>,
+    /// Taints to register the node with, `key=value:Effect,…`.
+    #[arg(long)]
+    pub register_with_taints: Option<String>,
+    /// How often the node status is computed (and sent when it changed) [default: 10s].
+    #[arg(long)]
+    pub node_status_update_frequency: Option<String>,
+    /// How often the node status is sent when nothing changed [default: 5m].
+    #[arg(long)]
+    pub node_status_report_frequency: Option<String>,
+    /// The node Lease's duration; it is renewed every quarter of it [default: 40].
+    #[arg(long)]
+    pub node_lease_duration_seconds: Option<i32>,
+    /// The kubelet API's port, as the Node's daemonEndpoints report it [default: 10250].
+    #[arg(long)]
+    pub port: Option<u16>,
 }
 
 /// `a=1,b=2` (or with `<` for eviction thresholds) into a map.
@@ -161,6 +182,59 @@ struct Resolved {
     read_only: SocketAddr,
     evented_pleg: bool,
     cm: crate::cm::Config,
+    node: NodeSettings,
+}
+
+/// The settings of the node status, lease and registration.
+struct NodeSettings {
+    register: bool,
+    labels: std::collections::BTreeMap<String, String>,
+    taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    update_frequency: Duration,
+    report_frequency: Duration,
+    lease_duration_seconds: i32,
+    port: u16,
+}
+
+fn resolve_node(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<NodeSettings, RunError> {
+    let labels = match &args.node_labels {
+        Some(s) => crate::nodestatus::parse_labels(s)
+            .map_err(|e| RunError::Flag(format!("--node-labels: {e}")))?,
+        None => Default::default(),
+    };
+    let taints = match &args.register_with_taints {
+        Some(s) => crate::nodestatus::parse_taints(s)
+            .map_err(|e| RunError::Flag(format!("--register-with-taints: {e}")))?,
+        None => c.register_with_taints.clone().unwrap_or_default(),
+    };
+    let lease = args
+        .node_lease_duration_seconds
+        .or(c.node_lease_duration_seconds)
+        .unwrap_or(40);
+    if lease <= 0 {
+        return Err(RunError::Flag(format!(
+            "nodeLeaseDurationSeconds must be greater than 0, got {lease}"
+        )));
+    }
+    Ok(NodeSettings {
+        register: args.register_node.or(c.register_node).unwrap_or(true),
+        labels,
+        taints,
+        update_frequency: dur(
+            &args.node_status_update_frequency,
+            &c.node_status_update_frequency,
+            "10s",
+            "node-status-update-frequency",
+        )?,
+        report_frequency: dur(
+            &args.node_status_report_frequency,
+            &c.node_status_report_frequency,
+            "5m",
+            "node-status-report-frequency",
+        )?,
+        lease_duration_seconds: lease,
+        port: args.port.or(c.port).unwrap_or(10250),
+    })
 }
 
 fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
@@ -191,6 +265,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         .collect();
     gates.extend(args.feature_gates.iter().cloned());
     let cm = resolve_cm(args, &c)?;
+    let node = resolve_node(args, &c)?;
     Ok(Resolved {
         endpoint: args
             .container_runtime_endpoint
@@ -252,6 +327,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         ),
         evented_pleg: feature(&gates, "EventedPLEG")?,
         cm,
+        node,
     })
 }
 
@@ -372,6 +448,8 @@ pub enum RunError {
     Flag(String),
     #[error("Failed to start ContainerManager: {0}")]
     Cm(#[from] crate::cm::manager::CmError),
+    #[error(transparent)]
+    ApiClient(#[from] crate::apiclient::ApiClientError),
 }
 
 fn feature(gates: &[String], name: &str) -> Result<bool, RunError> {
@@ -396,7 +474,8 @@ fn feature(gates: &[String], name: &str) -> Result<bool, RunError> {
     Ok(on)
 }
 
-fn node_name(args: &KubeletArgs) -> String {
+/// The node's name: `--hostname-override`, else the host name, lowercased (as upstream).
+pub fn node_name(args: &KubeletArgs) -> String {
     if let Some(n) = &args.hostname_override {
         return n.to_lowercase();
     }
@@ -426,6 +505,82 @@ fn host_ip() -> Option<String> {
     None
 }
 
+/// What the parts that talk to the API server share.
+struct ApiParts {
+    client: kube::Client,
+    node: String,
+    settings: NodeSettings,
+    node_ip: Option<IpAddr>,
+    rt: cri::Runtime,
+    cm: Arc<crate::cm::ContainerManager>,
+    pleg: Arc<Health>,
+    status: StatusManager,
+    pods: PodManager,
+    workers: PodWorkers,
+    mirrors: config::MirrorPods,
+    core: Arc<Core>,
+}
+
+/// Node registration and status, the Lease, the status sync and mirror pods.
+fn spawn_api_parts(p: ApiParts) {
+    let (uid_tx, uid_rx) = tokio::sync::watch::channel(None);
+    let runtime = Arc::new(crate::nodestatus::RuntimeState::default());
+    tokio::spawn(crate::nodestatus::run_runtime_checks(
+        Arc::clone(&runtime),
+        p.rt.clone(),
+    ));
+    let manager = crate::nodestatus::NodeStatusManager {
+        client: p.client.clone(),
+        config: crate::nodestatus::NodeConfig {
+            name: p.node.clone(),
+            register: p.settings.register,
+            labels: p.settings.labels,
+            taints: p.settings.taints,
+            node_ip: p.node_ip,
+            kubelet_port: i32::from(p.settings.port),
+            update_frequency: p.settings.update_frequency,
+            report_frequency: p.settings.report_frequency,
+        },
+        rt: p.rt,
+        cm: p.cm,
+        pleg: p.pleg,
+        runtime,
+        node_uid: uid_tx,
+    };
+    tokio::spawn(manager.run());
+    tokio::spawn(
+        crate::nodelease::LeaseController {
+            client: p.client.clone(),
+            node: p.node.clone(),
+            duration_seconds: p.settings.lease_duration_seconds,
+            node_uid: uid_rx.clone(),
+        }
+        .run(),
+    );
+    tokio::spawn(
+        crate::mirror::MirrorManager {
+            client: p.client.clone(),
+            node: p.node,
+            node_uid: uid_rx,
+            pods: p.pods.clone(),
+            mirrors: p.mirrors.clone(),
+        }
+        .run(),
+    );
+    let core = p.core;
+    tokio::spawn(
+        crate::status::sync::StatusSync {
+            client: p.client,
+            status: p.status,
+            pods: p.pods,
+            workers: p.workers,
+            mirrors: p.mirrors,
+            is_rejected: Box::new(move |uid| core.is_rejected(uid)),
+        }
+        .run(),
+    );
+}
+
 /// Runs the kubelet until SIGTERM/SIGINT. Pods keep running when it stops, as upstream's.
 pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let node = node_name(&args);
@@ -438,6 +593,8 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let host_ips: Vec<String> = args
         .node_ip
         .map(|ip| ip.to_string())
+        // The Node's InternalIP and the pods' hostIP must agree.
+        .or_else(|| crate::nodestatus::default_node_ip().map(|ip| ip.to_string()))
         .or_else(host_ip)
         .into_iter()
         .collect();
@@ -508,6 +665,21 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             pod_config.channel(config::HTTP_SOURCE),
         );
     }
+    let client = match &args.kubeconfig {
+        Some(p) => Some(crate::apiclient::client_from_kubeconfig(p).await?),
+        None => None,
+    };
+    let mirrors = config::MirrorPods::default();
+    if let Some(client) = &client {
+        sources.push(config::API_SOURCE);
+        crate::events::recorder().connect(client.clone(), &node);
+        config::spawn_api_source(
+            client.clone(),
+            node.clone(),
+            pod_config.channel(config::API_SOURCE),
+            mirrors.clone(),
+        );
+    }
     if sources.is_empty() {
         tracing::warn!(
             "no pod source configured (--pod-manifest-path, --manifest-url): this kubelet runs nothing"
@@ -536,6 +708,22 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     }
 
     let pods = PodManager::default();
+    if let Some(client) = client {
+        spawn_api_parts(ApiParts {
+            client,
+            node: node.clone(),
+            settings: r.node,
+            node_ip: args.node_ip,
+            rt: rt.clone(),
+            cm: Arc::clone(&cm),
+            pleg: Arc::clone(&health),
+            status: status.clone(),
+            pods: pods.clone(),
+            workers: workers.clone(),
+            mirrors,
+            core: Arc::clone(&core),
+        });
+    }
     let last_iteration = Arc::new(Mutex::new(Instant::now()));
     let state = ServerState {
         pleg: Arc::clone(&health),

@@ -70,6 +70,12 @@ impl Core {
     pub fn reject(&self, pod: &Pod, r: crate::cm::admission::Rejection) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         tracing::warn!(pod = %pod_name(pod), reason = %r.reason, message = %r.message, "pod rejected at admission");
+        crate::events::recorder().event(
+            &crate::events::pod_ref(pod),
+            crate::events::WARNING,
+            &r.reason,
+            &r.message,
+        );
         if let Ok(mut s) = self.rejected.lock() {
             s.insert(uid.clone());
         }
@@ -266,6 +272,26 @@ impl Core {
                                 }),
                                 ..Default::default()
                             });
+                        }
+                    }
+                    // upstream's getPhase for a terminal pod: once every container
+                    // stopped, the pod ends Succeeded when all exited 0, else Failed (static
+                    // pods keep their phase, as upstream's TODO #116484 leaves them).
+                    if pod.spec.is_some() && !crate::config::is_static_pod(&pod) {
+                        let exits: Vec<i32> = status
+                            .container_statuses
+                            .iter()
+                            .flatten()
+                            .map(|c| {
+                                c.state
+                                    .as_ref()
+                                    .and_then(|s| s.terminated.as_ref())
+                                    .map_or(-1, |t| t.exit_code)
+                            })
+                            .collect();
+                        if !exits.is_empty() {
+                            let ok = exits.iter().all(|e| *e == 0);
+                            status.phase = Some(if ok { "Succeeded" } else { "Failed" }.into());
                         }
                     }
                     self.status.set(&uid, status);

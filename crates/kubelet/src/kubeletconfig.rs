@@ -46,6 +46,12 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<String>,
+    pub register_node: Option<bool>,
+    pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    pub node_status_update_frequency: Option<String>,
+    pub node_status_report_frequency: Option<String>,
+    pub node_lease_duration_seconds: Option<i32>,
+    pub port: Option<u16>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +102,14 @@ impl KubeletConfiguration {
             ("cpuCFSQuotaPeriod", &cfg.cpu_cfs_quota_period),
             ("fileCheckFrequency", &cfg.file_check_frequency),
             ("httpCheckFrequency", &cfg.http_check_frequency),
+            (
+                "nodeStatusUpdateFrequency",
+                &cfg.node_status_update_frequency,
+            ),
+            (
+                "nodeStatusReportFrequency",
+                &cfg.node_status_report_frequency,
+            ),
             ("syncFrequency", &cfg.sync_frequency),
         ] {
             if let Some(v) = v {

@@ -4,18 +4,24 @@
 //! Talks to containers only through the CRI ([`cri`]), so it drives nodus's own runtime
 //! and containerd alike. Module names follow upstream's packages: [`config`] (pod sources),
 //! [`syncloop`], [`pleg`], [`pod_workers`], [`kuberuntime`] (SyncPod), [`status`],
-//! [`prober`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`].
+//! [`prober`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`]; with a
+//! kubeconfig also [`nodestatus`], [`nodelease`], the API pod source, [`status::sync`],
+//! [`mirror`] pods and [`events`].
 
 pub mod apiclient;
 pub mod cli;
 pub mod cm;
 pub mod config;
 pub mod cri;
+pub mod events;
 pub mod kubelet;
 pub mod kubeletconfig;
 pub mod kuberuntime;
 pub mod lifecycle;
 pub mod metrics;
+pub mod mirror;
+pub mod nodelease;
+pub mod nodestatus;
 pub mod pleg;
 pub mod pod_workers;
 pub mod prober;

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod node;
 mod up;
 
 #[derive(Debug, Parser)]
@@ -28,7 +29,7 @@ enum Role {
     /// Run a whole single-node cluster: control plane + node (like `k3s server`).
     Up(up::UpArgs),
     /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
-    Node(Unbuilt),
+    Node(Box<node::NodeArgs>),
     /// Run the kubelet alone, driving any CRI runtime.
     Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
@@ -178,7 +179,7 @@ fn main() -> ExitCode {
                 nodus_crictl::run(args, &mut out).await.map_err(Into::into)
             }
             Role::Up(args) => up::run(args).await,
-            Role::Node(_) => not_built("node", "the kubelet, runtime and proxy issues"),
+            Role::Node(args) => node::run(*args).await,
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
             Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)

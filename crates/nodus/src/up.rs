@@ -1,5 +1,6 @@
 //! `nodus up`: a whole cluster from one command — the control plane (API server,
-//! scheduler, controllers) and, on the same machine, a node joined to it.
+//! scheduler, controllers) and, on the same machine, a node joined to it with credentials
+//! issued from the cluster CA (as `nodus node --control-plane-data-dir` does).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -19,6 +20,43 @@ pub struct UpArgs {
     /// The API server's HTTPS port (0 picks a free one).
     #[arg(long, default_value_t = 6443)]
     pub secure_port: u16,
+    /// Start the control plane alone, without a node on this machine.
+    #[arg(long)]
+    pub no_node: bool,
+    /// Flags for the node after `--`, as `nodus node` takes them (kubelet flags such as
+    /// `--hostname-override`, `--cgroup-root`, `--pod-manifest-path`; `--runtime-config`).
+    #[arg(last = true)]
+    pub node_args: Vec<String>,
+}
+
+/// `nodus node` flags for the node `nodus up` runs: the user's, plus the data dirs under
+/// `--data-dir` unless the user named them.
+fn node_args(args: &UpArgs, cp_dir: &std::path::Path) -> anyhow::Result<crate::node::NodeArgs> {
+    #[derive(clap::Parser)]
+    struct NodeCli {
+        #[command(flatten)]
+        node: crate::node::NodeArgs,
+    }
+    let mut argv: Vec<std::ffi::OsString> = vec!["nodus-node".into()];
+    let given = |flag: &str| {
+        args.node_args
+            .iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    };
+    let defaults = [
+        ("--data-dir", args.data_dir.join("node")),
+        ("--root-dir", args.data_dir.join("kubelet")),
+        ("--control-plane-data-dir", cp_dir.to_path_buf()),
+    ];
+    for (flag, value) in defaults {
+        if !given(flag) {
+            argv.push(flag.into());
+            argv.push(value.into());
+        }
+    }
+    argv.extend(args.node_args.iter().map(Into::into));
+    use clap::Parser as _;
+    Ok(NodeCli::try_parse_from(argv)?.node)
 }
 
 /// The message that tells a user where the cluster is and what to type next.
@@ -29,7 +67,7 @@ pub fn banner(url: &str, kubeconfig: &std::path::Path, node: Option<&str>) -> St
     );
     match node {
         Some(n) => s.push_str(&format!("node: {n}\n")),
-        None => s.push_str("node: none yet (the control plane runs alone)\n"),
+        None => s.push_str("node: none (the control plane runs alone)\n"),
     }
     s.push_str(&format!(
         "next: export KUBECONFIG={} && kubectl get nodes\n",
@@ -40,20 +78,45 @@ pub fn banner(url: &str, kubeconfig: &std::path::Path, node: Option<&str>) -> St
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let cp_dir = args.data_dir.join("control-plane");
+    // Parse the node's flags first: a typo fails before anything starts.
+    let mut node = if args.no_node {
+        None
+    } else {
+        Some(node_args(&args, &cp_dir)?)
+    };
     let cfg =
         nodus_control_plane::ControlPlaneConfig::new(&cp_dir, args.bind_address, args.secure_port);
     let handle = nodus_control_plane::start(cfg).await?;
-    print!("{}", banner(&handle.url, &handle.kubeconfig, None));
+    if let Some(n) = node.as_mut()
+        && n.server.is_none()
+    {
+        // The node reaches the API server at the address it actually listens on.
+        n.server = Some(handle.url.clone());
+    }
+    let node_name = node
+        .as_ref()
+        .map(|n| nodus_kubelet::cli::node_name(&n.kubelet));
+    print!(
+        "{}",
+        banner(&handle.url, &handle.kubeconfig, node_name.as_deref())
+    );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    tracing::info!("shutting down");
+    let result = match node {
+        // The node stops on SIGTERM/SIGINT (the kubelet's own handlers); then the control plane.
+        Some(n) => crate::node::run(n).await,
+        None => {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate())?;
+            let mut int = signal(SignalKind::interrupt())?;
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            Ok(())
+        }
+    };
+    tracing::info!("shutting down the control plane");
     handle.shutdown().await;
-    Ok(())
+    result
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 fn up_prints_the_kubeconfig_and_kubectl_works() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodus"))
-        .args(["up", "--secure-port", "0", "--data-dir"])
+        .args(["up", "--no-node", "--secure-port", "0", "--data-dir"])
         .arg(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -5,6 +5,7 @@
 //! difference into ADD / UPDATE / REMOVE / DELETE / RECONCILE updates on one channel, in
 //! the order upstream delivers them.
 
+mod apiserver;
 mod common;
 mod file;
 mod http;
@@ -13,6 +14,7 @@ mod merge;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::{Arc, Mutex};
 
+pub use apiserver::{MirrorPods, spawn_api_source};
 pub use common::{
     MAX_CONFIG_LENGTH, ManifestError, ManifestOrigin, apply_defaults, decode_manifest, fnv128a_hex,
     generate_pod_name,

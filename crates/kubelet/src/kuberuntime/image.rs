@@ -2,8 +2,9 @@
 
 use super::backoff::Backoff;
 use crate::cri::Runtime;
+use crate::events::{NORMAL, WARNING, recorder};
 use cri::runtime::v1 as pb;
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Container, ObjectReference};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -47,12 +48,14 @@ async fn present(rt: &Runtime, image: &str) -> Result<Option<String>, tonic::Sta
     Ok(r.image.map(|i| i.id))
 }
 
-/// Makes sure `c`'s image is present; returns the image reference to create from.
+/// Makes sure `c`'s image is present; returns the image reference to create from. Events
+/// (Pulling, Pulled, Failed, BackOff, ErrImageNeverPull) go to `obj`, the container.
 pub async fn ensure_image(
     rt: &Runtime,
     backoff: &Mutex<Backoff>,
     pod_uid: &str,
     c: &Container,
+    obj: &ObjectReference,
 ) -> Result<String, PullError> {
     let image = c.image.clone().unwrap_or_default();
     if image.is_empty() {
@@ -68,14 +71,23 @@ pub async fn ensure_image(
     })?;
     match (policy, &have) {
         ("Never", None) => {
+            let message =
+                format!("Container image {image:?} is not present with pull policy of Never");
+            recorder().event(obj, WARNING, "ErrImageNeverPull", &message);
             return Err(PullError {
                 reason: "ErrImageNeverPull",
-                message: format!(
-                    "Container image {image:?} is not present with pull policy of Never"
-                ),
+                message,
             });
         }
-        ("Never", Some(id)) | ("IfNotPresent", Some(id)) => return Ok(id.clone()),
+        ("Never", Some(id)) | ("IfNotPresent", Some(id)) => {
+            recorder().event(
+                obj,
+                NORMAL,
+                "Pulled",
+                &format!("Container image {image:?} already present on machine"),
+            );
+            return Ok(id.clone());
+        }
         _ => {}
     }
     let key = format!("{pod_uid}_{image}");
@@ -83,12 +95,15 @@ pub async fn ensure_image(
     if let Ok(b) = backoff.lock()
         && b.in_backoff_since_update(&key, now)
     {
+        let message = format!("Back-off pulling image {image:?}");
+        recorder().event(obj, NORMAL, "BackOff", &message);
         return Err(PullError {
             reason: "ImagePullBackOff",
-            message: format!("Back-off pulling image {image:?}"),
+            message,
         });
     }
     let started = Instant::now();
+    recorder().event(obj, NORMAL, "Pulling", &format!("Pulling image {image:?}"));
     match rt
         .image
         .clone()
@@ -107,15 +122,31 @@ pub async fn ensure_image(
                 b.reset(&key);
             }
             tracing::info!(image = %image, took = ?started.elapsed(), "pulled image");
+            let took = crate::pleg::go_duration(started.elapsed());
+            recorder().event(
+                obj,
+                NORMAL,
+                "Pulled",
+                &format!(
+                    "Successfully pulled image {image:?} in {took} ({took} including waiting)"
+                ),
+            );
             Ok(r.into_inner().image_ref)
         }
         Err(e) => {
             if let Ok(mut b) = backoff.lock() {
                 b.next(&key, Instant::now());
             }
+            let message = format!("failed to pull and unpack image {image:?}: {}", e.message());
+            recorder().event(
+                obj,
+                WARNING,
+                "Failed",
+                &format!("Failed to pull image {image:?}: {message}"),
+            );
             Err(PullError {
                 reason: "ErrImagePull",
-                message: format!("failed to pull and unpack image {image:?}: {}", e.message()),
+                message,
             })
         }
     }

@@ -299,6 +299,12 @@ impl KubeRuntime {
         }
         for (c, why) in &actions.kill {
             tracing::info!(pod = %pod_name(pod), container = %c.name, reason = %why, "killing container");
+            crate::events::recorder().event(
+                &crate::events::container_ref(pod, &c.name),
+                crate::events::NORMAL,
+                "Killing",
+                why,
+            );
             self.kill_container(pod, c, None).await;
         }
 
@@ -357,6 +363,12 @@ impl KubeRuntime {
                 Err(e) => {
                     let msg = format!("Failed to create pod sandbox: {}", e.message());
                     tracing::warn!(pod = %pod_name(pod), error = %msg, "CreatePodSandbox failed");
+                    crate::events::recorder().event(
+                        &crate::events::pod_ref(pod),
+                        crate::events::WARNING,
+                        "FailedCreatePodSandBox",
+                        &msg,
+                    );
                     result.errors.push(msg.clone());
                     self.all_waiting(pod, "ContainerCreating", &msg);
                     return Ok((result, rp));
@@ -492,28 +504,46 @@ impl KubeRuntime {
                         message: msg.clone(),
                     }),
                 );
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &c.name),
+                    crate::events::WARNING,
+                    "BackOff",
+                    &format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        pod_name_uid(pod)
+                    ),
+                );
                 return Err(msg);
             }
             if let Ok(mut b) = self.crash_backoff.lock() {
                 b.next(&key, finished);
             }
         }
-        let image_ref = match image::ensure_image(&self.rt, &self.image_backoff, &uid, c).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.set_reason(
-                    &uid,
-                    &c.name,
-                    Some(Waiting {
-                        reason: e.reason.into(),
-                        message: e.message.clone(),
-                    }),
-                );
-                return Err(e.message);
-            }
-        };
+        let obj = crate::events::container_ref(pod, &c.name);
+        let image_ref =
+            match image::ensure_image(&self.rt, &self.image_backoff, &uid, c, &obj).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.set_reason(
+                        &uid,
+                        &c.name,
+                        Some(Waiting {
+                            reason: e.reason.into(),
+                            message: e.message.clone(),
+                        }),
+                    );
+                    return Err(e.message);
+                }
+            };
         let restart_count = previous.map(|p| p.restart_count + 1).unwrap_or(0);
         let fail = |reason: &str, message: String| {
+            crate::events::recorder().event(
+                &obj,
+                crate::events::WARNING,
+                "Failed",
+                &format!("Error: {message}"),
+            );
             self.set_reason(
                 &uid,
                 &c.name,
@@ -540,6 +570,12 @@ impl KubeRuntime {
             Ok(r) => r.into_inner().container_id,
             Err(e) => return fail("CreateContainerError", e.message().to_string()),
         };
+        crate::events::recorder().event(
+            &obj,
+            crate::events::NORMAL,
+            "Created",
+            &format!("Created container: {}", c.name),
+        );
         if let Err(e) = client
             .start_container(pb::StartContainerRequest {
                 container_id: id.clone(),
@@ -549,6 +585,12 @@ impl KubeRuntime {
             return fail("RunContainerError", e.message().to_string());
         }
         tracing::info!(pod = %pod_name(pod), container = %c.name, id = %id, restart_count, "started container");
+        crate::events::recorder().event(
+            &obj,
+            crate::events::NORMAL,
+            "Started",
+            &format!("Started container {}", c.name),
+        );
         self.set_reason(&uid, &c.name, None);
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let grace = grace_period(pod);
@@ -564,6 +606,12 @@ impl KubeRuntime {
             .await
             {
                 tracing::warn!(pod = %pod_name(pod), container = %c.name, error = %e, "FailedPostStartHook");
+                crate::events::recorder().event(
+                    &obj,
+                    crate::events::WARNING,
+                    "FailedPostStartHook",
+                    &e.to_string(),
+                );
                 let info = ContainerInfo {
                     id: id.clone(),
                     name: c.name.clone(),
@@ -634,6 +682,12 @@ impl KubeRuntime {
             .await
             {
                 tracing::warn!(pod = %pod_name(pod), container = %c.name, error = %e, "FailedPreStopHook");
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &c.name),
+                    crate::events::WARNING,
+                    "FailedPreStopHook",
+                    &e.to_string(),
+                );
             }
             grace -= started.elapsed().as_secs() as i64;
         }
@@ -655,6 +709,16 @@ impl KubeRuntime {
     /// Stops every running container (in parallel, each with its own grace) and then the
     /// pod's sandboxes.
     pub async fn kill_pod(&self, pod: &Pod, rp: &RuntimePod, grace_override: Option<i64>) {
+        if pod.spec.is_some() {
+            for c in rp.running() {
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &c.name),
+                    crate::events::NORMAL,
+                    "Killing",
+                    &format!("Stopping container {}", c.name),
+                );
+            }
+        }
         let kills = rp
             .running()
             .map(|c| self.kill_container(pod, c, grace_override));

@@ -451,6 +451,12 @@ impl Inner {
             Outcome::Failure => {
                 let msg = format!("{probe_type} probe failed: {}", r.output);
                 tracing::info!(probe = %probe_type, pod = %pod_name, container = %container.name, "{msg}");
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &container.name),
+                    crate::events::WARNING,
+                    "Unhealthy",
+                    &msg,
+                );
                 self.results.set_message(probe_type, container_id, msg);
                 Ok(ProbeResult::Failure)
             }

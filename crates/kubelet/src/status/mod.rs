@@ -3,6 +3,7 @@
 //! restart counts, readiness from the probers.
 
 mod generate;
+pub mod sync;
 
 pub use generate::{generate_pod_status, pod_phase, set_ready_conditions};
 
@@ -16,6 +17,8 @@ use std::sync::{Arc, RwLock};
 #[derive(Clone, Default)]
 pub struct StatusManager {
     inner: Arc<RwLock<HashMap<String, PodStatus>>>,
+    /// Wakes the API status sync ([`sync`]) after every change.
+    pub changed: Arc<tokio::sync::Notify>,
 }
 
 impl StatusManager {
@@ -48,6 +51,8 @@ impl StatusManager {
             }
         }
         m.insert(uid.to_string(), status);
+        drop(m);
+        self.changed.notify_one();
     }
 
     pub fn remove(&self, uid: &str) {

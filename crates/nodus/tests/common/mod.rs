@@ -2,6 +2,7 @@
 //! private socket and root dir, and CRI clients to it.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod kubelet;
 pub mod node;
 
@@ -162,37 +163,43 @@ impl Drop for Runtime {
     /// every mount under the test's directory. The temp dir itself goes after this.
     fn drop(&mut self) {
         self.kill();
-        let state = self.dir.path().join("state");
-        let kill = |pidfile: PathBuf| {
-            if let Some(pid) = std::fs::read_to_string(pidfile)
-                .ok()
-                .and_then(|p| p.trim().parse::<i32>().ok())
-            {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
+        kill_runtime_leftovers(&self.dir.path().join("state"), self.dir.path());
+    }
+}
+
+/// Kills every shim and container a runtime with state dir `state` started (by the pids
+/// they recorded), pid-namespace inits and OCI runtime state, and unmounts everything under
+/// `base`.
+pub fn kill_runtime_leftovers(state: &Path, base: &Path) {
+    let kill = |pidfile: PathBuf| {
+        if let Some(pid) = std::fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    };
+    for c in list_dir(&state.join("containers")) {
+        kill(c.join("shim/shim.pid"));
+        kill(c.join("shim/init.pid"));
+        if let Some(id) = c.file_name().and_then(|n| n.to_str()) {
+            for root in list_dir(&state.join("oci")) {
+                let _ = Command::new("runc")
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["delete", "--force", id])
+                    .output();
             }
-        };
-        for c in list_dir(&state.join("containers")) {
-            kill(c.join("shim/shim.pid"));
-            kill(c.join("shim/init.pid"));
-            if let Some(id) = c.file_name().and_then(|n| n.to_str()) {
-                for root in list_dir(&state.join("oci")) {
-                    let _ = Command::new("runc")
-                        .arg("--root")
-                        .arg(&root)
-                        .args(["delete", "--force", id])
-                        .output();
-                }
-            }
         }
-        for sb in list_dir(&state.join("sandboxes")) {
-            kill(sb.join("ns/pid-init"));
-        }
-        for m in testkit::containerd::mounts_under(self.dir.path()) {
-            let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
-        }
+    }
+    for sb in list_dir(&state.join("sandboxes")) {
+        kill(sb.join("ns/pid-init"));
+    }
+    for m in testkit::containerd::mounts_under(base) {
+        let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 

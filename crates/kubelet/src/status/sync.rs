@@ -1,0 +1,283 @@
+//! The status manager's API half (upstream's status_manager.go syncPod/syncBatch): sends
+//! every pod's latest status to the API server and finishes graceful deletions.
+//!
+//! - A pod's status is sent as a JSON merge patch of `pods/status` computed against the
+//!   status the server last showed for it, with the pod's uid in the patch so a pod
+//!   recreated under the same name is never written to. Only the newest status of a pod is
+//!   sent (changes between two rounds coalesce), and a status that was sent is not sent
+//!   again until it changes; a failed send is retried on the next round, so the latest
+//!   status reaches the server once it is back.
+//! - Conditions other components own (PodScheduled, DisruptionTarget, …) are kept.
+//! - A terminal phase on the server is never turned back into a running one.
+//! - Static pods have no API object of their own: their status goes to their mirror pod.
+//! - A pod being deleted whose containers are all stopped gets the final delete
+//!   (gracePeriodSeconds=0, uid precondition), after its last status was sent.
+
+use crate::config::{self, MirrorPods};
+use crate::pod_workers::{PodWorkers, WorkerPhase};
+use crate::status::StatusManager;
+use crate::syncloop::PodManager;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// upstream's syncPeriod: every status is checked at least this often.
+const SYNC_PERIOD: Duration = Duration::from_secs(10);
+
+pub struct StatusSync {
+    pub client: kube::Client,
+    pub status: StatusManager,
+    pub pods: PodManager,
+    pub workers: PodWorkers,
+    pub mirrors: MirrorPods,
+    /// Whether a pod was rejected at admission (it has no worker to say it is stopped).
+    pub is_rejected: Box<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+/// Where a pod's status goes: namespace, name, uid of the API object, and its status there.
+struct Target {
+    namespace: String,
+    name: String,
+    uid: String,
+    server_status: PodStatus,
+}
+
+impl StatusSync {
+    pub async fn run(self) {
+        let mut sent: HashMap<String, Value> = HashMap::new();
+        let mut deleted: HashSet<String> = HashSet::new();
+        let mirrors_changed = std::sync::Arc::clone(&self.mirrors.changed);
+        loop {
+            tokio::select! {
+                // A new mirror pod needs its static pod's status now, not at the next round.
+                _ = mirrors_changed.notified() => {}
+                _ = self.status.changed.notified() => {
+                    // Let a burst of updates settle into one round.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ = tokio::time::sleep(SYNC_PERIOD) => {}
+            }
+            self.sync_all(&mut sent, &mut deleted).await;
+        }
+    }
+
+    fn target(&self, pod: &Pod) -> Option<Target> {
+        if config::is_static_pod(pod) {
+            let mirror = self.mirrors.get(&config::pod_full_name(pod))?;
+            return Some(Target {
+                namespace: mirror.metadata.namespace.clone().unwrap_or_default(),
+                name: mirror.metadata.name.clone()?,
+                uid: mirror.metadata.uid.clone()?,
+                server_status: mirror.status.unwrap_or_default(),
+            });
+        }
+        Some(Target {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone()?,
+            uid: pod.metadata.uid.clone()?,
+            server_status: pod.status.clone().unwrap_or_default(),
+        })
+    }
+
+    async fn sync_all(&self, sent: &mut HashMap<String, Value>, deleted: &mut HashSet<String>) {
+        let pods = self.pods.all();
+        let live: HashSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        sent.retain(|k, _| k.split('/').next().is_some_and(|u| live.contains(u)));
+        deleted.retain(|u| live.contains(u));
+        for pod in pods {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            let Some(target) = self.target(&pod) else {
+                continue;
+            };
+            if let Some(status) = self.status.get(&uid) {
+                // Keyed by the target's uid too: a recreated mirror pod gets the status anew.
+                let key = format!("{uid}/{}", target.uid);
+                self.sync_status(&pod, &target, status, &key, sent).await;
+            }
+            if !config::is_static_pod(&pod)
+                && pod.metadata.deletion_timestamp.is_some()
+                && !deleted.contains(&uid)
+                && self.can_be_deleted(&uid)
+            {
+                self.final_delete(&target).await;
+                deleted.insert(uid);
+            }
+        }
+    }
+
+    /// upstream's canBeDeleted, as far as nodus tracks it: the worker stopped every
+    /// container (or the pod never ran).
+    fn can_be_deleted(&self, uid: &str) -> bool {
+        match self.workers.phase(uid) {
+            Some(WorkerPhase::Terminated) => true,
+            Some(_) => false,
+            None => (self.is_rejected)(uid),
+        }
+    }
+
+    async fn sync_status(
+        &self,
+        pod: &Pod,
+        target: &Target,
+        status: PodStatus,
+        key: &str,
+        sent: &mut HashMap<String, Value>,
+    ) {
+        let merged = merge_foreign_conditions(status, &target.server_status);
+        let Ok(new) = serde_json::to_value(&merged) else {
+            return;
+        };
+        if sent.get(key) == Some(&new) {
+            return;
+        }
+        let old = serde_json::to_value(&target.server_status).unwrap_or(Value::Null);
+        if old == new {
+            sent.insert(key.to_string(), new);
+            return;
+        }
+        let terminal = |s: &PodStatus| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if terminal(&target.server_status) && !terminal(&merged) {
+            tracing::debug!(pod = %config::format_pod(pod), "not moving a terminal pod status back");
+            sent.insert(key.to_string(), new);
+            return;
+        }
+        let patch = serde_json::json!({
+            "metadata": {"uid": target.uid},
+            "status": merge_diff(&old, &new),
+        });
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
+        match api
+            .patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::debug!(pod = %config::format_pod(pod), target = %target.name, phase = ?merged.phase, "Status for pod updated successfully");
+                sent.insert(key.to_string(), new);
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                tracing::debug!(pod = %config::format_pod(pod), "pod gone from the API server; status not sent");
+                sent.insert(key.to_string(), new);
+            }
+            Err(e) => {
+                tracing::warn!(pod = %config::format_pod(pod), error = %e, "Failed to update status for pod; retrying");
+            }
+        }
+    }
+
+    async fn final_delete(&self, target: &Target) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(target.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&target.name, &params).await {
+            Ok(_) => {
+                tracing::info!(pod = %format!("{}/{}", target.namespace, target.name), "Pod fully terminated and removed from etcd")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(pod = %format!("{}/{}", target.namespace, target.name), error = %e, "final delete of the pod failed; retrying");
+            }
+        }
+    }
+}
+
+/// Keeps the server's conditions whose type the kubelet does not set.
+fn merge_foreign_conditions(mut status: PodStatus, server: &PodStatus) -> PodStatus {
+    let ours: HashSet<String> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| c.type_.clone())
+        .collect();
+    let foreign: Vec<_> = server
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| !ours.contains(&c.type_))
+        .cloned()
+        .collect();
+    if !foreign.is_empty() {
+        let mut all = foreign;
+        all.extend(status.conditions.take().unwrap_or_default());
+        status.conditions = Some(all);
+    }
+    status
+}
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`.
+pub fn merge_diff(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut out = serde_json::Map::new();
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) if ov == nv => {}
+                    Some(ov @ Value::Object(_)) if nv.is_object() => {
+                        out.insert(k.clone(), merge_diff(ov, nv));
+                    }
+                    _ => {
+                        out.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            for k in o.keys() {
+                if !n.contains_key(k) {
+                    out.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(out)
+        }
+        _ => new.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn diff_sets_changes_and_nulls_removals() {
+        let old = json!({"phase": "Pending", "a": {"x": 1, "y": 2}, "gone": 1});
+        let new = json!({"phase": "Running", "a": {"x": 1, "y": 3}});
+        assert_eq!(
+            merge_diff(&old, &new),
+            json!({"phase": "Running", "a": {"y": 3}, "gone": null})
+        );
+    }
+
+    #[test]
+    fn scheduler_conditions_survive() {
+        let server: PodStatus = serde_json::from_value(json!({
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]
+        }))
+        .unwrap();
+        let ours: PodStatus = serde_json::from_value(json!({
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }))
+        .unwrap();
+        let m = merge_foreign_conditions(ours, &server);
+        let types: Vec<_> = m
+            .conditions
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.type_, c.status))
+            .collect();
+        assert_eq!(
+            types,
+            vec![
+                ("PodScheduled".to_string(), "True".to_string()),
+                ("Ready".to_string(), "True".to_string())
+            ]
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! `nodus node`: a whole worker node in one process — nodus's CRI runtime and the kubelet
+//! pointed at it — joining a control plane through a kubeconfig.
+//!
+//! Joining: pass `--kubeconfig FILE` (a kubeconfig whose client certificate is
+//! `system:node:<name>` in `system:nodes`), or, on the control plane's machine,
+//! `--control-plane-data-dir DIR`: the node then issues its own credentials from the
+//! cluster CA in `DIR/pki` (written to `DIR/nodes/<name>.kubeconfig`), which is how a
+//! second node joins a `nodus control-plane` without a bootstrap token.
+
+use anyhow::Context as _;
+use std::path::PathBuf;
+
+/// Flags of `nodus node`: its own, the runtime's, and every kubelet flag.
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// Where the runtime keeps images and state (`runtime/`) and its socket (`run/`).
+    #[arg(long, default_value = "/var/lib/nodus/node")]
+    pub data_dir: PathBuf,
+    /// The data dir of a `nodus control-plane` on this machine: issue this node's
+    /// credentials from its CA instead of reading --kubeconfig.
+    #[arg(long)]
+    pub control_plane_data_dir: Option<PathBuf>,
+    /// The API server URL written into issued credentials [default: the one in the
+    /// control plane's admin.kubeconfig].
+    #[arg(long)]
+    pub server: Option<String>,
+    /// The runtime's configuration file (as `nodus runtime --config`).
+    #[arg(long)]
+    pub runtime_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub kubelet: nodus_kubelet::cli::KubeletArgs,
+}
+
+/// The `server:` of the first cluster in a kubeconfig.
+fn server_of(kubeconfig: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .map(|s| s.trim().trim_matches(|c| c == '"' || c == '\'').to_string())
+        .filter(|s| !s.is_empty())
+        .with_context(|| format!("{} names no server", kubeconfig.display()))
+}
+
+/// A hook for the lead's kube-proxy: started beside the kubelet once the proxy crate
+/// lands. Until then the node has no Service networking.
+async fn start_proxy_hook(_kubeconfig: &std::path::Path) {
+    tracing::info!(
+        "kube-proxy is not part of `nodus node` yet: Services are not programmed on this node"
+    );
+}
+
+/// Runs the runtime and the kubelet until SIGTERM/SIGINT. `nodus up` calls this with the
+/// control plane's data dir.
+pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
+    let node = nodus_kubelet::cli::node_name(&args.kubelet);
+    if let Some(cp) = &args.control_plane_data_dir {
+        let server = match &args.server {
+            Some(s) => s.clone(),
+            None => server_of(&cp.join("admin.kubeconfig"))?,
+        };
+        let path = nodus_control_plane::pki::issue_node_kubeconfig(cp, &node, &server)
+            .with_context(|| format!("issuing credentials for node {node}"))?;
+        tracing::info!(node = %node, kubeconfig = %path.display(), "issued node credentials from the control plane's CA");
+        args.kubelet.kubeconfig = Some(path);
+    }
+    let Some(kubeconfig) = args.kubelet.kubeconfig.clone() else {
+        anyhow::bail!(
+            "`nodus node` needs --kubeconfig FILE (a system:node:<name> kubeconfig) or --control-plane-data-dir DIR"
+        );
+    };
+    let socket = args.data_dir.join("run").join("nodus.sock");
+    if args.kubelet.container_runtime_endpoint.is_none() {
+        args.kubelet.container_runtime_endpoint = Some(format!("unix://{}", socket.display()));
+    }
+    let config = match &args.runtime_config {
+        Some(p) => nodus_runtime::config::RuntimeConfig::load(p)?,
+        None => Default::default(),
+    };
+    let mut runtime = tokio::spawn(nodus_runtime::server::serve(
+        nodus_runtime::server::ServeOptions {
+            listen: socket,
+            root_dir: args.data_dir.join("runtime"),
+            state_dir: args.data_dir.join("run").join("runtime"),
+            config,
+        },
+    ));
+    start_proxy_hook(&kubeconfig).await;
+    let kubelet = nodus_kubelet::cli::run(args.kubelet);
+    tokio::pin!(kubelet);
+    tokio::select! {
+        r = &mut kubelet => {
+            r?;
+            // Both stop on the same signal; let the runtime remove its socket.
+            match tokio::time::timeout(std::time::Duration::from_secs(10), &mut runtime).await {
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "runtime stopped with an error"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "runtime task failed"),
+                _ => {}
+            }
+        }
+        r = &mut runtime => {
+            match r {
+                Ok(Ok(())) => anyhow::bail!("the container runtime stopped"),
+                Ok(Err(e)) => return Err(anyhow::Error::new(e).context("the container runtime failed")),
+                Err(e) => anyhow::bail!("the container runtime task failed: {e}"),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,370 @@
+//! A cluster under test: `nodus control-plane` inside a test node's network namespace (so
+//! its 127.0.0.1 is the node's), node credentials from its CA, and kubectl run inside the
+//! namespace against it, as a user would.
+
+use super::nodus_bin;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use testkit::Netns;
+use testkit::daemon::Daemon;
+
+pub const API_PORT: u16 = 6443;
+
+/// The node's own address in its namespace: an interface carrying the default route,
+/// so the kubelet finds its InternalIP the way it does on a real machine.
+pub const NODE_IP: &str = "10.250.0.2";
+
+/// Gives the namespace an uplink-like interface with [`NODE_IP`] and a default route.
+pub fn add_node_address(netns: &Netns) {
+    for args in [
+        // A veth pair with both ends in the namespace: the kernel here has no dummy driver.
+        vec![
+            "link", "add", "eth0", "type", "veth", "peer", "name", "uplink0",
+        ],
+        vec!["addr", "add", "10.250.0.2/24", "dev", "eth0"],
+        vec!["link", "set", "uplink0", "up"],
+        vec!["link", "set", "eth0", "up"],
+        vec![
+            "route",
+            "add",
+            "default",
+            "via",
+            "10.250.0.1",
+            "dev",
+            "eth0",
+        ],
+    ] {
+        let out = netns.run("ip", &args).expect("ip in netns");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+pub struct ControlPlane {
+    daemon: Option<Daemon>,
+    netns: Arc<Netns>,
+    pub dir: tempfile::TempDir,
+    starts: usize,
+}
+
+impl ControlPlane {
+    /// Starts the control plane in `netns` on 127.0.0.1:[`API_PORT`].
+    pub fn start(netns: Arc<Netns>) -> ControlPlane {
+        let dir = tempfile::Builder::new()
+            .prefix("nodus-cp-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let mut cp = ControlPlane {
+            daemon: None,
+            netns,
+            dir,
+            starts: 0,
+        };
+        cp.spawn();
+        cp
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let mut cmd = self.netns.command(nodus_bin()).expect("command in netns");
+        cmd.arg("control-plane")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(["--bind-address", "127.0.0.1", "--secure-port"])
+            .arg(API_PORT.to_string());
+        let log = self
+            .dir
+            .path()
+            .join(format!("control-plane-{}.log", self.starts));
+        let mut d = Daemon::spawn("nodus-control-plane", cmd, &log, Duration::from_secs(5))
+            .expect("spawn control plane");
+        let kubeconfig = self.admin_kubeconfig();
+        let ns = Arc::clone(&self.netns);
+        d.wait_ready(Duration::from_secs(60), || {
+            kubeconfig.exists()
+                && ns
+                    .connect_tcp(std::net::SocketAddr::from(([127, 0, 0, 1], API_PORT)))
+                    .is_ok()
+        })
+        .expect("control plane did not come up");
+        self.daemon = Some(d);
+    }
+
+    /// Stops the API server (SIGTERM); its store stays on disk.
+    pub fn stop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+    }
+
+    /// Starts it again on the same store.
+    pub fn start_again(&mut self) {
+        assert!(self.daemon.is_none(), "still running");
+        self.spawn();
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.data_dir().join("admin.kubeconfig")
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{API_PORT}")
+    }
+
+    /// A kubeconfig for `system:node:<node>`.
+    pub fn node_kubeconfig(&self, node: &str) -> PathBuf {
+        nodus_control_plane::pki::issue_node_kubeconfig(&self.data_dir(), node, &self.url())
+            .expect("issue node kubeconfig")
+    }
+
+    pub fn log(&self) -> String {
+        self.daemon
+            .as_ref()
+            .map(|d| d.log_tail(60))
+            .unwrap_or_default()
+    }
+
+    /// `kubectl ARGS…` as the admin, inside the namespace: (success, stdout, stderr).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        kubectl(
+            &self.netns,
+            &self.admin_kubeconfig(),
+            &self.dir.path().join("home"),
+            args,
+            None,
+        )
+    }
+
+    /// `kubectl apply -f -` with `yaml`.
+    pub fn apply(&self, yaml: &str) {
+        let (ok, out, err) = kubectl(
+            &self.netns,
+            &self.admin_kubeconfig(),
+            &self.dir.path().join("home"),
+            &["apply", "-f", "-"],
+            Some(yaml),
+        );
+        assert!(ok, "kubectl apply failed: {out}{err}\n{yaml}");
+    }
+
+    /// `kubectl get ARGS… -o json`, parsed; None when kubectl fails (e.g. NotFound).
+    pub fn get_json(&self, args: &[&str]) -> Option<Value> {
+        let mut all: Vec<&str> = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        let (ok, out, _) = self.kubectl(&all);
+        if !ok {
+            return None;
+        }
+        serde_json::from_str(&out).ok()
+    }
+
+    /// Polls `get_json(args)` until `pred` holds; panics with the last object, `what` and
+    /// `context()` (logs) otherwise.
+    pub fn wait_json(
+        &self,
+        args: &[&str],
+        timeout: Duration,
+        what: &str,
+        context: &dyn Fn() -> String,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.get_json(args);
+            if let Some(v) = &v
+                && pred(v)
+            {
+                return v.clone();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{what}: not within {timeout:?}\nlast: {}\n{}\ncontrol plane log:\n{}",
+                    serde_json::to_string_pretty(&v).unwrap_or_default(),
+                    context(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+    }
+}
+
+fn kubectl_bin() -> &'static str {
+    if Path::new("/usr/bin/kubectl").exists() {
+        "/usr/bin/kubectl"
+    } else {
+        "kubectl"
+    }
+}
+
+/// Runs kubectl in `netns` with `kubeconfig`, feeding `stdin` when given.
+pub fn kubectl(
+    netns: &Netns,
+    kubeconfig: &Path,
+    home: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use std::io::Write as _;
+    let mut cmd = netns.command(kubectl_bin()).expect("kubectl in netns");
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--request-timeout", "20s"])
+        .args(args)
+        .env("HOME", home)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn kubectl");
+    if let Some(mut si) = child.stdin.take()
+        && let Some(text) = stdin
+    {
+        si.write_all(text.as_bytes()).expect("write kubectl stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// The condition `type_` of an object's status.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// The events about object `name` in `namespace`, as (reason, message) pairs.
+pub fn events_for(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<(String, String)> {
+    cp.get_json(&["events", "-n", namespace])
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == name)
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `nodus node` (runtime + kubelet in one process) in `netns`, joining `cp` with
+/// credentials it issues itself from the control plane's data dir.
+pub struct NodeProcess {
+    daemon: Option<Daemon>,
+    pub dir: tempfile::TempDir,
+}
+
+impl NodeProcess {
+    pub fn start(
+        netns: &Arc<Netns>,
+        cp: &ControlPlane,
+        name: &str,
+        subnet: &str,
+        cgroup_root: &str,
+    ) -> NodeProcess {
+        let dir = tempfile::Builder::new()
+            .prefix("nodus-nodeproc-")
+            .tempdir()
+            .expect("tempdir");
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("net.d")).unwrap();
+        std::fs::write(
+            d.join("net.d/10-test.conflist"),
+            super::node::conflist(&d.join("ipam"), subnet),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("runtime.toml"),
+            format!(
+                "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+                d.join("net.d").display()
+            ),
+        )
+        .unwrap();
+        let archive = d.join("busybox.tar");
+        testkit::image::busybox()
+            .write_oci_archive(&archive, "docker.io/library/busybox:latest")
+            .unwrap();
+        let out = std::process::Command::new(nodus_bin())
+            .args(["runtime", "import"])
+            .arg(&archive)
+            .arg("--root-dir")
+            .arg(d.join("data/runtime"))
+            .output()
+            .expect("nodus runtime import");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut cmd = netns.command(nodus_bin()).expect("command in netns");
+        cmd.arg("node")
+            .arg("--data-dir")
+            .arg(d.join("data"))
+            .arg("--control-plane-data-dir")
+            .arg(cp.data_dir())
+            .arg("--runtime-config")
+            .arg(d.join("runtime.toml"))
+            .args(["--hostname-override", name])
+            .arg("--root-dir")
+            .arg(d.join("kubelet"))
+            .arg("--pod-logs-dir")
+            .arg(d.join("logs"))
+            .args(["--cgroup-root", cgroup_root])
+            .env("NODUS_LOG", "nodus_kubelet=debug,info");
+        let log = d.join("node.log");
+        let mut daemon = Daemon::spawn("nodus-node", cmd, &log, Duration::from_secs(10))
+            .expect("spawn nodus node");
+        let ns = Arc::clone(netns);
+        daemon
+            .wait_ready(Duration::from_secs(60), || {
+                ns.http_get(10248, "/healthz").is_ok_and(|(c, _)| c == 200)
+            })
+            .expect("nodus node did not come up");
+        NodeProcess {
+            daemon: Some(daemon),
+            dir,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.daemon
+            .as_ref()
+            .map(|d| d.log_tail(150))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+        super::kill_runtime_leftovers(&self.dir.path().join("data/run/runtime"), self.dir.path());
+    }
+}
