@@ -76,3 +76,166 @@ fn up_prints_the_kubeconfig_and_kubectl_works() {
         "nodus up exits cleanly on SIGTERM: {status}"
     );
 }
+
+mod common;
+
+use common::cluster::{self, kubectl};
+use serde_json::Value;
+
+fn json_of(out: &(bool, String, String)) -> Option<Value> {
+    if !out.0 {
+        return None;
+    }
+    serde_json::from_str(&out.1).ok()
+}
+
+/// `nodus up` in a private network namespace: the control plane and a node in one process;
+/// a pod created without a node is placed by the scheduler and run by the kubelet; the
+/// node's Lease renews; `kubectl get nodes` shows the runtime as `nodus://…`.
+#[test]
+fn up_runs_a_cluster_where_kubectl_run_works() {
+    if !common::have_root() {
+        return;
+    }
+    let netns = std::sync::Arc::new(testkit::Netns::new("nodus-up").expect("netns"));
+    let cgroup = testkit::CgroupParent::new("nodus-up");
+    cgroup.create();
+    cluster::add_node_address(&netns);
+    let dir = tempfile::Builder::new()
+        .prefix("nodus-up-")
+        .tempdir()
+        .expect("tempdir");
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("net.d")).expect("net.d");
+    std::fs::write(
+        d.join("net.d/10-test.conflist"),
+        common::node::conflist(&d.join("ipam"), "10.99.70.0/24"),
+    )
+    .expect("conflist");
+    std::fs::write(
+        d.join("runtime.toml"),
+        format!(
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+            d.join("net.d").display()
+        ),
+    )
+    .expect("runtime.toml");
+    let archive = d.join("busybox.tar");
+    testkit::image::busybox()
+        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
+        .expect("archive");
+    let out = Command::new(common::nodus_bin())
+        .args(["runtime", "import"])
+        .arg(&archive)
+        .arg("--root-dir")
+        .arg(d.join("up/node/runtime"))
+        .output()
+        .expect("nodus runtime import");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut cmd = netns
+        .command(common::nodus_bin())
+        .expect("command in netns");
+    cmd.arg("up")
+        .arg("--data-dir")
+        .arg(d.join("up"))
+        .arg("--")
+        .arg("--runtime-config")
+        .arg(d.join("runtime.toml"))
+        .args(["--hostname-override", "up-node"])
+        .arg("--pod-logs-dir")
+        .arg(d.join("logs"))
+        .args(["--cgroup-root", &cgroup.path()]);
+    let log = d.join("up.log");
+    let mut daemon = testkit::daemon::Daemon::spawn("nodus-up", cmd, &log, Duration::from_secs(10))
+        .expect("spawn nodus up");
+    let kubeconfig = d.join("up/control-plane/admin.kubeconfig");
+    let k = |args: &[&str]| kubectl(&netns, &kubeconfig, d, args, None);
+    let wait = |args: &[&str], what: &str, pred: &dyn Fn(&Value) -> bool| -> Value {
+        for _ in 0..300 {
+            if let Some(v) = json_of(&k(args)).filter(|v| pred(v)) {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!("timed out waiting for {what}\n{}", daemon_log(&log));
+    };
+    let node = wait(
+        &["get", "node", "up-node", "-o", "json"],
+        "node Ready",
+        &|n| cluster::condition(n, "Ready").is_some_and(|c| c["status"] == "True"),
+    );
+    assert!(
+        node.pointer("/status/nodeInfo/containerRuntimeVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("nodus://")),
+        "{node}"
+    );
+    let lease = wait(
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-node-lease",
+            "up-node",
+            "-o",
+            "json",
+        ],
+        "lease",
+        &|_| true,
+    );
+    let first = lease.pointer("/spec/renewTime").cloned();
+    let (ok, out, err) = k(&[
+        "run",
+        "hello",
+        "--image=busybox",
+        "--restart=Never",
+        "--image-pull-policy=IfNotPresent",
+        "--",
+        "sh",
+        "-c",
+        "echo hello from nodus up; sleep 3600",
+    ]);
+    assert!(ok, "kubectl run: {out}{err}");
+    let pod = wait(
+        &["get", "pod", "hello", "-o", "json"],
+        "pod Running",
+        &|p| p["status"]["phase"] == "Running",
+    );
+    assert_eq!(
+        pod.pointer("/spec/nodeName").and_then(Value::as_str),
+        Some("up-node")
+    );
+    let (ok, logs, err) = k(&["logs", "hello"]);
+    assert!(
+        ok && logs.contains("hello from nodus up"),
+        "kubectl logs: {logs}{err}"
+    );
+    wait(
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-node-lease",
+            "up-node",
+            "-o",
+            "json",
+        ],
+        "lease renewed",
+        &|l| l.pointer("/spec/renewTime").cloned() != first,
+    );
+    let (ok, out, err) = k(&["delete", "pod", "hello", "--timeout=60s"]);
+    assert!(ok, "kubectl delete: {out}{err}\n{}", daemon_log(&log));
+    daemon.stop();
+    common::kill_runtime_leftovers(&d.join("up/node/run/runtime"), d);
+    drop(cgroup);
+}
+
+fn daemon_log(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(150)..].join("\n")
+}
