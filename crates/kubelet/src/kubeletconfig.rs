@@ -47,6 +47,58 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<String>,
+    pub port: Option<u16>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub authentication: Option<KubeletAuthentication>,
+    pub authorization: Option<KubeletAuthorization>,
+}
+
+/// `authentication` of the KubeletConfiguration (who the kubelet API believes).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletAuthentication {
+    pub x509: Option<KubeletX509Authentication>,
+    pub webhook: Option<KubeletWebhookAuthentication>,
+    pub anonymous: Option<KubeletAnonymousAuthentication>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletX509Authentication {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletWebhookAuthentication {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletAnonymousAuthentication {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization` of the KubeletConfiguration (what an authenticated caller may do).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletAuthorization {
+    pub mode: Option<String>,
+    pub webhook: Option<KubeletWebhookAuthorization>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletWebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<String>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

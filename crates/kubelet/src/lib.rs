@@ -16,6 +16,7 @@ pub mod kubeletconfig;
 pub mod kuberuntime;
 pub mod lifecycle;
 pub mod metrics;
+pub mod objectcache;
 pub mod pleg;
 pub mod pod_workers;
 pub mod prober;
