@@ -226,15 +226,19 @@ fn log_container_id(
             .ok_or_else(|| {
                 format!("previous terminated container {container:?} in pod {name:?} not found")
             })?
+    } else if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+        // Waiting to restart: the log is the last instance's, as upstream shows it.
+        cs.last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.container_id.clone())
+            .ok_or_else(|| {
+                format!(
+                    "container {container:?} in pod {name:?} is waiting to start: {}",
+                    w.reason.clone().unwrap_or_default()
+                )
+            })?
     } else {
-        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref())
-            && cs.container_id.is_none()
-        {
-            return Err(format!(
-                "container {container:?} in pod {name:?} is waiting to start: {}",
-                w.reason.clone().unwrap_or_default()
-            ));
-        }
         cs.container_id.clone().ok_or_else(|| {
             format!(
                 "container {container:?} in pod {name:?} is waiting to start: ContainerCreating"

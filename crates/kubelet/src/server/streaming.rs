@@ -129,19 +129,27 @@ fn grpc_code(e: &tonic::Status) -> Refused {
 /// `/exec/{ns}/{pod}/{container}` and `/exec/{ns}/{pod}/{uid}/{container}`.
 pub async fn exec(
     State(s): State<ServerState>,
-    Path(segs): Path<Vec<String>>,
+    Path(rest): Path<String>,
     req: Request,
 ) -> Response {
-    remote_command(s, segs, req, false).await
+    remote_command(s, segments(&rest), req, false).await
 }
 
 /// `/attach/{ns}/{pod}/{container}` and `/attach/{ns}/{pod}/{uid}/{container}`.
 pub async fn attach(
     State(s): State<ServerState>,
-    Path(segs): Path<Vec<String>>,
+    Path(rest): Path<String>,
     req: Request,
 ) -> Response {
-    remote_command(s, segs, req, true).await
+    remote_command(s, segments(&rest), req, true).await
+}
+
+/// The `/`-separated parts of a wildcard path capture.
+fn segments(rest: &str) -> Vec<String> {
+    rest.split('/')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn split_pod_path(segs: &[String]) -> Option<(&str, &str, Option<&str>, &str)> {
@@ -207,9 +215,10 @@ async fn remote_command(s: ServerState, segs: Vec<String>, req: Request, attach:
 /// `/portForward/{ns}/{pod}` and `/portForward/{ns}/{pod}/{uid}`.
 pub async fn port_forward(
     State(s): State<ServerState>,
-    Path(segs): Path<Vec<String>>,
+    Path(rest): Path<String>,
     req: Request,
 ) -> Response {
+    let segs = segments(&rest);
     let (ns, name, uid) = match segs.as_slice() {
         [ns, pod] => (ns.as_str(), pod.as_str(), None),
         [ns, pod, uid] => (ns.as_str(), pod.as_str(), Some(uid.as_str())),
@@ -264,11 +273,8 @@ pub async fn port_forward(
 
 /// POST `/run/{ns}/{pod}/{container}` (and with the uid): runs `cmd` (split on spaces) and
 /// answers its output.
-pub async fn run(
-    State(s): State<ServerState>,
-    Path(segs): Path<Vec<String>>,
-    req: Request,
-) -> Response {
+pub async fn run(State(s): State<ServerState>, Path(rest): Path<String>, req: Request) -> Response {
+    let segs = segments(&rest);
     let Some((ns, name, uid, container)) = split_pod_path(&segs) else {
         return text(StatusCode::NOT_FOUND, "404 page not found".into());
     };

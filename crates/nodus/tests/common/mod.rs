@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod kubelet;
+pub mod kubelet_api;
 pub mod node;
 
 #[allow(unused_imports)] // not every test binary uses the node

@@ -1,0 +1,350 @@
+//! The kubelet API on :10250 end to end: a `nodus kubelet` joined to `nodus control-plane`
+//! (both in the test node's network namespace) serves logs, exec, attach and port-forward
+//! to the real kubectl through the API server, refuses unauthenticated callers, asks the
+//! API server who a token is and what it may do, and answers /stats/summary.
+//!
+//! Pods come from the static pod directory; the Node object and the pod's API copy are
+//! made by hand here (as the kubelet's registration and mirror pods will), so the API
+//! server can find the kubelet and the pod.
+
+mod common;
+
+use common::BareNode;
+use common::kubelet::{Kubelet, NODE_NAME, container_status, is_running};
+use common::kubelet_api::{ALLOWED_TOKEN, ControlPlane, DENIED_TOKEN, KUBELET_PORT};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(90);
+
+const CONTAINERS: &str = r#"
+  - name: main
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo one; echo two; echo three; exec sleep 3600"]
+  - name: ticker
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "i=0; while [ $i -lt 30 ]; do echo tick $i; i=$((i+1)); sleep 0.3; done"]
+  - name: chatter
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "while true; do echo chat; sleep 0.5; done"]
+  - name: server
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "mkdir -p /www && echo hello-pf > /www/index.html && exec httpd -f -p 8080 -h /www"]
+"#;
+
+fn static_manifest() -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\nspec:\n  containers:{CONTAINERS}"
+    )
+}
+
+fn api_copy() -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-{NODE_NAME}\n  namespace: default\n  annotations:\n    kubernetes.io/config.mirror: hand-made\nspec:\n  nodeName: {NODE_NAME}\n  containers:{CONTAINERS}"
+    )
+}
+
+fn out(o: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| !l.is_empty()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
+    if !common::have_root() {
+        return;
+    }
+    let node = BareNode::new("10.89.7.0/24");
+    node.cgroup.create();
+    let cp = ControlPlane::start(node.netns.clone());
+    let flags = cp.kubelet_flags(NODE_NAME);
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let k = Kubelet::start(
+        node.netns.clone(),
+        &node.rt.endpoint(),
+        &node.cgroup.path(),
+        &flag_refs,
+    );
+    k.write_manifest("web.yaml", &static_manifest());
+    let name = format!("web-{NODE_NAME}");
+    k.wait_pod(&name, T, "all containers running", |p| {
+        is_running(p, "main") && is_running(p, "server")
+    });
+    cp.register_node(NODE_NAME);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&api_copy()));
+    cp.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            &name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Running"}}"#,
+        ],
+        None,
+    );
+    let url = |path: &str| format!("https://127.0.0.1:{KUBELET_PORT}{path}");
+    let (crt, key) = cp.admin_cert();
+    let (crt, key) = (crt.display().to_string(), key.display().to_string());
+
+    // --- authentication and authorization on the kubelet itself ---
+    let (code, body) = cp.curl(&[&url("/pods")]);
+    assert_eq!((code, body.trim()), (401, "Unauthorized"), "anonymous");
+    let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/pods")]);
+    assert_eq!(code, 200, "{body}");
+    let pods: Value = serde_json::from_str(&body).expect("PodList");
+    assert!(
+        pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["metadata"]["name"] == name.as_str()),
+        "{body}"
+    );
+    let bearer = |t: &str| format!("Authorization: Bearer {t}");
+    let (code, body) = cp.curl(&["-H", &bearer(ALLOWED_TOKEN), &url("/healthz")]);
+    assert_eq!(
+        (code, body.trim()),
+        (200, "ok"),
+        "a token the API server knows"
+    );
+    let (code, body) = cp.curl(&["-H", &bearer("no-such-token"), &url("/healthz")]);
+    assert_eq!(
+        (code, body.trim()),
+        (401, "Unauthorized"),
+        "an unknown token"
+    );
+    let (code, body) = cp.curl(&["-H", &bearer(DENIED_TOKEN), &url("/stats/summary")]);
+    assert_eq!(
+        (code, body.trim()),
+        (
+            403,
+            "Forbidden (user=system:node:other, verb=get, resource=nodes, subresource=stats)"
+        ),
+        "another node's identity, refused by the API server's Node authorizer"
+    );
+
+    // --- /stats/summary, /runningpods/, /run ---
+    let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/stats/summary")]);
+    assert_eq!(code, 200, "{body}");
+    let summary: Value = serde_json::from_str(&body).expect("Summary JSON");
+    assert_eq!(summary["node"]["nodeName"], NODE_NAME);
+    assert!(
+        summary["node"]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(summary["node"]["fs"]["capacityBytes"].as_u64().unwrap() > 0);
+    let pod = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("no stats for {name}: {body}"));
+    assert_eq!(pod["podRef"]["namespace"], "default");
+    let names: Vec<&str> = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"main") && names.contains(&"server"),
+        "{names:?}"
+    );
+    assert!(pod["memory"]["workingSetBytes"].as_u64().is_some(), "{pod}");
+    assert!(
+        pod["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(),
+        "{pod}"
+    );
+
+    let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/runningpods/")]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&name), "{body}");
+
+    let (code, body) = cp.curl(&[
+        "--cert",
+        &crt,
+        "--key",
+        &key,
+        "-X",
+        "POST",
+        &url(&format!("/run/default/{name}/main?cmd=echo%20ran%20here")),
+    ]);
+    assert_eq!((code, body.trim()), (200, "ran here"));
+
+    // --- kubectl logs through the API server ---
+    let logs = cp.kubectl_ok(&["logs", &name, "-c", "main"], None);
+    assert_eq!(lines(&logs), vec!["one", "two", "three"]);
+    let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--tail=1"], None);
+    assert_eq!(lines(&logs), vec!["three"]);
+    let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--limit-bytes=5"], None);
+    assert_eq!(logs, "one\nt");
+    let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--timestamps"], None);
+    for (l, want) in lines(&logs).iter().zip(["one", "two", "three"]) {
+        let (ts, text) = l.split_once(' ').unwrap();
+        assert_eq!(text, want);
+        assert!(
+            ts.len() >= 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+            "{l}"
+        );
+    }
+    let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--since=1h"], None);
+    assert_eq!(lines(&logs), vec!["one", "two", "three"]);
+
+    // Follow the ticker until it exits; then its previous instance's log.
+    let pod_now = k.pod(&name).unwrap();
+    let ticker_restarts = container_status(&pod_now, "ticker")
+        .and_then(|c| c["restartCount"].as_i64())
+        .unwrap_or(0);
+    let followed = cp.kubectl_ok(&["logs", "-f", &name, "-c", "ticker"], None);
+    let ticks = lines(&followed);
+    assert_eq!(ticks.last(), Some(&"tick 29"), "{followed}");
+    let want: Vec<String> = (0..30).map(|i| format!("tick {i}")).collect();
+    assert!(
+        ticks.len() <= 30
+            && want.ends_with(&ticks.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        "{followed}"
+    );
+    k.wait_pod(&name, T, "ticker restarted", |p| {
+        container_status(p, "ticker")
+            .and_then(|c| c["restartCount"].as_i64())
+            .unwrap_or(0)
+            > ticker_restarts.max(0)
+    });
+    let prev = cp.kubectl_ok(&["logs", "--previous", &name, "-c", "ticker"], None);
+    assert_eq!(
+        lines(&prev),
+        want.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    // A container that never restarted has no previous log: the kubelet says so (the API
+    // server passes the refusal on; kubectl only shows its own wording for it today).
+    let (code, body) = cp.curl(&[
+        "--cert",
+        &crt,
+        "--key",
+        &key,
+        &url(&format!("/containerLogs/default/{name}/main?previous=true")),
+    ]);
+    assert_eq!(
+        (code, body.trim()),
+        (
+            400,
+            format!("previous terminated container \"main\" in pod \"{name}\" not found").as_str()
+        )
+    );
+    let o = cp.kubectl(&["logs", "--previous", &name, "-c", "main"]);
+    assert!(!o.status.success(), "{:?}", out(&o));
+    let (code, _) = cp.curl(&[
+        "--cert",
+        &crt,
+        "--key",
+        &key,
+        &url(&format!("/containerLogs/default/{name}/nope")),
+    ]);
+    assert_eq!(code, 404, "a container the pod does not have");
+
+    // --- kubectl exec ---
+    let said = cp.kubectl_ok(
+        &[
+            "exec",
+            &name,
+            "-c",
+            "main",
+            "--",
+            "sh",
+            "-c",
+            "echo hello-$((1+2))",
+        ],
+        None,
+    );
+    assert_eq!(said.trim(), "hello-3");
+    let said = cp.kubectl_ok(
+        &["exec", "-i", &name, "-c", "main", "--", "cat"],
+        Some("piped in\n"),
+    );
+    assert_eq!(said, "piped in\n");
+    let o = cp.kubectl(&["exec", &name, "-c", "main", "--", "sh", "-c", "exit 3"]);
+    let (_, err) = out(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("command terminated with exit code 3"), "{err}");
+    // -it under a pseudo-terminal, as a user at a shell would run it.
+    let kc = cp.admin_kubeconfig().display().to_string();
+    let script = format!(
+        "kubectl --kubeconfig {kc} exec -it {name} -c main -- sh -c 'tty; echo interactive-ok'"
+    );
+    let mut cmd = node.netns.command("script").unwrap();
+    cmd.args(["-qec", &script, "/dev/null"])
+        .env("HOME", cp.dir.path().join("home"))
+        .stdin(std::process::Stdio::null());
+    let o = cmd.output().unwrap();
+    let (so, se) = out(&o);
+    assert!(
+        so.contains("/dev/pts/") && so.contains("interactive-ok"),
+        "stdout: {so}\nstderr: {se}"
+    );
+
+    // --- kubectl attach: a running container's output from now on ---
+    let mut cmd = node.netns.command("timeout").unwrap();
+    cmd.args([
+        "-s",
+        "INT",
+        "4",
+        "kubectl",
+        "--kubeconfig",
+        &kc,
+        "attach",
+        &name,
+        "-c",
+        "chatter",
+    ])
+    .env("HOME", cp.dir.path().join("home"));
+    let o = cmd.output().unwrap();
+    let (so, se) = out(&o);
+    assert!(so.contains("chat"), "attach stdout: {so}\nstderr: {se}");
+
+    // --- kubectl port-forward ---
+    let mut cmd = node.netns.command("kubectl").unwrap();
+    cmd.args([
+        "--kubeconfig",
+        &kc,
+        "port-forward",
+        &format!("pod/{name}"),
+        "18080:8080",
+    ])
+    .env("HOME", cp.dir.path().join("home"))
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut pf = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = (0, String::new());
+    while Instant::now() < deadline {
+        got = cp.curl(&["http://127.0.0.1:18080/index.html"]);
+        if got.0 == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = pf.kill();
+    let pf_out = pf.wait_with_output().unwrap();
+    assert_eq!(
+        (got.0, got.1.trim()),
+        (200, "hello-pf"),
+        "port-forward: {}",
+        String::from_utf8_lossy(&pf_out.stderr)
+    );
+    drop(k);
+    drop(cp);
+}
