@@ -272,6 +272,18 @@ impl ObjectCache {
     }
 }
 
+impl Drop for ObjectCache {
+    /// The watch tasks would outlive the cache otherwise (an abort handle does not abort
+    /// on drop).
+    fn drop(&mut self) {
+        if let Ok(entries) = self.entries.get_mut() {
+            for e in entries.values() {
+                e.task.abort();
+            }
+        }
+    }
+}
+
 /// Keeps `tx` at the latest state of one object until aborted; re-lists after errors
 /// with the watcher's default back-off.
 async fn watch_object(client: kube::Client, key: Key, tx: watch::Sender<Option<Known>>) {

@@ -348,3 +348,296 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     drop(k);
     drop(cp);
 }
+
+const VOLUME_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: vols
+  namespace: default
+  labels: {app: vols, tier: "web"}
+  annotations: {note: "say \"hi\""}
+spec:
+  nodeName: vol-node
+  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    resources: {limits: {cpu: 500m, memory: 64Mi}}
+    env:
+    - {name: FROM_CM, valueFrom: {configMapKeyRef: {name: cfg, key: a}}}
+    - {name: FROM_SECRET, valueFrom: {secretKeyRef: {name: sec, key: password}}}
+    - {name: MAYBE, valueFrom: {configMapKeyRef: {name: absent, key: a, optional: true}}}
+    - {name: COMBINED, value: "$(FROM_CM)-$(CFG_b)"}
+    envFrom:
+    - {prefix: CFG_, configMapRef: {name: cfg}}
+    - configMapRef: {name: digits}
+  volumes:
+  - name: whole
+    configMap: {name: cfg}
+  - name: picked
+    configMap: {name: cfg, items: [{key: a, path: sub/a.txt, mode: 0600}], defaultMode: 0640}
+  - name: creds
+    secret: {secretName: sec, defaultMode: 0400}
+  - name: maybe
+    configMap: {name: absent, optional: true}
+  - name: info
+    downwardAPI:
+      items:
+      - {path: labels, fieldRef: {fieldPath: metadata.labels}}
+      - {path: annotations, fieldRef: {fieldPath: metadata.annotations}}
+      - {path: name, fieldRef: {fieldPath: metadata.name}}
+      - {path: cpu, resourceFieldRef: {containerName: app, resource: limits.cpu, divisor: 1m}}
+  - name: all-in-one
+    projected:
+      sources:
+      - configMap: {name: cfg, items: [{key: b, path: b}]}
+      - secret: {name: sec}
+      - downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}
+"#;
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// configMap, secret, downwardAPI and projected volumes and env references, at the crate
+/// level against a real API server, read with the node's own identity (so the Node
+/// authorizer's "pods bound to this node reference it" rule is what lets the watches in).
+/// The full pod path through the API needs the kubelet's API pod source.
+#[tokio::test(flavor = "multi_thread")]
+async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
+    use nodus_kubelet::kuberuntime::env::{EnvContext, make_env};
+    use nodus_kubelet::objectcache::ObjectCache;
+    use nodus_kubelet::volumes;
+    if !common::have_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let cp = nodus_control_plane::start(nodus_control_plane::ControlPlaneConfig::new(
+        dir.path().join("cp"),
+        "127.0.0.1".parse().unwrap(),
+        0,
+    ))
+    .await
+    .expect("control plane");
+    let kubectl = |args: &[&str], stdin: Option<&str>| -> String {
+        use std::io::Write as _;
+        let mut c = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .args(args)
+            .env("HOME", &home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let (Some(mut s), Some(t)) = (c.stdin.take(), stdin) {
+            s.write_all(t.as_bytes()).unwrap();
+        }
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "kubectl {args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    kubectl(
+        &[
+            "create",
+            "configmap",
+            "cfg",
+            "--from-literal=a=1",
+            "--from-literal=b=two",
+        ],
+        None,
+    );
+    kubectl(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "sec",
+            "--from-literal=password=s3cret",
+        ],
+        None,
+    );
+    kubectl(
+        &["create", "configmap", "unrelated", "--from-literal=x=y"],
+        None,
+    );
+    kubectl(
+        &[
+            "create",
+            "configmap",
+            "digits",
+            "--from-literal=1st=x",
+            "--from-literal=ok=y",
+        ],
+        None,
+    );
+    kubectl(&["create", "-f", "-"], Some(VOLUME_POD));
+    let pod_json = kubectl(&["get", "pod", "vols", "-o", "json"], None);
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_str(&pod_json).unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+
+    let node_kc =
+        nodus_control_plane::pki::issue_node_kubeconfig(&cp.data_dir, "vol-node", &cp.url).unwrap();
+    let client = nodus_kubelet::apiclient::client_from_kubeconfig(&node_kc)
+        .await
+        .unwrap();
+    let cache = ObjectCache::new(Some(client));
+    let root = dir.path().join("kubelet");
+    let sync = |objects| EnvContext {
+        node_name: "vol-node".into(),
+        node_cpu_milli: 2000,
+        node_memory_bytes: 1 << 30,
+        objects,
+        ..Default::default()
+    };
+    let objects = volumes::fetch(Some(&cache), &pod).await;
+    let ctx = sync(objects);
+    let paths = volumes::set_up(&root, &pod, &ctx).expect("volumes set up");
+    let read = |vol: &str, file: &str| {
+        std::fs::read_to_string(paths[vol].join(file))
+            .unwrap_or_else(|e| panic!("{vol}/{file}: {e}"))
+    };
+    assert_eq!(read("whole", "a"), "1");
+    assert_eq!(read("whole", "b"), "two");
+    assert_eq!(mode(&paths["whole"].join("a")), 0o644);
+    assert_eq!(read("picked", "sub/a.txt"), "1");
+    assert_eq!(mode(&paths["picked"].join("sub/a.txt")), 0o600);
+    assert!(!paths["picked"].join("b").exists(), "items pick keys");
+    assert_eq!(read("creds", "password"), "s3cret");
+    assert_eq!(mode(&paths["creds"].join("password")), 0o400);
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        mounts.contains(&format!("{} tmpfs", paths["creds"].display())),
+        "secret volumes live on tmpfs"
+    );
+    assert_eq!(
+        std::fs::read_dir(&paths["maybe"])
+            .unwrap()
+            .filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("..")
+            })
+            .count(),
+        0,
+        "an optional, missing configMap is an empty volume"
+    );
+    assert_eq!(read("info", "labels"), "app=\"vols\"\ntier=\"web\"");
+    assert_eq!(read("info", "annotations"), "note=\"say \\\"hi\\\"\"");
+    assert_eq!(read("info", "name"), "vols");
+    assert_eq!(read("info", "cpu"), "500");
+    assert_eq!(read("all-in-one", "b"), "two");
+    assert_eq!(read("all-in-one", "password"), "s3cret");
+    assert_eq!(read("all-in-one", "ns"), "default");
+    assert_eq!(
+        std::fs::read_link(paths["whole"].join("a")).unwrap(),
+        std::path::Path::new("..data/a")
+    );
+
+    // Env: key refs, envFrom with prefix (the invalid key is skipped), optional refs.
+    let c = &pod.spec.as_ref().unwrap().containers[0];
+    let env = make_env(&pod, c, &ctx).expect("env");
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("FROM_CM").as_deref(), Some("1"));
+    assert_eq!(get("FROM_SECRET").as_deref(), Some("s3cret"));
+    assert_eq!(get("CFG_a").as_deref(), Some("1"));
+    assert_eq!(get("CFG_b").as_deref(), Some("two"));
+    assert_eq!(get("ok").as_deref(), Some("y"));
+    assert_eq!(get("1st"), None, "not a valid variable name: skipped");
+    assert_eq!(get("MAYBE"), None);
+    assert_eq!(get("COMBINED").as_deref(), Some("1-two"));
+
+    // An update reaches the volume at a later sync, swapped in through ..data.
+    let before = std::fs::read_link(paths["whole"].join("..data")).unwrap();
+    kubectl(
+        &[
+            "patch",
+            "configmap",
+            "cfg",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"a":"changed"}}"#,
+        ],
+        None,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let objects = volumes::fetch(Some(&cache), &pod).await;
+        volumes::set_up(&root, &pod, &sync(objects)).expect("resync");
+        if read("whole", "a") == "changed" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "update never arrived");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(read("picked", "sub/a.txt"), "changed");
+    assert_ne!(
+        std::fs::read_link(paths["whole"].join("..data")).unwrap(),
+        before
+    );
+
+    // A missing, required configMap: the volume fails with upstream's message, and so
+    // does a container whose env needs it; a key that is not there is named.
+    let mut broken = pod.clone();
+    broken.metadata.uid = Some("broken-uid".into());
+    let spec = broken.spec.as_mut().unwrap();
+    spec.volumes = Some(vec![
+        serde_json::from_value(serde_json::json!(
+            {"name": "gone", "configMap": {"name": "nope"}}
+        ))
+        .unwrap(),
+    ]);
+    spec.containers[0].env = Some(vec![
+        serde_json::from_value(serde_json::json!(
+            {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "zzz"}}}
+        ))
+        .unwrap(),
+    ]);
+    spec.containers[0].env_from = None;
+    // The node may not read an object no pod bound to it references.
+    let objects = volumes::fetch(Some(&cache), &broken).await;
+    let err = volumes::set_up(&root, &broken, &sync(objects.clone()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("MountVolume.SetUp failed for volume \"gone\" : "),
+        "{err}"
+    );
+    let env_err = make_env(
+        &broken,
+        &broken.spec.as_ref().unwrap().containers[0],
+        &sync(objects),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(env_err, "couldn't find key zzz in ConfigMap default/cfg");
+    // With the admin's identity the object's absence is what shows.
+    let admin = nodus_kubelet::apiclient::client_from_kubeconfig(&cp.kubeconfig)
+        .await
+        .unwrap();
+    let admin_cache = ObjectCache::new(Some(admin));
+    let objects = volumes::fetch(Some(&admin_cache), &broken).await;
+    let err = volumes::set_up(&root, &broken, &sync(objects))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "MountVolume.SetUp failed for volume \"gone\" : configmap \"nope\" not found"
+    );
+
+    volumes::tear_down(&root, &uid).unwrap();
+    volumes::tear_down(&root, "broken-uid").unwrap();
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        !mounts.contains(&root.display().to_string()),
+        "tmpfs left mounted"
+    );
+    cache.unregister_pod(&uid);
+    cp.shutdown().await;
+}
