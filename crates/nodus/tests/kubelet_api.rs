@@ -641,3 +641,200 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     cache.unregister_pod(&uid);
     cp.shutdown().await;
 }
+
+fn pod_yaml(name: &str, api_copy: bool, spec: &str) -> String {
+    let (full, extra) = if api_copy {
+        (
+            format!("{name}-{NODE_NAME}"),
+            "  annotations: {kubernetes.io/config.mirror: hand-made}\n".to_string(),
+        )
+    } else {
+        (name.to_string(), String::new())
+    };
+    let node = if api_copy {
+        format!("  nodeName: {NODE_NAME}\n")
+    } else {
+        String::new()
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {full}\n  namespace: default\n  labels: {{app: {name}}}\n{extra}spec:\n{node}{spec}"
+    )
+}
+
+const VOL_SPEC: &str = r#"  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "exec sleep 3600"]
+    env:
+    - {name: FROM_CM, valueFrom: {configMapKeyRef: {name: site, key: index.html}}}
+    envFrom:
+    - {prefix: S_, secretRef: {name: creds}}
+    volumeMounts:
+    - {name: site, mountPath: /site}
+    - {name: creds, mountPath: /creds}
+    - {name: info, mountPath: /info}
+  volumes:
+  - {name: site, configMap: {name: site}}
+  - {name: creds, secret: {secretName: creds}}
+  - name: info
+    downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}
+"#;
+
+const BROKEN_ENV_SPEC: &str = r#"  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "exec sleep 3600"]
+    env:
+    - {name: X, valueFrom: {configMapKeyRef: {name: missing, key: x}}}
+"#;
+
+const BROKEN_MOUNT_SPEC: &str = r#"  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "exec sleep 3600"]
+    volumeMounts:
+    - {name: cfg, mountPath: /cfg}
+  volumes:
+  - {name: cfg, configMap: {name: missing-too}}
+"#;
+
+/// The kubelet's own pod path with API objects: configMap, secret and downward API files
+/// inside a running container, env from a configMap and a secret, an update reaching the
+/// running container, and pods whose objects are missing held back with upstream's reasons
+/// while the others run.
+///
+/// The pods are static pods whose hand-made API copies (bound to the node) give the Node
+/// authorizer the relationship that lets the kubelet read their objects — a stand-in for
+/// the API pod source, so that what is tested is the kubelet's volume and env plumbing.
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_get_config_maps_and_secrets_as_files_and_env() {
+    if !common::have_root() {
+        return;
+    }
+    let node = BareNode::new("10.89.8.0/24");
+    node.cgroup.create();
+    let cp = ControlPlane::start(node.netns.clone());
+    cp.kubectl_ok(
+        &[
+            "create",
+            "configmap",
+            "site",
+            "--from-literal=index.html=v1",
+        ],
+        None,
+    );
+    cp.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=token=t0p",
+        ],
+        None,
+    );
+    for (n, spec) in [
+        ("vol", VOL_SPEC),
+        ("broken", BROKEN_ENV_SPEC),
+        ("nomount", BROKEN_MOUNT_SPEC),
+    ] {
+        cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml(n, true, spec)));
+    }
+    let mut flags = cp.kubelet_flags(NODE_NAME);
+    flags.extend(["--sync-frequency".to_string(), "2s".to_string()]);
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let k = Kubelet::start(
+        node.netns.clone(),
+        &node.rt.endpoint(),
+        &node.cgroup.path(),
+        &flag_refs,
+    );
+    cp.register_node(NODE_NAME);
+    for (n, spec) in [
+        ("vol", VOL_SPEC),
+        ("broken", BROKEN_ENV_SPEC),
+        ("nomount", BROKEN_MOUNT_SPEC),
+    ] {
+        k.write_manifest(&format!("{n}.yaml"), &pod_yaml(n, false, spec));
+    }
+    let vol = format!("vol-{NODE_NAME}");
+    k.wait_pod(&vol, T, "app running", |p| is_running(p, "app"));
+    let exec = |cmd: &str| cp.kubectl_ok(&["exec", &vol, "-c", "app", "--", "sh", "-c", cmd], None);
+    assert_eq!(exec("cat /site/index.html"), "v1");
+    assert_eq!(exec("cat /creds/token"), "t0p");
+    assert_eq!(exec("cat /info/labels"), "app=\"vol\"");
+    assert_eq!(exec("echo $FROM_CM $S_token"), "v1 t0p\n");
+    assert!(
+        exec("grep ' /creds ' /proc/mounts").contains("tmpfs"),
+        "secrets are on tmpfs"
+    );
+
+    let broken = k.wait_pod(&format!("broken-{NODE_NAME}"), T, "config error", |p| {
+        container_status(p, "app")
+            .is_some_and(|c| c["state"]["waiting"]["reason"] == "CreateContainerConfigError")
+    });
+    assert_eq!(
+        container_status(&broken, "app").unwrap()["state"]["waiting"]["message"],
+        "configmap \"missing\" not found"
+    );
+    let nomount = k.wait_pod(&format!("nomount-{NODE_NAME}"), T, "mount error", |p| {
+        container_status(p, "app").is_some_and(|c| {
+            c["state"]["waiting"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("MountVolume.SetUp failed"))
+        })
+    });
+    let st = container_status(&nomount, "app").unwrap();
+    assert_eq!(st["state"]["waiting"]["reason"], "ContainerCreating");
+    assert_eq!(
+        st["state"]["waiting"]["message"],
+        "MountVolume.SetUp failed for volume \"cfg\" : configmap \"missing-too\" not found"
+    );
+
+    // An update reaches the running container's files at a later sync; env keeps the
+    // value the container started with, as upstream.
+    cp.kubectl_ok(
+        &[
+            "patch",
+            "configmap",
+            "site",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"index.html":"v2"}}"#,
+        ],
+        None,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if exec("cat /site/index.html") == "v2" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the update never reached the pod\n{}",
+            k.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(exec("echo $FROM_CM"), "v1\n");
+    // The missing configMap appears: the held-back pod starts.
+    cp.kubectl_ok(
+        &["create", "configmap", "missing", "--from-literal=x=now"],
+        None,
+    );
+    k.wait_pod(
+        &format!("broken-{NODE_NAME}"),
+        T,
+        "running once its configMap exists",
+        |p| is_running(p, "app"),
+    );
+    assert!(
+        is_running(&k.pod(&vol).unwrap(), "app"),
+        "others unaffected"
+    );
+    drop(k);
+    drop(cp);
+}
