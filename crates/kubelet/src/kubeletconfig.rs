@@ -189,9 +189,16 @@ impl KubeletConfiguration {
 
 /// serde names an unknown field with the list of known ones; say it the user's way.
 fn explain(msg: &str) -> String {
-    if let Some(rest) = msg.strip_prefix("unknown field `")
+    // Nested fields come prefixed with their path: `authentication.x509: unknown field …`.
+    if let Some((path, rest)) = msg.split_once("unknown field `")
         && let Some((field, _)) = rest.split_once('`')
     {
+        let path = path.trim_end_matches(": ").trim();
+        let field = if path.is_empty() {
+            field.to_string()
+        } else {
+            format!("{path}.{field}")
+        };
         return format!(
             "unknown or unsupported field {field:?}: nodus's kubelet does not implement it (yet); remove it or see the README for the supported fields"
         );
@@ -216,6 +223,29 @@ mod tests {
         );
         assert_eq!(c.cluster_dns.unwrap(), vec!["10.96.0.10".to_string()]);
         assert!(c.feature_gates.unwrap()["EventedPLEG"]);
+    }
+
+    #[test]
+    fn reads_the_kubelet_api_settings() {
+        let c = KubeletConfiguration::parse(
+            Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nport: 10250\ntlsCertFile: /pki/k.crt\nauthentication:\n  x509: {clientCAFile: /pki/ca.crt}\n  webhook: {enabled: true, cacheTTL: 2m}\n  anonymous: {enabled: false}\nauthorization:\n  mode: Webhook\n  webhook: {cacheAuthorizedTTL: 5m, cacheUnauthorizedTTL: 30s}\n",
+        )
+        .unwrap();
+        let authn = c.authentication.unwrap();
+        assert_eq!(
+            authn.x509.unwrap().client_ca_file.unwrap(),
+            PathBuf::from("/pki/ca.crt")
+        );
+        assert_eq!(authn.anonymous.unwrap().enabled, Some(false));
+        assert_eq!(c.authorization.unwrap().mode.as_deref(), Some("Webhook"));
+        let e = KubeletConfiguration::parse(
+            Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nauthentication: {x509: {clientCAFil: x}}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("\"authentication.x509.clientCAFil\""), "{e}");
     }
 
     #[test]

@@ -366,7 +366,7 @@ pub fn self_signed(
         .unwrap_or_default()
         .as_secs();
     let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::CommonName, format!("{node_name}-ca@{now}"));
+    dn.push(rcgen::DnType::CommonName, format!("{node_name}@{now}"));
     params.distinguished_name = dn;
     params.not_before = rcgen::date_time_ymd(2024, 1, 1);
     params.not_after = rcgen::date_time_ymd(2035, 1, 1);
