@@ -135,6 +135,18 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         "another node's identity, refused by the API server's Node authorizer"
     );
 
+    let (code, body) = cp.curl(&["-H", &bearer(DENIED_TOKEN), &url("/logs/")]);
+    assert_eq!(
+        (code, body.trim()),
+        (
+            403,
+            "Forbidden (user=system:node:other, verb=get, resource=nodes, subresource=log)"
+        )
+    );
+    let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/logs/")]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.starts_with("<pre>"), "{body}");
+
     // --- /stats/summary, /runningpods/, /run ---
     let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/stats/summary")]);
     assert_eq!(code, 200, "{body}");

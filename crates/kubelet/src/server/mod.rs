@@ -4,12 +4,13 @@
 //! API on `--port` (10250) over TLS with authentication and authorization ([`auth`]):
 //! `/healthz`, `/pods`, `/runningpods/`, `/metrics`, `/metrics/probes`, `/metrics/cadvisor`,
 //! `/stats/summary` ([`stats`]), `/containerLogs` ([`logs`]), `/exec`, `/attach`,
-//! `/portForward`, `/run` ([`streaming`]).
+//! `/portForward`, `/run` ([`streaming`]), `/logs/` ([`syslogs`]).
 
 pub mod auth;
 pub mod logs;
 pub mod stats;
 pub mod streaming;
+pub mod syslogs;
 
 use crate::metrics::Metrics;
 use crate::pleg::Health;
@@ -321,6 +322,8 @@ pub fn secure_router(state: ServerState, auth: Arc<auth::Auth>) -> Router {
         .route("/attach/{*rest}", any(streaming::attach))
         .route("/portForward/{*rest}", any(streaming::port_forward))
         .route("/run/{*rest}", post(streaming::run))
+        .route("/logs/", get(syslogs::index))
+        .route("/logs/{*path}", get(syslogs::file))
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(auth, guard))
 }

@@ -358,9 +358,11 @@ pub async fn proxy_stream(url: &str, mut req: Request) -> Response {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let tcp = match tokio::net::TcpStream::connect((host.as_str(), port)).await {
-        Ok(t) => t,
-        Err(e) => return fail(&e),
+    let dial = tokio::net::TcpStream::connect((host.as_str(), port));
+    let tcp = match tokio::time::timeout(std::time::Duration::from_secs(10), dial).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return fail(&e),
+        Err(_) => return fail(&"connect timed out"),
     };
     let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
         Ok(x) => x,
