@@ -405,6 +405,7 @@ spec:
       - configMap: {name: cfg, items: [{key: b, path: b}]}
       - secret: {name: sec}
       - downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}
+      - serviceAccountToken: {path: token, expirationSeconds: 3600}
 "#;
 
 fn mode(p: &std::path::Path) -> u32 {
@@ -547,6 +548,9 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     assert_eq!(read("all-in-one", "b"), "two");
     assert_eq!(read("all-in-one", "password"), "s3cret");
     assert_eq!(read("all-in-one", "ns"), "default");
+    // This API server has no TokenRequest: the token is left out (and logged), the rest of
+    // the projection is still there.
+    assert!(!paths["all-in-one"].join("token").exists());
     assert_eq!(
         std::fs::read_link(paths["whole"].join("a")).unwrap(),
         std::path::Path::new("..data/a")
