@@ -854,3 +854,91 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
     drop(k);
     drop(cp);
 }
+
+/// The same kubelet API on containerd: logs from containerd's log files, exec and
+/// port-forward proxied to containerd's own streaming server.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_logs_exec_and_port_forward_work_on_containerd() {
+    if !common::have_root() {
+        return;
+    }
+    let netns = std::sync::Arc::new(testkit::Netns::new("kapi-ctrd").unwrap());
+    let base = tempfile::tempdir().unwrap();
+    let ctrd = common::node::start_containerd(&netns, base.path(), "10.89.9.0/24");
+    let cgroup = testkit::CgroupParent::new("kapi-ctrd");
+    cgroup.create();
+    let cp = ControlPlane::start(netns.clone());
+    let flags = cp.kubelet_flags(NODE_NAME);
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let k = Kubelet::start(netns.clone(), &ctrd.endpoint(), &cgroup.path(), &flag_refs);
+    k.write_manifest("web.yaml", &static_manifest());
+    let name = format!("web-{NODE_NAME}");
+    k.wait_pod(&name, T, "main and server running", |p| {
+        is_running(p, "main") && is_running(p, "server")
+    });
+    cp.register_node(NODE_NAME);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&api_copy()));
+    cp.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            &name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Running"}}"#,
+        ],
+        None,
+    );
+    let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--tail=2"], None);
+    assert_eq!(lines(&logs), vec!["two", "three"]);
+    let said = cp.kubectl_ok(
+        &[
+            "exec",
+            &name,
+            "-c",
+            "main",
+            "--",
+            "sh",
+            "-c",
+            "echo on-$((40+2))",
+        ],
+        None,
+    );
+    assert_eq!(said.trim(), "on-42");
+    let o = cp.kubectl(&["exec", &name, "-c", "main", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{:?}", out(&o));
+    let kc = cp.admin_kubeconfig().display().to_string();
+    let mut cmd = netns.command("kubectl").unwrap();
+    cmd.args([
+        "--kubeconfig",
+        &kc,
+        "port-forward",
+        &format!("pod/{name}"),
+        "18081:8080",
+    ])
+    .env("HOME", cp.dir.path().join("home"))
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut pf = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = (0, String::new());
+    while Instant::now() < deadline {
+        got = cp.curl(&["http://127.0.0.1:18081/index.html"]);
+        if got.0 == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = pf.kill();
+    let pf_out = pf.wait_with_output().unwrap();
+    assert_eq!(
+        (got.0, got.1.trim()),
+        (200, "hello-pf"),
+        "port-forward: {}",
+        String::from_utf8_lossy(&pf_out.stderr)
+    );
+    drop(k);
+    drop(cp);
+    drop(ctrd);
+}
