@@ -181,6 +181,25 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         pod["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(),
         "{pod}"
     );
+    let main = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "main")
+        .unwrap();
+    assert!(main["logs"]["usedBytes"].as_u64().unwrap() > 0, "{main}");
+    assert!(
+        main["logs"]["capacityBytes"].as_u64().unwrap() > 0,
+        "{main}"
+    );
+    assert!(
+        pod["ephemeral-storage"]["usedBytes"].as_u64().unwrap() > 0,
+        "{pod}"
+    );
+    assert!(
+        summary["node"]["network"]["interfaces"].is_array(),
+        "{body}"
+    );
 
     let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/runningpods/")]);
     assert_eq!(code, 200, "{body}");

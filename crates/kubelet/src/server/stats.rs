@@ -1,7 +1,9 @@
 //! `/stats/summary`: upstream's Summary API (k8s.io/kubelet/pkg/apis/stats/v1alpha1) from
 //! the CRI stats provider — pods and containers from ListPodSandboxStats, the image
 //! filesystem from ImageFsInfo — and the node from the kernel (`/proc/stat`,
-//! `/proc/meminfo`, statfs of the kubelet's root dir, the pid counters).
+//! `/proc/meminfo`, `/proc/net/dev`, statfs of the kubelet's root dir, the pid counters).
+//! Container `logs` are the files under the pod's log directory; a pod's
+//! `ephemeral-storage` is its containers' writable layers and logs plus its emptyDirs.
 
 use super::ServerState;
 use axum::extract::State;
@@ -118,6 +120,64 @@ fn statfs(path: &std::path::Path) -> Value {
     }
 }
 
+/// Bytes and inodes used by the files under `dir` (not following symlinks).
+fn dir_usage(dir: &std::path::Path) -> (u64, u64) {
+    let (mut bytes, mut inodes) = (0u64, 0u64);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            inodes += 1;
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                bytes += m.len();
+            }
+        }
+    }
+    (bytes, inodes)
+}
+
+/// A filesystem's capacity with `used` bytes and inodes of one consumer on it
+/// (upstream's FsStats for container logs and pod ephemeral storage).
+fn fs_with_usage(on: &std::path::Path, used: u64, inodes_used: u64) -> Value {
+    let mut v = statfs(on);
+    if v.is_object() {
+        v["usedBytes"] = json!(used);
+        v["inodesUsed"] = json!(inodes_used);
+    }
+    v
+}
+
+/// The node's interfaces from `/proc/net/dev` (the kubelet's network namespace).
+fn node_network() -> Value {
+    let text = std::fs::read_to_string("/proc/net/dev").unwrap_or_default();
+    let ifaces: Vec<Value> = text
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            if name == "lo" {
+                return None;
+            }
+            let v: Vec<u64> = rest
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (v.len() >= 11).then(|| {
+                json!({"name": name, "rxBytes": v[0], "rxErrors": v[2], "txBytes": v[8], "txErrors": v[10]})
+            })
+        })
+        .collect();
+    let mut out = ifaces.first().cloned().unwrap_or(json!({}));
+    out["time"] = rfc3339(now_ns());
+    out["interfaces"] = Value::Array(ifaces);
+    out
+}
+
 fn meminfo() -> HashMap<String, u64> {
     std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
@@ -187,6 +247,7 @@ fn node_json(s: &ServerState, image_fs: Value) -> Value {
             "workingSetBytes": working_set,
             "rssBytes": mem.get("AnonPages").copied(),
         },
+        "network": node_network(),
         "fs": statfs(&s.kr.settings.root_dir),
         "runtime": {"imageFs": image_fs, "containerFs": image_fs},
         "rlimit": {"time": rfc3339(now), "maxpid": pid_max, "curproc": procs},
@@ -249,22 +310,41 @@ pub async fn summary_json(s: &ServerState) -> Result<Value, tonic::Status> {
                 .map(|t| Value::String(t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()))
                 .unwrap_or(Value::Null)
         };
+        let log_dir =
+            s.kr.settings
+                .sandbox
+                .pod_logs_dir
+                .join(format!("{}_{}_{}", meta.namespace, meta.name, meta.uid));
+        let (mut ephemeral_bytes, mut ephemeral_inodes) = (0u64, 0u64);
         let containers: Vec<Value> = linux
             .containers
             .iter()
             .filter_map(|c| {
                 let name = c.attributes.as_ref()?.metadata.as_ref()?.name.clone();
                 let id = c.attributes.as_ref()?.id.clone();
+                let (log_bytes, log_inodes) = dir_usage(&log_dir.join(&name));
+                let rootfs = c.writable_layer.as_ref();
+                ephemeral_bytes += log_bytes
+                    + rootfs
+                        .and_then(|f| f.used_bytes.as_ref())
+                        .map_or(0, |v| v.value);
+                ephemeral_inodes += log_inodes
+                    + rootfs
+                        .and_then(|f| f.inodes_used.as_ref())
+                        .map_or(0, |v| v.value);
                 Some(json!({
                     "name": name,
                     "startTime": started(&name),
                     "cpu": cpu_json(&s.cpu, &id, c.cpu.as_ref()),
                     "memory": memory_json(c.memory.as_ref()),
-                    "rootfs": fs_json(c.writable_layer.as_ref()),
-                    "logs": Value::Null,
+                    "rootfs": fs_json(rootfs),
+                    "logs": fs_with_usage(&log_dir, log_bytes, log_inodes),
                 }))
             })
             .collect();
+        let volumes_dir =
+            crate::volumes::pod_dir(&s.kr.settings.root_dir, &meta.uid).join("volumes");
+        let (vol_bytes, vol_inodes) = dir_usage(&volumes_dir.join("kubernetes.io~empty-dir"));
         out_pods.push(json!({
             "podRef": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
             "startTime": status
@@ -276,6 +356,11 @@ pub async fn summary_json(s: &ServerState) -> Result<Value, tonic::Status> {
             "memory": memory_json(linux.memory.as_ref()),
             "network": network_json(linux.network.as_ref()),
             "volume": [],
+            "ephemeral-storage": fs_with_usage(
+                &s.kr.settings.root_dir,
+                ephemeral_bytes + vol_bytes,
+                ephemeral_inodes + vol_inodes,
+            ),
             "process_stats": linux.process.as_ref().map(|p| json!({
                 "process_count": p.process_count.as_ref().map(|v| v.value),
             })),
