@@ -145,11 +145,11 @@ pub struct KubeletArgs {
     pub client_ca_file: Option<PathBuf>,
     /// Let unauthenticated requests through as system:anonymous [default: false, the
     /// hardened setting; upstream's flag defaults to true].
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub anonymous_auth: Option<bool>,
     /// Check bearer tokens with a TokenReview against the API server [default: true with
     /// --kubeconfig].
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub authentication_token_webhook: Option<bool>,
     /// How long TokenReview answers are cached [default: 2m].
     #[arg(long)]
@@ -789,6 +789,50 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        k: KubeletArgs,
+    }
+
+    fn args(a: &[&str]) -> KubeletArgs {
+        use clap::Parser as _;
+        Cmd::try_parse_from(std::iter::once("kubelet").chain(a.iter().copied()))
+            .unwrap()
+            .k
+    }
+
+    #[test]
+    fn secure_port_defaults_follow_the_kubeconfig() {
+        use crate::server::auth::AuthorizationMode;
+        let s = resolve_secure(&args(&[]), "n", false).unwrap();
+        assert_eq!(s.addr.port(), 10250);
+        assert_eq!(s.auth.mode, AuthorizationMode::AlwaysAllow);
+        assert!(!s.auth.token_webhook && !s.auth.anonymous);
+        let s = resolve_secure(&args(&[]), "n", true).unwrap();
+        assert_eq!(s.auth.mode, AuthorizationMode::Webhook);
+        assert!(s.auth.token_webhook && !s.auth.anonymous);
+        assert_eq!(s.auth.authorized_ttl, Duration::from_secs(300));
+        assert_eq!(s.auth.unauthorized_ttl, Duration::from_secs(30));
+        let s = resolve_secure(
+            &args(&["--anonymous-auth", "--authentication-token-webhook=false"]),
+            "n",
+            true,
+        )
+        .unwrap();
+        assert!(s.auth.anonymous && !s.auth.token_webhook);
+        let e = resolve_secure(&args(&["--authorization-mode", "Webhook"]), "n", false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("needs --kubeconfig"), "{e}");
+        let e = resolve_secure(&args(&["--authorization-mode", "RBAC"]), "n", true)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("AlwaysAllow or Webhook"), "{e}");
+    }
 
     #[test]
     fn feature_gates_are_checked() {
