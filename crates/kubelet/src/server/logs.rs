@@ -73,16 +73,36 @@ fn bool_param(q: &HashMap<String, String>, k: &str) -> bool {
 }
 
 /// Upstream's query parsing and ValidatePodLogOptions, with its messages.
-pub fn parse_options(q: &HashMap<String, String>) -> Result<LogOptions, String> {
-    let int = |k: &str| -> Result<Option<i64>, String> {
+/// Why the query was refused: upstream answers 400 for what does not decode and 422 for
+/// what fails ValidatePodLogOptions, each with a fixed JSON message.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    #[error("{0}")]
+    Decode(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub fn parse_options(q: &HashMap<String, String>) -> Result<LogOptions, OptionsError> {
+    // The legacy `tail` parameter (`all` means no limit).
+    let mut q = q.clone();
+    if let Some(t) = q.get("tail").cloned().filter(|t| !t.is_empty()) {
+        if t == "all" {
+            q.remove("tailLines");
+        } else {
+            q.insert("tailLines".into(), t);
+        }
+    }
+    let q = &q;
+    let int = |k: &str| -> Result<Option<i64>, OptionsError> {
         match q.get(k).filter(|v| !v.is_empty()) {
             None => Ok(None),
-            Some(v) => v
-                .parse::<i64>()
-                .map(Some)
-                .map_err(|_| format!("{k}: invalid value {v:?}: must be an integer")),
+            Some(v) => v.parse::<i64>().map(Some).map_err(|_| {
+                OptionsError::Decode(format!("{k}: invalid value {v:?}: must be an integer"))
+            }),
         }
     };
+    let invalid = |m: &str| Err(OptionsError::Invalid(m.to_string()));
     let mut o = LogOptions {
         timestamps: bool_param(q, "timestamps"),
         follow: bool_param(q, "follow"),
@@ -91,32 +111,32 @@ pub fn parse_options(q: &HashMap<String, String>) -> Result<LogOptions, String> 
     };
     if let Some(n) = int("tailLines")? {
         if n < 0 {
-            return Err("tailLines: Invalid value: must be greater than or equal to 0".into());
+            return invalid("tailLines: Invalid value: must be greater than or equal to 0");
         }
         o.tail_lines = Some(n as usize);
     }
     if let Some(n) = int("limitBytes")? {
         if n < 1 {
-            return Err("limitBytes: Invalid value: must be greater than 0".into());
+            return invalid("limitBytes: Invalid value: must be greater than 0");
         }
         o.limit_bytes = Some(n as usize);
     }
     let since_seconds = int("sinceSeconds")?;
     let since_time = q.get("sinceTime").filter(|v| !v.is_empty());
     if since_seconds.is_some() && since_time.is_some() {
-        return Err("at most one of `sinceTime` or `sinceSeconds` may be specified".into());
+        return invalid("at most one of `sinceTime` or `sinceSeconds` may be specified");
     }
     if let Some(s) = since_seconds {
         if s < 1 {
-            return Err("sinceSeconds: Invalid value: must be greater than 0".into());
+            return invalid("sinceSeconds: Invalid value: must be greater than 0");
         }
         let now = jiff::Timestamp::now().as_nanosecond();
         o.since_nanos = Some(now - i128::from(s) * 1_000_000_000);
     }
     if let Some(t) = since_time {
-        o.since_nanos = Some(
-            epoch_nanos(t).ok_or_else(|| format!("sinceTime: invalid time {t:?}: use RFC 3339"))?,
-        );
+        o.since_nanos = Some(epoch_nanos(t).ok_or_else(|| {
+            OptionsError::Decode(format!("sinceTime: invalid time {t:?}: use RFC 3339"))
+        })?);
     }
     Ok(o)
 }
@@ -256,10 +276,21 @@ pub async fn container_logs(
 ) -> Response {
     let opts = match parse_options(&q) {
         Ok(o) => o,
-        Err(e) => return bad_request(e),
+        Err(e) => {
+            tracing::debug!(pod = %pod_name, error = %e, "container log request refused");
+            return match e {
+                OptionsError::Decode(_) => {
+                    bad_request(r#"{"message": "Unable to decode query."}"#.into())
+                }
+                OptionsError::Invalid(_) => text(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    r#"{"message": "Invalid request."}"#.into(),
+                ),
+            };
+        }
     };
     let Some(pod) = find_pod(&s, &ns, &pod_name) else {
-        return not_found(format!("pod {ns}/{pod_name} does not exist\n"));
+        return not_found(format!("pod {pod_name:?} does not exist"));
     };
     let in_spec = pod.spec.as_ref().is_some_and(|sp| {
         sp.containers
@@ -269,7 +300,7 @@ pub async fn container_logs(
     });
     if !in_spec {
         return not_found(format!(
-            "container {container} is not valid for pod {pod_name}\n"
+            "container {container:?} not found in pod {pod_name:?}"
         ));
     }
     let id = match log_container_id(&s, &pod, &container, opts.previous) {
@@ -469,8 +500,20 @@ mod tests {
             ("sinceSeconds".to_string(), "5".to_string()),
         ]
         .into();
-        assert!(parse_options(&q).unwrap_err().contains("at most one"));
+        assert!(
+            matches!(parse_options(&q), Err(OptionsError::Invalid(m)) if m.contains("at most one"))
+        );
         let q: HashMap<String, String> = [("tailLines".to_string(), "-1".to_string())].into();
-        assert!(parse_options(&q).is_err());
+        assert!(matches!(parse_options(&q), Err(OptionsError::Invalid(_))));
+        let q: HashMap<String, String> = [("tailLines".to_string(), "x".to_string())].into();
+        assert!(matches!(parse_options(&q), Err(OptionsError::Decode(_))));
+        let q: HashMap<String, String> = [("tail".to_string(), "2".to_string())].into();
+        assert_eq!(parse_options(&q).unwrap().tail_lines, Some(2));
+        let q: HashMap<String, String> = [
+            ("tail".to_string(), "all".to_string()),
+            ("tailLines".to_string(), "2".to_string()),
+        ]
+        .into();
+        assert_eq!(parse_options(&q).unwrap().tail_lines, None);
     }
 }

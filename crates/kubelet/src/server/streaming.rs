@@ -224,10 +224,13 @@ pub async fn port_forward(
         [ns, pod, uid] => (ns.as_str(), pod.as_str(), Some(uid.as_str())),
         _ => return text(StatusCode::NOT_FOUND, "404 page not found".into()),
     };
-    let pod = match pod_or_404(&s, ns, name, uid) {
+    let pod = match pod_or_404(&s, ns, name, None) {
         Ok(p) => p,
         Err(r) => return refused(r),
     };
+    if uid.is_some_and(|u| pod.metadata.uid.as_deref() != Some(u)) {
+        return text(StatusCode::NOT_FOUND, "pod not found".into());
+    }
     let puid = pod.metadata.uid.clone().unwrap_or_default();
     let rp = match crate::kuberuntime::runtime_pod::pod_status(&s.kr.rt, &puid).await {
         Ok(rp) => rp,
@@ -289,10 +292,8 @@ pub async fn run(State(s): State<ServerState>, Path(rest): Path<String>, req: Re
         .pop()
         .or_else(|| query_all(Some(&form), "cmd").pop())
         .unwrap_or_default();
-    let cmd: Vec<String> = cmd_line.split_whitespace().map(str::to_string).collect();
-    if cmd.is_empty() {
-        return text(StatusCode::BAD_REQUEST, "missing cmd".into());
-    }
+    // Split on single spaces, as upstream's /run does (legacy: no quoting).
+    let cmd: Vec<String> = cmd_line.split(' ').map(str::to_string).collect();
     let pod = match pod_or_404(&s, &ns, &name, uid.as_deref()) {
         Ok(p) => p,
         Err(r) => return refused(r),
@@ -317,9 +318,14 @@ pub async fn run(State(s): State<ServerState>, Path(rest): Path<String>, req: Re
             let r = r.into_inner();
             let mut out = r.stdout;
             out.extend_from_slice(&r.stderr);
-            ([(header::CONTENT_TYPE, "text/plain")], Body::from(out)).into_response()
+            // upstream writes the output with go-restful's JSON content type.
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                Body::from(out),
+            )
+                .into_response()
         }
-        Err(e) => grpc_error(&e),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.message().to_string()),
     }
 }
 
