@@ -145,9 +145,151 @@ pub struct KubeletArgs {
     /// The node Lease's duration; it is renewed every quarter of it [default: 40].
     #[arg(long)]
     pub node_lease_duration_seconds: Option<i32>,
-    /// The kubelet API's port, as the Node's daemonEndpoints report it [default: 10250].
+    /// Port of the kubelet API (TLS, authenticated); 0 disables it [default: 10250].
     #[arg(long)]
     pub port: Option<u16>,
+    /// The serving certificate of the kubelet API; without it a self-signed one is made
+    /// in --cert-dir.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file.
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Where the self-signed serving certificate goes [default: <root-dir>/pki].
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+    /// CA bundle that client certificates of the kubelet API must chain to.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Let unauthenticated requests through as system:anonymous [default: false, the
+    /// hardened setting; upstream's flag defaults to true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub anonymous_auth: Option<bool>,
+    /// Check bearer tokens with a TokenReview against the API server [default: true with
+    /// --kubeconfig].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub authentication_token_webhook: Option<bool>,
+    /// How long TokenReview answers are cached [default: 2m].
+    #[arg(long)]
+    pub authentication_token_webhook_cache_ttl: Option<String>,
+    /// AlwaysAllow or Webhook (SubjectAccessReview) [default: Webhook with --kubeconfig,
+    /// otherwise AlwaysAllow].
+    #[arg(long)]
+    pub authorization_mode: Option<String>,
+    /// How long an allowed SubjectAccessReview is cached [default: 5m].
+    #[arg(long)]
+    pub authorization_webhook_cache_authorized_ttl: Option<String>,
+    /// How long a denied SubjectAccessReview is cached [default: 30s].
+    #[arg(long)]
+    pub authorization_webhook_cache_unauthorized_ttl: Option<String>,
+}
+
+/// The kubelet API's serving settings, flags over the config file over defaults.
+struct SecurePort {
+    addr: SocketAddr,
+    cert: Option<(PathBuf, PathBuf)>,
+    cert_dir: PathBuf,
+    client_ca: Option<PathBuf>,
+    auth: crate::server::auth::AuthSettings,
+}
+
+fn resolve_secure(
+    args: &KubeletArgs,
+    node: &str,
+    have_client: bool,
+) -> Result<SecurePort, RunError> {
+    use crate::server::auth::{AuthSettings, AuthorizationMode};
+    let c = match &args.config {
+        Some(p) => KubeletConfiguration::load(p)?,
+        None => KubeletConfiguration::default(),
+    };
+    let authn = c.authentication.clone().unwrap_or_default();
+    let authz = c.authorization.clone().unwrap_or_default();
+    let cert = args.tls_cert_file.clone().or(c.tls_cert_file.clone());
+    let key = args
+        .tls_private_key_file
+        .clone()
+        .or(c.tls_private_key_file.clone());
+    let cert = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => {
+            return Err(RunError::Flag(
+                "--tls-cert-file and --tls-private-key-file go together".into(),
+            ));
+        }
+    };
+    let mode: AuthorizationMode = match args.authorization_mode.clone().or(authz.mode.clone()) {
+        Some(m) => m
+            .parse()
+            .map_err(|e| RunError::Flag(format!("--authorization-mode: {e}")))?,
+        None if have_client => AuthorizationMode::Webhook,
+        None => AuthorizationMode::AlwaysAllow,
+    };
+    if mode == AuthorizationMode::Webhook && !have_client {
+        return Err(RunError::Flag(
+            "--authorization-mode=Webhook needs --kubeconfig: the SubjectAccessReviews go to the API server".into(),
+        ));
+    }
+    let webhook = authn.webhook.clone().unwrap_or_default();
+    let token_webhook = args
+        .authentication_token_webhook
+        .or(webhook.enabled)
+        .unwrap_or(have_client);
+    if token_webhook && !have_client {
+        return Err(RunError::Flag(
+            "--authentication-token-webhook needs --kubeconfig: the TokenReviews go to the API server".into(),
+        ));
+    }
+    let az = authz.webhook.clone().unwrap_or_default();
+    let addr_ip = match args.address {
+        Some(ip) => ip,
+        None => c
+            .address
+            .as_deref()
+            .unwrap_or("0.0.0.0")
+            .parse()
+            .map_err(|e| RunError::Flag(format!("address: {e}")))?,
+    };
+    Ok(SecurePort {
+        addr: SocketAddr::new(addr_ip, args.port.or(c.port).unwrap_or(10250)),
+        cert,
+        cert_dir: args
+            .cert_dir
+            .clone()
+            .unwrap_or_else(|| args.root_dir.join("pki")),
+        client_ca: args
+            .client_ca_file
+            .clone()
+            .or(authn.x509.and_then(|x| x.client_ca_file)),
+        auth: AuthSettings {
+            node_name: node.to_string(),
+            anonymous: args
+                .anonymous_auth
+                .or(authn.anonymous.and_then(|a| a.enabled))
+                .unwrap_or(false),
+            token_webhook,
+            token_cache_ttl: dur(
+                &args.authentication_token_webhook_cache_ttl,
+                &webhook.cache_ttl,
+                "2m",
+                "authentication-token-webhook-cache-ttl",
+            )?,
+            mode,
+            authorized_ttl: dur(
+                &args.authorization_webhook_cache_authorized_ttl,
+                &az.cache_authorized_ttl,
+                "5m",
+                "authorization-webhook-cache-authorized-ttl",
+            )?,
+            unauthorized_ttl: dur(
+                &args.authorization_webhook_cache_unauthorized_ttl,
+                &az.cache_unauthorized_ttl,
+                "30s",
+                "authorization-webhook-cache-unauthorized-ttl",
+            )?,
+        },
+    })
 }
 
 /// `a=1,b=2` (or with `<` for eviction thresholds) into a map.
@@ -590,6 +732,15 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
     let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
+    let api_client = match &args.kubeconfig {
+        Some(p) => Some(
+            crate::apiclient::client_from_kubeconfig(p)
+                .await
+                .map_err(|e| RunError::Flag(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let secure = resolve_secure(&args, &node, api_client.is_some())?;
     let host_ips: Vec<String> = args
         .node_ip
         .map(|ip| ip.to_string())
@@ -628,6 +779,11 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         settings,
         probes,
     ));
+    if let Some(c) = &api_client {
+        let _ = kr
+            .objects
+            .set(crate::objectcache::ObjectCache::new(Some(c.clone())));
+    }
     match kr.refresh_runtime_name().await {
         Ok(v) => {
             tracing::info!(node = %node, runtime = %v, endpoint = %rt.endpoint, "connected to the container runtime")
@@ -731,7 +887,44 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         metrics: Arc::clone(&metrics),
         pods: pods.clone(),
         status: status.clone(),
+        kr: Arc::clone(&kr),
+        node_name: node.clone(),
+        started_ns: k8s_openapi::jiff::Timestamp::now().as_nanosecond() as i64,
+        cpu: Arc::default(),
     };
+    if secure.addr.port() != 0 {
+        let (cert, key) = match &secure.cert {
+            Some(pair) => pair.clone(),
+            None => {
+                let ips: Vec<IpAddr> = kr
+                    .settings
+                    .host_ips
+                    .iter()
+                    .filter_map(|i| i.parse().ok())
+                    .collect();
+                crate::server::auth::self_signed(&secure.cert_dir, &node, &ips)
+                    .map_err(|e| RunError::Flag(format!("serving certificate: {e}")))?
+            }
+        };
+        let tls = crate::server::auth::server_tls(&cert, &key, secure.client_ca.as_deref())
+            .map_err(|e| RunError::Flag(format!("kubelet API TLS: {e}")))?;
+        if secure.client_ca.is_none() {
+            tracing::warn!(
+                "no --client-ca-file: client certificates are not accepted on the kubelet API"
+            );
+        }
+        let auth = Arc::new(crate::server::auth::Auth::new(
+            secure.auth.clone(),
+            api_client.clone(),
+        ));
+        let addr = secure.addr;
+        let st = state.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server::serve_secure(addr, st, auth, tls).await {
+                tracing::error!(address = %addr, error = %e, "kubelet API server failed");
+            }
+        });
+    }
     if r.healthz.port() != 0 {
         let addr = r.healthz;
         let st = state.clone();
@@ -781,6 +974,50 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        k: KubeletArgs,
+    }
+
+    fn args(a: &[&str]) -> KubeletArgs {
+        use clap::Parser as _;
+        Cmd::try_parse_from(std::iter::once("kubelet").chain(a.iter().copied()))
+            .unwrap()
+            .k
+    }
+
+    #[test]
+    fn secure_port_defaults_follow_the_kubeconfig() {
+        use crate::server::auth::AuthorizationMode;
+        let s = resolve_secure(&args(&[]), "n", false).unwrap();
+        assert_eq!(s.addr.port(), 10250);
+        assert_eq!(s.auth.mode, AuthorizationMode::AlwaysAllow);
+        assert!(!s.auth.token_webhook && !s.auth.anonymous);
+        let s = resolve_secure(&args(&[]), "n", true).unwrap();
+        assert_eq!(s.auth.mode, AuthorizationMode::Webhook);
+        assert!(s.auth.token_webhook && !s.auth.anonymous);
+        assert_eq!(s.auth.authorized_ttl, Duration::from_secs(300));
+        assert_eq!(s.auth.unauthorized_ttl, Duration::from_secs(30));
+        let s = resolve_secure(
+            &args(&["--anonymous-auth", "--authentication-token-webhook=false"]),
+            "n",
+            true,
+        )
+        .unwrap();
+        assert!(s.auth.anonymous && !s.auth.token_webhook);
+        let e = resolve_secure(&args(&["--authorization-mode", "Webhook"]), "n", false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("needs --kubeconfig"), "{e}");
+        let e = resolve_secure(&args(&["--authorization-mode", "RBAC"]), "n", true)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("AlwaysAllow or Webhook"), "{e}");
+    }
 
     #[test]
     fn feature_gates_are_checked() {

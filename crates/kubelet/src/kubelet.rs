@@ -312,6 +312,9 @@ impl Core {
         if let Err(e) = self.kr.remove_pod(&uid).await {
             tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "removing the pod's containers failed; housekeeping retries");
         }
+        if let Some(c) = self.kr.objects.get() {
+            c.unregister_pod(&uid);
+        }
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(&pod), error = %e, "tearing down the pod's volumes failed");
         }

@@ -52,6 +52,57 @@ pub struct KubeletConfiguration {
     pub node_status_report_frequency: Option<String>,
     pub node_lease_duration_seconds: Option<i32>,
     pub port: Option<u16>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub authentication: Option<KubeletAuthentication>,
+    pub authorization: Option<KubeletAuthorization>,
+}
+
+/// `authentication` of the KubeletConfiguration (who the kubelet API believes).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletAuthentication {
+    pub x509: Option<KubeletX509Authentication>,
+    pub webhook: Option<KubeletWebhookAuthentication>,
+    pub anonymous: Option<KubeletAnonymousAuthentication>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletX509Authentication {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletWebhookAuthentication {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletAnonymousAuthentication {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization` of the KubeletConfiguration (what an authenticated caller may do).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletAuthorization {
+    pub mode: Option<String>,
+    pub webhook: Option<KubeletWebhookAuthorization>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletWebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<String>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,9 +173,16 @@ impl KubeletConfiguration {
 
 /// serde names an unknown field with the list of known ones; say it the user's way.
 fn explain(msg: &str) -> String {
-    if let Some(rest) = msg.strip_prefix("unknown field `")
+    // Nested fields come prefixed with their path: `authentication.x509: unknown field …`.
+    if let Some((path, rest)) = msg.split_once("unknown field `")
         && let Some((field, _)) = rest.split_once('`')
     {
+        let path = path.trim_end_matches(": ").trim();
+        let field = if path.is_empty() {
+            field.to_string()
+        } else {
+            format!("{path}.{field}")
+        };
         return format!(
             "unknown or unsupported field {field:?}: nodus's kubelet does not implement it (yet); remove it or see the README for the supported fields"
         );
@@ -150,6 +208,29 @@ mod tests {
         );
         assert_eq!(c.cluster_dns.unwrap(), vec!["10.96.0.10".to_string()]);
         assert!(c.feature_gates.unwrap()["EventedPLEG"]);
+    }
+
+    #[test]
+    fn reads_the_kubelet_api_settings() {
+        let c = KubeletConfiguration::parse(
+            Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nport: 10250\ntlsCertFile: /pki/k.crt\nauthentication:\n  x509: {clientCAFile: /pki/ca.crt}\n  webhook: {enabled: true, cacheTTL: 2m}\n  anonymous: {enabled: false}\nauthorization:\n  mode: Webhook\n  webhook: {cacheAuthorizedTTL: 5m, cacheUnauthorizedTTL: 30s}\n",
+        )
+        .unwrap();
+        let authn = c.authentication.unwrap();
+        assert_eq!(
+            authn.x509.unwrap().client_ca_file.unwrap(),
+            PathBuf::from("/pki/ca.crt")
+        );
+        assert_eq!(authn.anonymous.unwrap().enabled, Some(false));
+        assert_eq!(c.authorization.unwrap().mode.as_deref(), Some("Webhook"));
+        let e = KubeletConfiguration::parse(
+            Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nauthentication: {x509: {clientCAFil: x}}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("\"authentication.x509.clientCAFil\""), "{e}");
     }
 
     #[test]

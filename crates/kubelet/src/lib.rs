@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod nodelease;
 pub mod nodestatus;
+pub mod objectcache;
 pub mod pleg;
 pub mod pod_workers;
 pub mod prober;

@@ -302,6 +302,7 @@ fn router(st: SharedState) -> Router {
         .route("/version/", get(version))
         .merge(discovery::router())
         .merge(openapi::router())
+        .merge(rest::reviews::router(st.clone()))
         .fallback(move |req: Request| fallback(fb.clone(), req))
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
         .layer(middleware::from_fn_with_state(st, authenticate))

@@ -1,5 +1,6 @@
-//! Container environment: `env` with `$(VAR)` expansion and the downward API
-//! (upstream's makeEnvironmentVariables and expansion.Expand).
+//! Container environment: `envFrom` (configMaps and secrets, with `prefix`), `env` with
+//! `$(VAR)` expansion, the downward API and `configMapKeyRef`/`secretKeyRef` (upstream's
+//! makeEnvironmentVariables and expansion.Expand), with upstream's error messages.
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 use std::collections::HashMap;
@@ -13,6 +14,18 @@ pub struct EnvContext {
     /// Node allocatable, used when a resourceFieldRef names a limit the container lacks.
     pub node_cpu_milli: i64,
     pub node_memory_bytes: i64,
+    /// The configMaps and secrets the pod refers to, fetched for this sync.
+    pub objects: crate::volumes::PodObjects,
+}
+
+/// upstream's validation.IsEnvVarName: `[-._a-zA-Z][-._a-zA-Z0-9]*`.
+pub fn is_env_var_name(k: &str) -> bool {
+    let mut chars = k.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || "-._".contains(c) => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
 }
 
 /// A container config error the user sees as `CreateContainerConfigError`.
@@ -55,7 +68,7 @@ pub fn expand(input: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
-fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, EnvError> {
+pub(crate) fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, EnvError> {
     let m = &pod.metadata;
     let spec = pod.spec.as_ref();
     let subscript = |prefix: &str, map: Option<&std::collections::BTreeMap<String, String>>| {
@@ -92,7 +105,7 @@ fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, EnvError
     })
 }
 
-fn resource_ref(
+pub(crate) fn resource_ref(
     container: &Container,
     ctx: &EnvContext,
     resource: &str,
@@ -143,18 +156,55 @@ pub fn make_env(
     container: &Container,
     ctx: &EnvContext,
 ) -> Result<Vec<(String, String)>, EnvError> {
+    use crate::objectcache::{Kind, ObjectError};
     let mut out: Vec<(String, String)> = Vec::new();
     let mut vars: HashMap<String, String> = HashMap::new();
-    for from in container.env_from.iter().flatten() {
-        if let Some(cm) = &from.config_map_ref
-            && !cm.optional.unwrap_or(false)
-        {
-            return Err(EnvError(format!("configmap {:?} not found", cm.name)));
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let set = |out: &mut Vec<(String, String)>, k: String, v: String| {
+        if let Some(slot) = out.iter_mut().find(|(n, _)| *n == k) {
+            slot.1 = v;
+        } else {
+            out.push((k, v));
         }
-        if let Some(s) = &from.secret_ref
-            && !s.optional.unwrap_or(false)
-        {
-            return Err(EnvError(format!("secret {:?} not found", s.name)));
+    };
+    for from in container.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let (kind, name, optional) = if let Some(cm) = &from.config_map_ref {
+            (
+                Kind::ConfigMap,
+                cm.name.clone(),
+                cm.optional.unwrap_or(false),
+            )
+        } else if let Some(s) = &from.secret_ref {
+            (Kind::Secret, s.name.clone(), s.optional.unwrap_or(false))
+        } else {
+            continue;
+        };
+        let data = match ctx.objects.get(kind, &name) {
+            Ok(d) => d,
+            Err(ObjectError::NotFound(_)) if optional => continue,
+            Err(e) => return Err(EnvError(e.to_string())),
+        };
+        let mut invalid: Vec<String> = Vec::new();
+        for (k, v) in data {
+            let key = format!("{prefix}{k}");
+            if !is_env_var_name(&key) {
+                invalid.push(key);
+                continue;
+            }
+            let v = String::from_utf8_lossy(v).into_owned();
+            vars.insert(key.clone(), v.clone());
+            set(&mut out, key, v);
+        }
+        if !invalid.is_empty() {
+            invalid.sort();
+            let what = match kind {
+                Kind::ConfigMap => "configMap",
+                Kind::Secret => "secret",
+            };
+            tracing::warn!(pod = ?pod.metadata.name, container = %container.name, reason = "InvalidEnvironmentVariableNames",
+                "Keys [{}] from the EnvFrom {what} {ns}/{name} were skipped since they are considered invalid environment variable names.",
+                invalid.join(", "));
         }
     }
     for EnvVar {
@@ -173,16 +223,38 @@ pub fn make_env(
                     &r.resource,
                     r.divisor.as_ref().map(|d| d.0.as_str()),
                 )?
-            } else if let Some(cm) = &from.config_map_key_ref {
-                if cm.optional.unwrap_or(false) {
-                    continue;
+            } else if let Some(r) = &from.config_map_key_ref {
+                let optional = r.optional.unwrap_or(false);
+                match ctx.objects.get(Kind::ConfigMap, &r.name) {
+                    Ok(d) => match d.get(&r.key) {
+                        Some(v) => String::from_utf8_lossy(v).into_owned(),
+                        None if optional => continue,
+                        None => {
+                            return Err(EnvError(format!(
+                                "couldn't find key {} in ConfigMap {ns}/{}",
+                                r.key, r.name
+                            )));
+                        }
+                    },
+                    Err(ObjectError::NotFound(_)) if optional => continue,
+                    Err(e) => return Err(EnvError(e.to_string())),
                 }
-                return Err(EnvError(format!("configmap {:?} not found", cm.name)));
-            } else if let Some(s) = &from.secret_key_ref {
-                if s.optional.unwrap_or(false) {
-                    continue;
+            } else if let Some(r) = &from.secret_key_ref {
+                let optional = r.optional.unwrap_or(false);
+                match ctx.objects.get(Kind::Secret, &r.name) {
+                    Ok(d) => match d.get(&r.key) {
+                        Some(v) => String::from_utf8_lossy(v).into_owned(),
+                        None if optional => continue,
+                        None => {
+                            return Err(EnvError(format!(
+                                "couldn't find key {} in Secret {ns}/{}",
+                                r.key, r.name
+                            )));
+                        }
+                    },
+                    Err(ObjectError::NotFound(_)) if optional => continue,
+                    Err(e) => return Err(EnvError(e.to_string())),
                 }
-                return Err(EnvError(format!("secret {:?} not found", s.name)));
             } else {
                 String::new()
             }
@@ -191,11 +263,7 @@ pub fn make_env(
             expand(&raw, &|k| vars.get(k).cloned())
         };
         vars.insert(name.clone(), v.clone());
-        if let Some(slot) = out.iter_mut().find(|(k, _)| k == name) {
-            slot.1 = v;
-        } else {
-            out.push((name.clone(), v));
-        }
+        set(&mut out, name.clone(), v);
     }
     Ok(out)
 }

@@ -52,6 +52,8 @@ pub struct KubeRuntime {
     pub(crate) reasons: Mutex<HashMap<String, HashMap<String, Waiting>>>,
     /// The runtime's name as it reports it (`containerd`, `nodus`): the containerID scheme.
     pub runtime_name: Mutex<String>,
+    /// The configMap/secret manager, set once when the kubelet has an API server.
+    pub objects: std::sync::OnceLock<std::sync::Arc<crate::objectcache::ObjectCache>>,
 }
 
 impl KubeRuntime {
@@ -76,6 +78,7 @@ impl KubeRuntime {
             )),
             reasons: Mutex::new(HashMap::new()),
             runtime_name: Mutex::new("cri".into()),
+            objects: std::sync::OnceLock::new(),
         }
     }
 

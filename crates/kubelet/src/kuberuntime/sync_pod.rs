@@ -308,7 +308,17 @@ impl KubeRuntime {
             self.kill_container(pod, c, None).await;
         }
 
-        let volumes = match volumes::set_up(&self.settings.root_dir, pod) {
+        // The configMaps and secrets of volumes and env, read once for this sync.
+        let objects = volumes::fetch(self.objects.get().map(|c| c.as_ref()), pod).await;
+        let volume_ctx = EnvContext {
+            node_name: self.settings.sandbox.node_name.clone(),
+            host_ips: self.settings.host_ips.clone(),
+            pod_ips: Vec::new(),
+            node_cpu_milli: self.settings.node_cpu_milli,
+            node_memory_bytes: self.settings.node_memory_bytes,
+            objects: objects.clone(),
+        };
+        let volumes = match volumes::set_up(&self.settings.root_dir, pod, &volume_ctx) {
             Ok(v) => v,
             Err(e) => {
                 result.errors.push(e.to_string());
@@ -424,6 +434,7 @@ impl KubeRuntime {
             pod_ips: pod_ips.clone(),
             node_cpu_milli: self.settings.node_cpu_milli,
             node_memory_bytes: self.settings.node_memory_bytes,
+            objects,
         };
         let ctx = ContainerContext {
             root_dir: &self.settings.root_dir,

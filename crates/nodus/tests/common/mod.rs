@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod kubelet;
+pub mod kubelet_api;
 pub mod node;
 
 #[allow(unused_imports)] // not every test binary uses the node

@@ -8,6 +8,7 @@ pub mod list;
 pub mod output;
 pub mod path;
 pub mod proxy;
+pub mod reviews;
 pub mod subresources;
 pub mod update;
 pub mod watch;

@@ -1,18 +1,143 @@
-//! Pod volumes on the node: emptyDir (disk and Memory medium) and hostPath, plus the
-//! kubelet-managed files every container gets (`/etc/hosts`, the termination-message file).
+//! Pod volumes on the node: emptyDir (disk and Memory medium), hostPath, and the
+//! API-backed [`configmap`], [`secret`] (on tmpfs), [`downwardapi`] and [`projected`]
+//! volumes written by the [`atomic_writer`], plus the kubelet-managed files every container
+//! gets (`/etc/hosts`, the termination-message file).
 //!
-//! Layout as upstream's: `<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`,
+//! Layout as upstream's: `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`,
 //! `<root-dir>/pods/<uid>/etc-hosts`, `<root-dir>/pods/<uid>/containers/<name>/<restart>`.
-//! Sources that need the API server (configMap, secret, projected, PVCs…) are refused with
-//! a message naming the volume until the kubelet is connected to one.
+//! The API objects a pod's volumes need are fetched first ([`fetch`], async, from the
+//! [`crate::objectcache`]); [`set_up`] then writes every volume on each pod sync, so a
+//! changed configMap or secret reaches the running pod at its next sync. Other sources
+//! (PVCs, CSI…) are refused with a message naming the volume.
 
+pub mod atomic_writer;
+pub mod configmap;
+pub mod downwardapi;
+pub mod projected;
+pub mod secret;
+
+use crate::kuberuntime::env::EnvContext;
+use crate::objectcache::{Kind, ObjectCache, ObjectData, ObjectError};
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// The API objects (and projected tokens) one pod sync works from.
+#[derive(Clone, Debug, Default)]
+pub struct PodObjects {
+    pub objects: HashMap<(Kind, String), Result<ObjectData, ObjectError>>,
+    /// (volume, path) → token, for projected serviceAccountToken sources.
+    pub tokens: HashMap<(String, String), Result<String, String>>,
+}
+
+impl PodObjects {
+    /// The object's keys, or why it cannot be had.
+    pub fn get(&self, kind: Kind, name: &str) -> Result<&ObjectData, ObjectError> {
+        match self.objects.get(&(kind, name.to_string())) {
+            Some(Ok(d)) => Ok(d),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(ObjectError::Other(format!(
+                "{} {name:?} was not fetched for this pod",
+                kind.noun()
+            ))),
+        }
+    }
+}
+
+/// Fetches everything the pod refers to in the API (registering it with the cache first),
+/// and asks for the projected service-account tokens.
+pub async fn fetch(cache: Option<&ObjectCache>, pod: &Pod) -> PodObjects {
+    let mut out = PodObjects::default();
+    let refs = crate::objectcache::references(pod);
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let Some(cache) = cache else {
+        for (k, name) in refs {
+            let msg = format!(
+                "{} {name:?} not found: the kubelet runs standalone (no --kubeconfig)",
+                k.noun()
+            );
+            out.objects
+                .insert((k, name), Err(ObjectError::NotFound(msg)));
+        }
+        return out;
+    };
+    cache.register_pod(pod);
+    for (k, name) in refs {
+        let v = cache.get(k, &ns, &name).await;
+        out.objects.insert((k, name), v);
+    }
+    if let Some(client) = cache.client() {
+        for v in pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            for src in v
+                .projected
+                .as_ref()
+                .and_then(|p| p.sources.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                if let Some(t) = &src.service_account_token {
+                    let sa = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.service_account_name.clone())
+                        .unwrap_or_else(|| "default".into());
+                    let token = request_token(client.clone(), &ns, &sa, pod, t).await;
+                    out.tokens.insert((v.name.clone(), t.path.clone()), token);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A TokenRequest bound to the pod (upstream's token manager, without its refresh).
+async fn request_token(
+    client: kube::Client,
+    ns: &str,
+    sa: &str,
+    pod: &Pod,
+    src: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
+) -> Result<String, String> {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        kube::Api::namespaced(client, ns);
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: src.audience.clone().into_iter().collect(),
+            expiration_seconds: Some(src.expiration_seconds.unwrap_or(3600)),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
+    };
+    let out: TokenRequest = api
+        .create_subresource("token", sa, &kube::api::PostParams::default(), &req)
+        .await
+        .map_err(|e| format!("failed to fetch token: {e}"))?;
+    out.status
+        .map(|s| s.token)
+        .ok_or_else(|| "failed to fetch token: the answer had no status".into())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
-    #[error("MountVolume.SetUp failed for volume {volume:?}: {message}")]
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {message}")]
     SetUp { volume: String, message: String },
     #[error(
         "unable to attach or mount volumes: volume {0:?} named in volumeMounts is not defined in the pod"
@@ -59,8 +184,48 @@ fn setup_failed(v: &Volume, message: impl Into<String>) -> VolumeError {
     }
 }
 
+fn plugin_dir(root: &Path, uid: &str, plugin: &str, name: &str) -> PathBuf {
+    pod_dir(root, uid)
+        .join("volumes")
+        .join(format!("kubernetes.io~{plugin}"))
+        .join(name)
+}
+
+/// Writes an API-backed volume: its directory (a tmpfs for secrets), then the payload.
+fn write_payload(
+    v: &Volume,
+    dir: &Path,
+    tmpfs: bool,
+    payload: Result<atomic_writer::Payload, String>,
+) -> Result<(), VolumeError> {
+    let payload = payload.map_err(|m| setup_failed(v, m))?;
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    if tmpfs && !is_mountpoint(dir) {
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir,
+            Some("tmpfs"),
+            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            Some("mode=0755"),
+        )
+        .map_err(|e| setup_failed(v, format!("mount tmpfs: {e}")))?;
+    }
+    match atomic_writer::write(dir, &payload) {
+        Ok(true) => {
+            tracing::info!(volume = %v.name, dir = %dir.display(), files = payload.len(), "volume contents updated")
+        }
+        Ok(false) => {}
+        Err(e) => return Err(setup_failed(v, format!("write {}: {e}", dir.display()))),
+    }
+    Ok(())
+}
+
 /// Makes every volume of the pod ready on the host; returns name → host path.
-pub fn set_up(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, VolumeError> {
+pub fn set_up(
+    root: &Path,
+    pod: &Pod,
+    sources: &EnvContext,
+) -> Result<HashMap<String, PathBuf>, VolumeError> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let mut out = HashMap::new();
     for v in pod
@@ -98,6 +263,27 @@ pub fn set_up(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, Volume
             check_host_path(&p, hp.type_.as_deref().unwrap_or(""))
                 .map_err(|m| setup_failed(v, m))?;
             p
+        } else if let Some(cm) = &v.config_map {
+            let p = plugin_dir(root, uid, "configmap", &v.name);
+            write_payload(v, &p, false, configmap::payload(cm, &sources.objects))?;
+            p
+        } else if let Some(sec) = &v.secret {
+            let p = plugin_dir(root, uid, "secret", &v.name);
+            write_payload(v, &p, true, secret::payload(sec, &sources.objects))?;
+            p
+        } else if let Some(d) = &v.downward_api {
+            let p = plugin_dir(root, uid, "downward-api", &v.name);
+            write_payload(v, &p, false, downwardapi::payload(pod, d, sources))?;
+            p
+        } else if let Some(pr) = &v.projected {
+            let p = plugin_dir(root, uid, "projected", &v.name);
+            write_payload(
+                v,
+                &p,
+                false,
+                projected::payload(pod, &v.name, pr, &sources.objects, sources),
+            )?;
+            p
         } else {
             let kind = serde_json::to_value(v)
                 .ok()
@@ -108,7 +294,7 @@ pub fn set_up(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, Volume
                 .unwrap_or_else(|| "unknown".into());
             return Err(setup_failed(
                 v,
-                format!("volume type {kind:?} needs the API server; this kubelet runs standalone"),
+                format!("volume type {kind:?} is not supported by nodus's kubelet"),
             ));
         };
         out.insert(v.name.clone(), path);
@@ -164,12 +350,19 @@ fn check_host_path(p: &Path, kind: &str) -> Result<(), String> {
     }
 }
 
-/// Unmounts Memory-medium emptyDirs and removes the pod's directory.
+/// Unmounts the pod's tmpfs volumes (Memory emptyDirs, secrets) and removes its directory.
 pub fn tear_down(root: &Path, uid: &str) -> Result<(), VolumeError> {
     let dir = pod_dir(root, uid);
-    let ed = dir.join("volumes/kubernetes.io~empty-dir");
-    if let Ok(entries) = std::fs::read_dir(&ed) {
-        for e in entries.flatten() {
+    for plugin in std::fs::read_dir(dir.join("volumes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for e in std::fs::read_dir(plugin.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let p = e.path();
             if is_mountpoint(&p) {
                 let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);

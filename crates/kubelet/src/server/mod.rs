@@ -1,0 +1,386 @@
+//! The kubelet's HTTP endpoints: the healthz server (127.0.0.1:10248, `/healthz` with the
+//! ping, syncloop and pleg checks), the read-only server (`--read-only-port`, upstream's
+//! unauthenticated port, off by default: `/pods`, `/metrics`, `/healthz`), and the kubelet
+//! API on `--port` (10250) over TLS with authentication and authorization ([`auth`]):
+//! `/healthz`, `/pods`, `/runningpods/`, `/metrics`, `/metrics/probes`, `/metrics/cadvisor`,
+//! `/stats/summary` ([`stats`]), `/containerLogs` ([`logs`]), `/exec`, `/attach`,
+//! `/portForward`, `/run` ([`streaming`]), `/logs/` ([`syslogs`]).
+
+pub mod auth;
+pub mod logs;
+pub mod stats;
+pub mod streaming;
+pub mod syslogs;
+
+use crate::metrics::Metrics;
+use crate::pleg::Health;
+use crate::status::StatusManager;
+use crate::syncloop::PodManager;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone)]
+pub struct ServerState {
+    pub pleg: Arc<Health>,
+    pub last_iteration: Arc<Mutex<Instant>>,
+    pub metrics: Arc<Metrics>,
+    pub pods: PodManager,
+    pub status: StatusManager,
+    /// The runtime side: CRI clients and the kubelet's directories.
+    pub kr: Arc<crate::kuberuntime::KubeRuntime>,
+    pub node_name: String,
+    /// When the kubelet started (nanoseconds since the epoch), the node's `startTime`.
+    pub started_ns: i64,
+    pub cpu: Arc<stats::CpuSampler>,
+}
+
+/// A plain-text answer with `code`.
+pub fn text(code: StatusCode, body: String) -> axum::response::Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// upstream: the syncloop check fails when no iteration ran for a while.
+const SYNCLOOP_THRESHOLD: Duration = Duration::from_secs(120);
+
+/// `Ok` or every failing check, in upstream's healthz format.
+pub fn health(s: &ServerState) -> Result<(), String> {
+    let mut lines = vec!["[+]ping ok".to_string(), "[+]log ok".to_string()];
+    let mut ok = true;
+    let since = s
+        .last_iteration
+        .lock()
+        .map(|t| t.elapsed())
+        .unwrap_or_default();
+    if since > SYNCLOOP_THRESHOLD {
+        ok = false;
+        lines.push(format!(
+            "[-]syncloop failed: syncLoop took longer than {} (last iteration {} ago)",
+            crate::pleg::go_duration(SYNCLOOP_THRESHOLD),
+            crate::pleg::go_duration(since)
+        ));
+    } else {
+        lines.push("[+]syncloop ok".into());
+    }
+    match s.pleg.check() {
+        Ok(()) => lines.push("[+]pleg ok".into()),
+        Err(e) => {
+            ok = false;
+            lines.push(format!("[-]pleg failed: {e}"));
+        }
+    }
+    if ok {
+        Ok(())
+    } else {
+        lines.push("healthz check failed".into());
+        Err(lines.join("\n"))
+    }
+}
+
+async fn healthz(State(s): State<ServerState>) -> impl IntoResponse {
+    match health(&s) {
+        Ok(()) => (StatusCode::OK, "ok".to_string()),
+        Err(e) => {
+            tracing::warn!(reason = %e.replace('\n', "; "), "healthz check failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+    }
+}
+
+async fn metrics(State(s): State<ServerState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+}
+
+/// The pods this kubelet runs, with their statuses, as a v1 PodList (upstream's `/pods`).
+async fn pods(State(s): State<ServerState>) -> impl IntoResponse {
+    let items: Vec<_> = s
+        .pods
+        .all()
+        .into_iter()
+        .map(|mut p| {
+            if let Some(st) = s.status.get(p.metadata.uid.as_deref().unwrap_or_default()) {
+                p.status = Some(st);
+            }
+            p
+        })
+        .collect();
+    let list = serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": items,
+    });
+    axum::Json(list)
+}
+
+pub async fn serve_healthz(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(address = %addr, "healthz server listening");
+    axum::serve(listener, app).await
+}
+
+pub async fn serve_read_only(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/pods", get(pods))
+        .route("/pods/", get(pods))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(address = %addr, "read-only server listening");
+    axum::serve(listener, app).await
+}
+
+/// The pods the runtime has (upstream's `/runningpods/`): a PodList with each pod's
+/// name, namespace and uid and its containers' names and images.
+async fn running_pods(State(s): State<ServerState>) -> axum::response::Response {
+    use cri::runtime::v1 as pb;
+    let mut rt = s.kr.rt.runtime.clone();
+    let (sandboxes, containers) = match (
+        rt.list_pod_sandbox(pb::ListPodSandboxRequest { filter: None })
+            .await,
+        rt.list_containers(pb::ListContainersRequest { filter: None })
+            .await,
+    ) {
+        (Ok(a), Ok(b)) => (a.into_inner().items, b.into_inner().containers),
+        (Err(e), _) | (_, Err(e)) => {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, e.message().to_string());
+        }
+    };
+    let uid_label = crate::kuberuntime::labels::POD_UID;
+    let mut pods: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
+    for sb in sandboxes {
+        let Some(uid) = sb.labels.get(uid_label) else {
+            continue;
+        };
+        if sb.state != pb::PodSandboxState::SandboxReady as i32 {
+            continue;
+        }
+        let m = sb.metadata.unwrap_or_default();
+        pods.entry(uid.clone()).or_insert_with(|| {
+            serde_json::json!({
+                "metadata": {"name": m.name, "namespace": m.namespace, "uid": uid, "creationTimestamp": null},
+                "spec": {"containers": []},
+                "status": {},
+            })
+        });
+    }
+    for c in containers {
+        if c.state != pb::ContainerState::ContainerRunning as i32 {
+            continue;
+        }
+        let Some(p) = c.labels.get(uid_label).and_then(|u| pods.get_mut(u)) else {
+            continue;
+        };
+        let name = c.metadata.map(|m| m.name).unwrap_or_default();
+        let image = c.image.map(|i| i.image).unwrap_or_default();
+        if let Some(list) = p["spec"]["containers"].as_array_mut() {
+            list.push(serde_json::json!({"name": name, "image": image, "resources": {}}));
+        }
+    }
+    axum::Json(serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": pods.into_values().collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+/// `/metrics/probes`: upstream's prober metrics. The probers keep no counters yet, so this
+/// is the family's header with no samples.
+async fn metrics_probes() -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        "# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe_total counter\n",
+    )
+}
+
+/// `/metrics/cadvisor`: per-container CPU and memory from the CRI stats, in cAdvisor's
+/// metric names (a minimal subset: `container_cpu_usage_seconds_total`,
+/// `container_memory_working_set_bytes`).
+async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Response {
+    let summary = match stats::summary_json(&s).await {
+        Ok(v) => v,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.message().to_string()),
+    };
+    let mut cpu = String::from(
+        "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.\n# TYPE container_cpu_usage_seconds_total counter\n",
+    );
+    let mut mem = String::from(
+        "# HELP container_memory_working_set_bytes Current working set in bytes.\n# TYPE container_memory_working_set_bytes gauge\n",
+    );
+    for p in summary["pods"].as_array().into_iter().flatten() {
+        let ns = p["podRef"]["namespace"].as_str().unwrap_or_default();
+        let pod = p["podRef"]["name"].as_str().unwrap_or_default();
+        for c in p["containers"].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or_default();
+            let labels = format!("container=\"{name}\",namespace=\"{ns}\",pod=\"{pod}\"");
+            if let Some(ns_total) = c["cpu"]["usageCoreNanoSeconds"].as_u64() {
+                cpu.push_str(&format!(
+                    "container_cpu_usage_seconds_total{{{labels}}} {}\n",
+                    ns_total as f64 / 1e9
+                ));
+            }
+            if let Some(ws) = c["memory"]["workingSetBytes"].as_u64() {
+                mem.push_str(&format!(
+                    "container_memory_working_set_bytes{{{labels}}} {ws}\n"
+                ));
+            }
+        }
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        format!("{cpu}{mem}"),
+    )
+        .into_response()
+}
+
+/// The identity the TLS layer verified for a connection, if any.
+#[derive(Clone)]
+struct PeerUser(Option<auth::UserInfo>);
+
+/// Authenticates and authorizes every request of the secure port.
+async fn guard(
+    State(a): State<Arc<auth::Auth>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let peer = req.extensions().get::<PeerUser>().and_then(|p| p.0.clone());
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string());
+    let refused = |r: auth::Refusal| match r {
+        auth::Refusal::Unauthorized => text(StatusCode::UNAUTHORIZED, "Unauthorized".into()),
+        auth::Refusal::Forbidden(m) => text(StatusCode::FORBIDDEN, m),
+        auth::Refusal::Error(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
+    };
+    let user = match a.authenticate(peer, bearer.as_deref()).await {
+        Ok(u) => u,
+        Err(r) => {
+            tracing::debug!(path = %req.uri().path(), "kubelet API request not authenticated");
+            return refused(r);
+        }
+    };
+    let attrs = auth::attributes(req.method(), req.uri().path());
+    if let Err(r) = a.authorize(&user, &attrs).await {
+        return refused(r);
+    }
+    // Credentials meant for the kubelet are not passed on to the runtime.
+    req.headers_mut().remove(header::AUTHORIZATION);
+    next.run(req).await
+}
+
+/// The kubelet API's routes (upstream's server.go InstallDefaultHandlers,
+/// InstallDebuggingHandlers).
+pub fn secure_router(state: ServerState, auth: Arc<auth::Auth>) -> Router {
+    use axum::routing::{any, post};
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/pods", get(pods))
+        .route("/pods/", get(pods))
+        .route("/runningpods/", get(running_pods))
+        .route("/runningpods", get(running_pods))
+        .route("/metrics", get(metrics))
+        .route("/metrics/probes", get(metrics_probes))
+        .route("/metrics/cadvisor", get(metrics_cadvisor))
+        .route("/stats/summary", get(stats::summary))
+        .route("/stats/summary/", get(stats::summary))
+        .route(
+            "/containerLogs/{ns}/{pod}/{container}",
+            get(logs::container_logs),
+        )
+        .route("/exec/{*rest}", any(streaming::exec))
+        .route("/attach/{*rest}", any(streaming::attach))
+        .route("/portForward/{*rest}", any(streaming::port_forward))
+        .route("/run/{*rest}", post(streaming::run))
+        .route("/logs/", get(syslogs::index))
+        .route("/logs/{*path}", get(syslogs::file))
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(auth, guard))
+}
+
+/// Serves the kubelet API over TLS on `addr` until the task is dropped.
+pub async fn serve_secure(
+    addr: SocketAddr,
+    state: ServerState,
+    auth: Arc<auth::Auth>,
+    tls: Arc<rustls::ServerConfig>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tower::ServiceExt as _;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(address = %addr, "kubelet API (secure port) listening");
+    let app = secure_router(state, auth);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed on the secure port");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed on the secure port");
+                    return;
+                }
+            };
+            let user = PeerUser(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| auth::user_from_cert(c)),
+            );
+            let svc = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(user.clone());
+                    app.clone().oneshot(req.map(axum::body::Body::new))
+                },
+            );
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(TokioIo::new(tls), svc)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "secure port connection ended with an error");
+            }
+        });
+    }
+}

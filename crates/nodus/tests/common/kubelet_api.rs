@@ -1,0 +1,217 @@
+//! A control plane for kubelet API tests: `nodus control-plane` inside the test node's
+//! network namespace (so its 127.0.0.1 is the node's), with a static token file, the node's
+//! kubeconfig and kubelet serving certificate issued from its CA, and helpers that run
+//! kubectl and curl inside the namespace as a user on that node would.
+
+use super::nodus_bin;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::Netns;
+use testkit::daemon::Daemon;
+
+pub const API_PORT: u16 = 6443;
+pub const KUBELET_PORT: u16 = 10250;
+/// Bearer tokens of the static token file: a user the (RBAC-less) authorizer allows, and a
+/// node identity the Node authorizer refuses `nodes/proxy` of another node.
+pub const ALLOWED_TOKEN: &str = "alice-token-0123456789";
+pub const DENIED_TOKEN: &str = "othernode-token-0123456789";
+
+pub struct ControlPlane {
+    daemon: Option<Daemon>,
+    pub dir: tempfile::TempDir,
+    netns: Arc<Netns>,
+    home: PathBuf,
+}
+
+impl ControlPlane {
+    pub fn start(netns: Arc<Netns>) -> ControlPlane {
+        let dir = tempfile::Builder::new()
+            .prefix("nodus-cp-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        std::fs::write(
+            dir.path().join("data/tokens.csv"),
+            format!(
+                "{ALLOWED_TOKEN},alice,1001,\"dev\"\n{DENIED_TOKEN},system:node:other,1002,\"system:nodes\"\n"
+            ),
+        )
+        .unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let mut cmd = netns.command(nodus_bin()).expect("command in netns");
+        cmd.args(["control-plane", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--bind-address", "127.0.0.1", "--secure-port"])
+            .arg(API_PORT.to_string())
+            .env("NODUS_LOG", "info");
+        let log = dir.path().join("control-plane.log");
+        let mut d = Daemon::spawn("nodus-control-plane", cmd, &log, Duration::from_secs(5))
+            .expect("spawn control plane");
+        let kc = dir.path().join("data/admin.kubeconfig");
+        let ns = Arc::clone(&netns);
+        d.wait_ready(Duration::from_secs(30), || {
+            kc.exists() && ns.connect_tcp(([127, 0, 0, 1], API_PORT).into()).is_ok()
+        })
+        .expect("control plane did not come up");
+        ControlPlane {
+            daemon: Some(d),
+            dir,
+            netns,
+            home,
+        }
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{API_PORT}")
+    }
+
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.data().join("admin.kubeconfig")
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.data().join("pki/ca.crt")
+    }
+
+    /// The admin's client certificate and key (CN kubernetes-admin, O system:masters).
+    pub fn admin_cert(&self) -> (PathBuf, PathBuf) {
+        (
+            self.data().join("pki/admin.crt"),
+            self.data().join("pki/admin.key"),
+        )
+    }
+
+    /// The kubelet flags that join it to this control plane with its own identity, a
+    /// serving certificate from the cluster CA, client certificates checked against the CA,
+    /// TokenReview authentication and SubjectAccessReview authorization.
+    pub fn kubelet_flags(&self, node: &str) -> Vec<String> {
+        let kc = nodus_control_plane::pki::issue_node_kubeconfig(&self.data(), node, &self.url())
+            .expect("node kubeconfig");
+        let (crt, key) = nodus_control_plane::pki::issue_kubelet_serving_cert(
+            &self.data(),
+            node,
+            &["127.0.0.1".parse().unwrap()],
+        )
+        .expect("serving cert");
+        let p = |p: &Path| p.display().to_string();
+        vec![
+            "--kubeconfig".into(),
+            p(&kc),
+            "--tls-cert-file".into(),
+            p(&crt),
+            "--tls-private-key-file".into(),
+            p(&key),
+            "--client-ca-file".into(),
+            p(&self.ca()),
+            "--authentication-token-webhook=true".into(),
+            "--authorization-mode".into(),
+            "Webhook".into(),
+            "--anonymous-auth=false".into(),
+        ]
+    }
+
+    /// `kubectl` as the admin, inside the namespace.
+    pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = self.netns.command("kubectl").expect("kubectl in netns");
+        cmd.arg("--kubeconfig")
+            .arg(self.admin_kubeconfig())
+            .args(args)
+            .env("HOME", &self.home);
+        cmd
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_cmd(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// `kubectl` with `stdin`; panics with its stderr unless it succeeds.
+    pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        use std::io::Write as _;
+        let mut child = self
+            .kubectl_cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kubectl");
+        if let (Some(mut s), Some(text)) = (child.stdin.take(), stdin) {
+            s.write_all(text.as_bytes()).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Registers node `name` by hand with the kubelet's address and port, as the kubelet's
+    /// own registration will: the API server finds the kubelet for logs/exec through it.
+    pub fn register_node(&self, name: &str) {
+        self.kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels: {{kubernetes.io/hostname: {name}}}\n"
+            )),
+        );
+        let status = serde_json::json!({"status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
+        }});
+        self.kubectl_ok(
+            &[
+                "patch",
+                "node",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status.to_string(),
+            ],
+            None,
+        );
+    }
+
+    /// curl inside the namespace; returns (HTTP code, body).
+    pub fn curl(&self, args: &[&str]) -> (u16, String) {
+        let mut cmd = self.netns.command("curl").expect("curl in netns");
+        cmd.args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(self.ca())
+            .args(["-w", "\n%{http_code}"])
+            .args(args);
+        let out = cmd.output().expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (
+            code.trim().parse().unwrap_or(0),
+            format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
+        )
+    }
+
+    pub fn log(&self) -> String {
+        self.daemon
+            .as_ref()
+            .map(|d| d.log_tail(80))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
+    }
+}
