@@ -628,6 +628,15 @@ pub fn node_name(args: &KubeletArgs) -> String {
         .to_lowercase()
 }
 
+/// The node's address: `--node-ip`, else the address of the interface with the default
+/// route, else the host's first global IPv4 address. The Node's InternalIP, the pods'
+/// hostIP and the kubelet serving certificate's IP must all agree on it.
+pub fn node_ip(args: &KubeletArgs) -> Option<IpAddr> {
+    args.node_ip
+        .or_else(crate::nodestatus::default_node_ip)
+        .or_else(|| host_ip().and_then(|s| s.parse().ok()))
+}
+
 /// The host's first global IPv4 address (what upstream picks absent --node-ip).
 fn host_ip() -> Option<String> {
     let text = std::fs::read_to_string("/proc/net/fib_trie").ok()?;
@@ -741,12 +750,8 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         None => None,
     };
     let secure = resolve_secure(&args, &node, api_client.is_some())?;
-    let host_ips: Vec<String> = args
-        .node_ip
+    let host_ips: Vec<String> = node_ip(&args)
         .map(|ip| ip.to_string())
-        // The Node's InternalIP and the pods' hostIP must agree.
-        .or_else(|| crate::nodestatus::default_node_ip().map(|ip| ip.to_string()))
-        .or_else(host_ip)
         .into_iter()
         .collect();
     let cm = Arc::new(crate::cm::ContainerManager::new(

@@ -63,6 +63,23 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("issuing credentials for node {node}"))?;
         tracing::info!(node = %node, kubeconfig = %path.display(), "issued node credentials from the control plane's CA");
         args.kubelet.kubeconfig = Some(path);
+        // A serving certificate from the same CA for the kubelet API, naming the address
+        // the API server dials (the Node's InternalIP), so logs/exec/port-forward verify.
+        if args.kubelet.tls_cert_file.is_none() {
+            let mut ips: Vec<std::net::IpAddr> = nodus_kubelet::cli::node_ip(&args.kubelet)
+                .into_iter()
+                .collect();
+            ips.push(std::net::IpAddr::from([127, 0, 0, 1]));
+            let (crt, key) = nodus_control_plane::pki::issue_kubelet_serving_cert(cp, &node, &ips)
+                .with_context(|| {
+                    format!("issuing the kubelet serving certificate of node {node}")
+                })?;
+            args.kubelet.tls_cert_file = Some(crt);
+            args.kubelet.tls_private_key_file = Some(key);
+        }
+        if args.kubelet.client_ca_file.is_none() {
+            args.kubelet.client_ca_file = Some(cp.join("pki").join("ca.crt"));
+        }
     }
     let Some(kubeconfig) = args.kubelet.kubeconfig.clone() else {
         anyhow::bail!(

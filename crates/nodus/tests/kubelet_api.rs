@@ -42,12 +42,6 @@ fn static_manifest() -> String {
     )
 }
 
-fn api_copy() -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-{NODE_NAME}\n  namespace: default\n  annotations:\n    kubernetes.io/config.mirror: hand-made\nspec:\n  nodeName: {NODE_NAME}\n  containers:{CONTAINERS}"
-    )
-}
-
 fn out(o: &std::process::Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -80,20 +74,7 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     k.wait_pod(&name, T, "all containers running", |p| {
         is_running(p, "main") && is_running(p, "server")
     });
-    cp.register_node(NODE_NAME);
-    cp.kubectl_ok(&["apply", "-f", "-"], Some(&api_copy()));
-    cp.kubectl_ok(
-        &[
-            "patch",
-            "pod",
-            &name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Running"}}"#,
-        ],
-        None,
-    );
+    cp.wait_mirror(&name, T);
     let url = |path: &str| format!("https://127.0.0.1:{KUBELET_PORT}{path}");
     let (crt, key) = cp.admin_cert();
     let (crt, key) = (crt.display().to_string(), key.display().to_string());
@@ -677,22 +658,10 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     cp.shutdown().await;
 }
 
-fn pod_yaml(name: &str, api_copy: bool, spec: &str) -> String {
-    let (full, extra) = if api_copy {
-        (
-            format!("{name}-{NODE_NAME}"),
-            "  annotations: {kubernetes.io/config.mirror: hand-made}\n".to_string(),
-        )
-    } else {
-        (name.to_string(), String::new())
-    };
-    let node = if api_copy {
-        format!("  nodeName: {NODE_NAME}\n")
-    } else {
-        String::new()
-    };
+/// A pod bound to the test node, for the API server (the kubelet's API source runs it).
+fn pod_yaml(name: &str, spec: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {full}\n  namespace: default\n  labels: {{app: {name}}}\n{extra}spec:\n{node}{spec}"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{app: {name}}}\nspec:\n  nodeName: {NODE_NAME}\n{spec}"
     )
 }
 
@@ -741,9 +710,8 @@ const BROKEN_MOUNT_SPEC: &str = r#"  containers:
 /// running container, and pods whose objects are missing held back with upstream's reasons
 /// while the others run.
 ///
-/// The pods are static pods whose hand-made API copies (bound to the node) give the Node
-/// authorizer the relationship that lets the kubelet read their objects — a stand-in for
-/// the API pod source, so that what is tested is the kubelet's volume and env plumbing.
+/// The pods come from the API server, bound to the node: that binding is what lets the
+/// Node authorizer give the kubelet their objects.
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_get_config_maps_and_secrets_as_files_and_env() {
     if !common::have_root() {
@@ -776,7 +744,7 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
         ("broken", BROKEN_ENV_SPEC),
         ("nomount", BROKEN_MOUNT_SPEC),
     ] {
-        cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml(n, true, spec)));
+        cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml(n, spec)));
     }
     let mut flags = cp.kubelet_flags(NODE_NAME);
     flags.extend(["--sync-frequency".to_string(), "2s".to_string()]);
@@ -787,15 +755,7 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
         &node.cgroup.path(),
         &flag_refs,
     );
-    cp.register_node(NODE_NAME);
-    for (n, spec) in [
-        ("vol", VOL_SPEC),
-        ("broken", BROKEN_ENV_SPEC),
-        ("nomount", BROKEN_MOUNT_SPEC),
-    ] {
-        k.write_manifest(&format!("{n}.yaml"), &pod_yaml(n, false, spec));
-    }
-    let vol = format!("vol-{NODE_NAME}");
+    let vol = "vol".to_string();
     k.wait_pod(&vol, T, "app running", |p| is_running(p, "app"));
     let exec = |cmd: &str| cp.kubectl_ok(&["exec", &vol, "-c", "app", "--", "sh", "-c", cmd], None);
     assert_eq!(exec("cat /site/index.html"), "v1");
@@ -807,7 +767,7 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
         "secrets are on tmpfs"
     );
 
-    let broken = k.wait_pod(&format!("broken-{NODE_NAME}"), T, "config error", |p| {
+    let broken = k.wait_pod("broken", T, "config error", |p| {
         container_status(p, "app")
             .is_some_and(|c| c["state"]["waiting"]["reason"] == "CreateContainerConfigError")
     });
@@ -815,7 +775,7 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
         container_status(&broken, "app").unwrap()["state"]["waiting"]["message"],
         "configmap \"missing\" not found"
     );
-    let nomount = k.wait_pod(&format!("nomount-{NODE_NAME}"), T, "mount error", |p| {
+    let nomount = k.wait_pod("nomount", T, "mount error", |p| {
         container_status(p, "app").is_some_and(|c| {
             c["state"]["waiting"]["message"]
                 .as_str()
@@ -860,12 +820,9 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
         &["create", "configmap", "missing", "--from-literal=x=now"],
         None,
     );
-    k.wait_pod(
-        &format!("broken-{NODE_NAME}"),
-        T,
-        "running once its configMap exists",
-        |p| is_running(p, "app"),
-    );
+    k.wait_pod("broken", T, "running once its configMap exists", |p| {
+        is_running(p, "app")
+    });
     assert!(
         is_running(&k.pod(&vol).unwrap(), "app"),
         "others unaffected"
@@ -895,20 +852,7 @@ async fn kubectl_logs_exec_and_port_forward_work_on_containerd() {
     k.wait_pod(&name, T, "main and server running", |p| {
         is_running(p, "main") && is_running(p, "server")
     });
-    cp.register_node(NODE_NAME);
-    cp.kubectl_ok(&["apply", "-f", "-"], Some(&api_copy()));
-    cp.kubectl_ok(
-        &[
-            "patch",
-            "pod",
-            &name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Running"}}"#,
-        ],
-        None,
-    );
+    cp.wait_mirror(&name, T);
     let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--tail=2"], None);
     assert_eq!(lines(&logs), vec!["two", "three"]);
     let said = cp.kubectl_ok(

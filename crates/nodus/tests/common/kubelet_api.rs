@@ -102,6 +102,10 @@ impl ControlPlane {
         .expect("serving cert");
         let p = |p: &Path| p.display().to_string();
         vec![
+            // The node's InternalIP, which the API server dials for logs/exec: the serving
+            // certificate above names it.
+            "--node-ip".into(),
+            "127.0.0.1".into(),
             "--kubeconfig".into(),
             p(&kc),
             "--tls-cert-file".into(),
@@ -157,31 +161,16 @@ impl ControlPlane {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Registers node `name` by hand with the kubelet's address and port, as the kubelet's
-    /// own registration will: the API server finds the kubelet for logs/exec through it.
-    pub fn register_node(&self, name: &str) {
-        self.kubectl_ok(
-            &["apply", "-f", "-"],
-            Some(&format!(
-                "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels: {{kubernetes.io/hostname: {name}}}\n"
-            )),
-        );
-        let status = serde_json::json!({"status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
-        }});
-        self.kubectl_ok(
-            &[
-                "patch",
-                "node",
-                name,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &status.to_string(),
-            ],
-            None,
-        );
+    /// Waits until the kubelet's mirror pod `name` is in the API server.
+    pub fn wait_mirror(&self, name: &str, timeout: std::time::Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if self.kubectl(&["get", "pod", name]).status.success() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        panic!("mirror pod {name} did not appear\n{}", self.log());
     }
 
     /// curl inside the namespace; returns (HTTP code, body).
