@@ -31,8 +31,8 @@ enum Role {
     Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
     Runtime(RuntimeCmd),
-    /// Run kube-proxy alone.
-    Proxy(Unbuilt),
+    /// Run kube-proxy alone (nftables or iptables mode).
+    Proxy(nodus_proxy::ProxyArgs),
     /// Run the API server, scheduler and controllers.
     ControlPlane(nodus_control_plane::cli::ControlPlaneArgs),
     /// A crictl-compatible client of any CRI endpoint.
@@ -178,7 +178,7 @@ fn main() -> ExitCode {
             Role::Up(_) => not_built("up", "the control plane and node issues"),
             Role::Node(_) => not_built("node", "the kubelet, runtime and proxy issues"),
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
-            Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
+            Role::Proxy(args) => nodus_proxy::run(args).await.map_err(Into::into),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)
                 .await
                 .map_err(Into::into),
