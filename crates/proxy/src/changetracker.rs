@@ -434,3 +434,60 @@ fn parse_slice(slice: &EndpointSlice, hostname: &str) -> Option<SliceEndpoints> 
         endpoints,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(yaml: &str) -> Service {
+        serde_yaml::from_str(yaml).expect("service yaml")
+    }
+
+    const BASE: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\n";
+
+    #[test]
+    fn conflicting_and_invalid_ports_are_skipped_others_kept() {
+        let s = svc(&format!(
+            "{BASE}spec:\n  clusterIP: 10.96.0.5\n  ports:\n  - {{name: a, port: 80}}\n  - {{name: b, port: 80}}\n  - {{name: c, port: 0}}\n  - {{name: d, port: 70000}}\n  - {{name: e, port: 53, protocol: UDP}}\n"
+        ));
+        let ports = service_ports(&s);
+        let names: Vec<&str> = ports.iter().map(|p| p.name.port.as_str()).collect();
+        assert_eq!(names, ["a", "e"]);
+    }
+
+    #[test]
+    fn ipv6_headless_external_name_and_other_proxies_are_ignored() {
+        for spec in [
+            "spec:\n  clusterIP: fd00::5\n  ports:\n  - {port: 80}\n",
+            "spec:\n  clusterIP: None\n  ports:\n  - {port: 80}\n",
+            "spec:\n  type: ExternalName\n  externalName: example.org\n",
+        ] {
+            assert!(
+                service_ports(&svc(&format!("{BASE}{spec}"))).is_empty(),
+                "{spec}"
+            );
+        }
+        let labelled = "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n  namespace: ns\n  labels: {service.kubernetes.io/service-proxy-name: other}\nspec:\n  clusterIP: 10.96.0.5\n  ports:\n  - {port: 80}\n";
+        assert!(service_ports(&svc(labelled)).is_empty());
+    }
+
+    #[test]
+    fn slice_for_unknown_service_waits_for_it() {
+        let mut t = ChangeTracker::new("node1");
+        let slice: EndpointSlice = serde_yaml::from_str(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s-1\n  namespace: ns\n  labels: {kubernetes.io/service-name: s}\naddressType: IPv4\nports:\n- {name: \"\", port: 8080, protocol: TCP}\nendpoints:\n- addresses: [10.0.0.1]\n  nodeName: node1\n",
+        )
+        .expect("slice");
+        t.slice_update(&slice);
+        let key = ("ns".to_string(), "s".to_string());
+        assert!(t.entries(&key).is_empty());
+        t.service_update(&svc(&format!(
+            "{BASE}spec:\n  clusterIP: 10.96.0.5\n  ports:\n  - {{port: 80, targetPort: 8080}}\n"
+        )));
+        let e = t.entries(&key);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].endpoints.len(), 1);
+        assert!(e[0].endpoints[0].is_local && e[0].endpoints[0].ready);
+        assert!(t.take_changes().services.contains(&key));
+    }
+}

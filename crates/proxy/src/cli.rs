@@ -466,7 +466,8 @@ const NFT_WALK: &str = "\
 #  1. nat-prerouting / nat-output jump to `services`, which looks (daddr . proto . dport)
 #     up in the verdict map `service-ips` (NodePorts: `service-nodeports`) — one hash
 #     lookup however many services exist — and goes to the service's chain.
-#  2. service-… picks one endpoint chain with `numgen random mod N` (equal shares);
+#  2. service-… picks one endpoint chain with `numgen random mod N == 0` rules: the
+#     first takes 1/N of new flows, the next 1/(N-1) of the rest, … (equal shares);
 #     with sessionAffinity the client's address in an affinity set goes first.
 #  3. endpoint-… marks hairpin traffic for masquerade and DNATs to the pod IP:port.
 #  4. conntrack pins the flow; replies are un-DNATed; nat-postrouting masquerades marked

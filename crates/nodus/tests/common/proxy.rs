@@ -334,10 +334,10 @@ impl ProxyNode {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-        if let Some(mut si) = child.stdin.take() {
-            if let Some(text) = stdin {
-                si.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
-            }
+        if let Some(mut si) = child.stdin.take()
+            && let Some(text) = stdin
+        {
+            si.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
         }
         let out = child.wait_with_output().map_err(|e| e.to_string())?;
         if out.status.success() {
@@ -377,7 +377,7 @@ impl ProxyNode {
         Ok(out.trim().to_string())
     }
 
-    pub fn from_client(&self, ip: Ipv4Addr, port: u16) -> std::io::Result<String> {
+    pub fn via_client(&self, ip: Ipv4Addr, port: u16) -> std::io::Result<String> {
         Self::tcp(&self.client, ip, port)
     }
 
