@@ -340,6 +340,39 @@ fn suite(mode: &str) {
     });
     let shares = ProxyNode::shares(&n.client, svip, 80, 5);
     assert_eq!(shares.len(), 1, "{shares:?}");
+
+    // `--cleanup` removes everything the proxy made, in both modes, and nothing else.
+    n.stop_proxy();
+    n.node
+        .run("iptables", &["-t", "nat", "-N", "KUBE-KUBELET-CANARY"])
+        .expect("iptables");
+    let out = n
+        .node
+        .run(
+            nodus_bin().to_str().expect("utf-8 path"),
+            &["proxy", "--cleanup"],
+        )
+        .expect("cleanup");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nft = n
+        .node
+        .run("nft", &["list", "table", "ip", "kube-proxy"])
+        .expect("nft");
+    assert!(!nft.status.success(), "table left behind");
+    let saved = n.node.run("iptables-save", &[]).expect("iptables-save");
+    let saved = String::from_utf8_lossy(&saved.stdout);
+    assert!(
+        !saved.contains("KUBE-SVC-") && !saved.contains("-j KUBE-SERVICES"),
+        "{saved}"
+    );
+    assert!(
+        saved.contains("KUBE-KUBELET-CANARY"),
+        "someone else's chain removed: {saved}"
+    );
 }
 
 #[test]

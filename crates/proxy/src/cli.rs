@@ -342,7 +342,7 @@ pub async fn run_until(
         "starting proxy"
     );
     let tracker = Arc::new(Mutex::new(ChangeTracker::new(&settings.hostname)));
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new(settings.mode == Mode::Iptables));
     let health = Arc::new(ProxyHealth::new(settings.periods.sync * 2));
     let (tx, rx) = mpsc::channel::<Wake>();
     let svc_synced = Arc::new(AtomicBool::new(false));

@@ -676,8 +676,11 @@ impl Backend for Iptables {
             } else if let Some(c) = l
                 .strip_prefix(':')
                 .and_then(|c| c.split_whitespace().next())
-                && c.starts_with("KUBE-")
+                && (own_chain(c)
+                    || (table == "nat" && NAT_BASE.contains(&c))
+                    || (table == "filter" && FILTER_BASE.contains(&c)))
             {
+                // Only this proxy's chains: the kubelet's KUBE-FIREWALL and canaries stay.
                 chains.push((table.to_string(), c.to_string()));
             }
         }

@@ -31,12 +31,13 @@ fn now_secs() -> f64 {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(false)
     }
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    /// `iptables`: name the failure counter as upstream's iptables mode does.
+    pub fn new(iptables: bool) -> Metrics {
         let mut registry = Registry::default();
         // upstream: exponential buckets from 1ms, factor 2, 15 buckets.
         let h = || Histogram::new(exponential_buckets(0.001, 2.0, 15));
@@ -89,11 +90,18 @@ impl Metrics {
             endpoint_changes.clone(),
         );
         let sync_failures = Counter::default();
-        registry.register(
-            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
-            "Cumulative proxy nftables sync failures",
-            sync_failures.clone(),
-        );
+        let (name, help) = if iptables {
+            (
+                "kubeproxy_sync_proxy_rules_iptables_restore_failures",
+                "Cumulative proxy iptables restore failures",
+            )
+        } else {
+            (
+                "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+                "Cumulative proxy nftables sync failures",
+            )
+        };
+        registry.register(name, help, sync_failures.clone());
         Metrics {
             registry,
             sync_duration,

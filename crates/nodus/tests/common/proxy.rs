@@ -284,6 +284,11 @@ impl ProxyNode {
         }
     }
 
+    /// Stops the proxy (SIGTERM); its rules stay, as upstream's do.
+    pub fn stop_proxy(&mut self) {
+        self.proxy = None;
+    }
+
     pub fn logs(&self) -> String {
         let p = std::fs::read_to_string(self.dir.path().join("proxy.log")).unwrap_or_default();
         let c =
