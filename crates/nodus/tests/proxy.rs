@@ -111,6 +111,56 @@ fn suite(mode: &str) {
         "Cluster policy must SNAT: {r}"
     );
 
+    // externalIPs, and a LoadBalancer ingress IP guarded by loadBalancerSourceRanges.
+    let ext_svc = |ranges: &str| {
+        service_yaml(
+            "ext",
+            "10.96.100.18",
+            &format!(
+                "  type: LoadBalancer\n  externalIPs: [198.51.100.7]\n  loadBalancerSourceRanges: [{ranges}]\n"
+            ),
+            "  - {name: \"\", port: 80, targetPort: 8080, protocol: TCP, nodePort: 30082}\n",
+        )
+    };
+    n.apply(&ext_svc("192.168.50.0/24"));
+    n.kubectl(
+        &[
+            "patch",
+            "service",
+            "ext",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"198.51.100.9"}]}}}"#,
+        ],
+        None,
+    )
+    .expect("set the load balancer IP");
+    n.apply(&slice_yaml(
+        "ext-1",
+        "ext",
+        "TCP",
+        &[(b2, NODE, true, true, false)],
+    ));
+    let (eip, lbip) = (ip("198.51.100.7"), ip("198.51.100.9"));
+    n.eventually("externalIP answers", || n.via_client(eip, 80).is_ok());
+    n.eventually("LoadBalancer IP answers an allowed source", || {
+        n.via_client(lbip, 80).is_ok()
+    });
+    assert!(
+        n.via_client(eip, 80)
+            .expect("external IP")
+            .starts_with("b2 ")
+    );
+    n.apply(&ext_svc("10.0.0.0/8"));
+    n.eventually("LoadBalancer IP drops a source outside the ranges", || {
+        !n.client_connects(lbip, 80)
+    });
+    assert!(
+        n.via_client(eip, 80).is_ok(),
+        "externalIP is not subject to the ranges"
+    );
+
     // externalTrafficPolicy Local keeps the client's address and uses local endpoints only;
     // its healthCheckNodePort says how many there are.
     n.apply(&service_yaml(

@@ -138,6 +138,12 @@ impl Proxier {
                 if full {
                     self.last_full = Some(Instant::now());
                     self.needs_full = false;
+                } else if !out.failed.is_empty() {
+                    // The kernel may have drifted from what we think it holds (someone
+                    // removed an element): rebuild from scratch next time, as upstream does.
+                    // A full sync's own failures do not ask for another, or a service the
+                    // kernel always refuses would keep the proxy in full syncs.
+                    self.needs_full = true;
                 }
                 self.health.updated();
                 let now = SystemTime::now();

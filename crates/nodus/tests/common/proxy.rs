@@ -382,6 +382,16 @@ impl ProxyNode {
         Ok(out.trim().to_string())
     }
 
+    /// Whether a TCP connection from the client to `ip:port` opens within 2 s.
+    pub fn client_connects(&self, ip: Ipv4Addr, port: u16) -> bool {
+        let addr = SocketAddr::from((ip, port));
+        in_netns(&self.client, move || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+        })
+        .join()
+        .unwrap_or(false)
+    }
+
     pub fn via_client(&self, ip: Ipv4Addr, port: u16) -> std::io::Result<String> {
         Self::tcp(&self.client, ip, port)
     }
