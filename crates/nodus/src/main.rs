@@ -34,8 +34,8 @@ enum Role {
     Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
     Runtime(RuntimeCmd),
-    /// Run kube-proxy alone.
-    Proxy(Unbuilt),
+    /// Run kube-proxy alone (nftables or iptables mode).
+    Proxy(nodus_proxy::ProxyArgs),
     /// Run the API server, scheduler and controllers.
     ControlPlane(nodus_control_plane::cli::ControlPlaneArgs),
     /// A crictl-compatible client of any CRI endpoint.
@@ -43,13 +43,6 @@ enum Role {
     /// Internal: the per-container shim the runtime starts (not for direct use).
     #[command(hide = true)]
     Shim(nodus_runtime::shim::ShimArgs),
-}
-
-/// Accepts any arguments so the message below is what the user sees, not a parse error.
-#[derive(Debug, Args)]
-struct Unbuilt {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -181,7 +174,7 @@ fn main() -> ExitCode {
             Role::Up(args) => up::run(args).await,
             Role::Node(args) => node::run(*args).await,
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
-            Role::Proxy(_) => not_built("proxy", "the kube-proxy issue"),
+            Role::Proxy(args) => nodus_proxy::run(args).await.map_err(Into::into),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)
                 .await
                 .map_err(Into::into),
@@ -213,8 +206,4 @@ fn limit_malloc_arenas() {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
-}
-
-fn not_built(role: &str, by: &str) -> anyhow::Result<()> {
-    anyhow::bail!("`nodus {role}` is not implemented yet (it arrives with {by})")
 }

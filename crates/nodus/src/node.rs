@@ -27,6 +27,18 @@ pub struct NodeArgs {
     /// The runtime's configuration file (as `nodus runtime --config`).
     #[arg(long)]
     pub runtime_config: Option<PathBuf>,
+    /// kube-proxy's mode: nftables (default) or iptables.
+    #[arg(long)]
+    pub proxy_mode: Option<String>,
+    /// kube-proxy's KubeProxyConfiguration file.
+    #[arg(long)]
+    pub proxy_config: Option<PathBuf>,
+    /// The pods' CIDR, for kube-proxy's masquerading of traffic from outside it.
+    #[arg(long)]
+    pub cluster_cidr: Option<String>,
+    /// Run the node without kube-proxy (Services are not programmed here).
+    #[arg(long)]
+    pub disable_proxy: bool,
     #[command(flatten)]
     pub kubelet: nodus_kubelet::cli::KubeletArgs,
 }
@@ -42,12 +54,35 @@ fn server_of(kubeconfig: &std::path::Path) -> anyhow::Result<String> {
         .with_context(|| format!("{} names no server", kubeconfig.display()))
 }
 
-/// A hook for the lead's kube-proxy: started beside the kubelet once the proxy crate
-/// lands. Until then the node has no Service networking.
-async fn start_proxy_hook(_kubeconfig: &std::path::Path) {
-    tracing::info!(
-        "kube-proxy is not part of `nodus node` yet: Services are not programmed on this node"
-    );
+/// Starts kube-proxy beside the kubelet, with the node's identity; it stops when `stop`
+/// fires. A proxy that fails is logged, not fatal: pods keep running without Services, as
+/// they would with upstream's separate kube-proxy down.
+fn start_proxy(
+    args: &NodeArgs,
+    node: &str,
+    kubeconfig: &std::path::Path,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if args.disable_proxy {
+        tracing::info!("kube-proxy disabled: Services are not programmed on this node");
+        return None;
+    }
+    let proxy = nodus_proxy::ProxyArgs {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        config: args.proxy_config.clone(),
+        proxy_mode: args.proxy_mode.clone(),
+        hostname_override: Some(node.to_string()),
+        cluster_cidr: args.cluster_cidr.clone(),
+        ..Default::default()
+    };
+    Some(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.await;
+        };
+        if let Err(e) = nodus_proxy::run_until(proxy, shutdown).await {
+            tracing::error!(error = %e, "kube-proxy stopped: Services are not programmed on this node");
+        }
+    }))
 }
 
 /// Runs the runtime and the kubelet until SIGTERM/SIGINT. `nodus up` calls this with the
@@ -102,26 +137,31 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
             config,
         },
     ));
-    start_proxy_hook(&kubeconfig).await;
+    let (stop_proxy, proxy_stop) = tokio::sync::oneshot::channel();
+    let proxy = start_proxy(&args, &node, &kubeconfig, proxy_stop);
     let kubelet = nodus_kubelet::cli::run(args.kubelet);
     tokio::pin!(kubelet);
-    tokio::select! {
+    let result = tokio::select! {
         r = &mut kubelet => {
-            r?;
             // Both stop on the same signal; let the runtime remove its socket.
             match tokio::time::timeout(std::time::Duration::from_secs(10), &mut runtime).await {
                 Ok(Ok(Err(e))) => tracing::warn!(error = %e, "runtime stopped with an error"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "runtime task failed"),
                 _ => {}
             }
+            r.map_err(anyhow::Error::from)
         }
         r = &mut runtime => {
             match r {
-                Ok(Ok(())) => anyhow::bail!("the container runtime stopped"),
-                Ok(Err(e)) => return Err(anyhow::Error::new(e).context("the container runtime failed")),
-                Err(e) => anyhow::bail!("the container runtime task failed: {e}"),
+                Ok(Ok(())) => Err(anyhow::anyhow!("the container runtime stopped")),
+                Ok(Err(e)) => Err(anyhow::Error::new(e).context("the container runtime failed")),
+                Err(e) => Err(anyhow::anyhow!("the container runtime task failed: {e}")),
             }
         }
+    };
+    let _ = stop_proxy.send(());
+    if let Some(p) = proxy {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), p).await;
     }
-    Ok(())
+    result
 }

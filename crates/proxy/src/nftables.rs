@@ -1,0 +1,906 @@
+//! The nftables backend (the default mode), structured as upstream's
+//! `pkg/proxy/nftables/proxier.go`: base chains hooked into the kernel jump to a
+//! `services` chain whose one rule looks the packet's (daddr, protocol, dport) up in the
+//! `service-ips` verdict map — constant time however many services exist — and jumps to
+//! the service's chain, where `numgen random mod N == 0` rules pick an endpoint chain with
+//! equal shares, and the endpoint chain DNATs.
+//!
+//! All of it lives in one table, `ip kube-proxy`, exactly upstream's name: nodus's proxy
+//! replaces kube-proxy on a node, and sharing the name means a node switched from one to the
+//! other never keeps two competing sets of service rules, while every other table on the
+//! node (the CNI's, the firewall's) is never touched.
+//!
+//! Syncs: a full sync declares everything, rewrites every service chain in chunks of
+//! [`CHUNK`] service ports per transaction (so a 30k-service rewrite never holds the
+//! kernel's nftables mutex for long), then swaps all map contents in one final transaction
+//! and deletes chains nobody references any more. A partial sync diffs each changed
+//! service's fragment against what was programmed and sends only the difference, in one
+//! atomic transaction, without listing the kernel's table.
+
+use crate::backend::{Backend, BackendError, Runner, SyncOutcome, hash_and_truncate};
+use crate::model::{Endpoint, NodeContext, ServiceEntry, ServicePortName, Snapshot};
+use crate::topology::categorize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+/// The table all rules live in.
+pub const TABLE: &str = "kube-proxy";
+/// Service ports per transaction in a full sync.
+pub const CHUNK: usize = 1000;
+const MAX_NAME: usize = 200;
+const MASQ_MARK: &str = "0x00004000";
+
+/// The table's fixed chains, the only ones no service owns.
+const BASE_CHAINS: &[&str] = &[
+    "filter-prerouting",
+    "filter-input",
+    "filter-forward",
+    "filter-output",
+    "filter-output-post-dnat",
+    "nat-prerouting",
+    "nat-output",
+    "nat-postrouting",
+    "firewall-check",
+    "reject-chain",
+    "cluster-ips-check",
+    "mark-for-masquerade",
+    "masquerading",
+    "nodeport-endpoints-check",
+    "service-endpoints-check",
+    "services",
+];
+
+/// The maps whose elements services own; flushed and refilled by a full sync.
+const MAPS: &[(&str, &str, &str)] = &[
+    (
+        "service-ips",
+        "ipv4_addr . inet_proto . inet_service : verdict",
+        "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+    ),
+    (
+        "service-nodeports",
+        "inet_proto . inet_service : verdict",
+        "NodePort traffic",
+    ),
+    (
+        "no-endpoint-services",
+        "ipv4_addr . inet_proto . inet_service : verdict",
+        "vmap to drop or reject packets to services with no endpoints",
+    ),
+    (
+        "no-endpoint-nodeports",
+        "inet_proto . inet_service : verdict",
+        "vmap to drop or reject packets to service nodeports with no endpoints",
+    ),
+    (
+        "firewall-ips",
+        "ipv4_addr . inet_proto . inet_service : verdict",
+        "destinations that are subject to LoadBalancerSourceRanges",
+    ),
+];
+const SETS: &[(&str, &str)] = &[
+    ("cluster-ips", "Active ClusterIPs"),
+    ("nodeport-ips", "IPs that accept NodePort traffic"),
+];
+
+/// One service port's share of the table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fragment {
+    /// Chain name → rules, in order.
+    pub chains: BTreeMap<String, Vec<String>>,
+    /// Affinity set name → its declaration body.
+    pub sets: BTreeMap<String, String>,
+    /// (map, key) → verdict.
+    pub map_elements: BTreeMap<(&'static str, String), String>,
+    /// (set, element) of sets several services share (a ClusterIP with several ports).
+    pub set_elements: BTreeSet<(&'static str, String)>,
+}
+
+fn base_name(n: &ServicePortName) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        n.namespace,
+        n.name,
+        n.protocol.as_str(),
+        n.port
+    )
+}
+
+fn chain(prefix: &str, base: &str) -> String {
+    format!("{prefix}-{}", hash_and_truncate(base, MAX_NAME))
+}
+
+fn endpoint_base(n: &ServicePortName, ep: &Endpoint) -> String {
+    format!("{}__{}/{}", base_name(n), ep.ip, ep.port)
+}
+
+/// Renders one service port (upstream's per-service part of syncProxyRules).
+pub fn render_service(entry: &ServiceEntry, ctx: &NodeContext) -> Fragment {
+    let svc = &entry.port;
+    let n = &svc.name;
+    let proto = n.protocol.as_str();
+    let base = base_name(n);
+    let cat = categorize(svc, &entry.endpoints, ctx.zone.as_deref());
+    let cluster_chain = chain("service", &base);
+    let local_chain = chain("local", &base);
+    let external_chain = chain("external", &base);
+    let firewall_chain = chain("firewall", &base);
+    let mut f = Fragment::default();
+
+    let endpoint_chains = |f: &mut Fragment, eps: &[Endpoint]| -> Vec<String> {
+        eps.iter()
+            .map(|ep| {
+                let eb = endpoint_base(n, ep);
+                let name = chain("endpoint", &eb);
+                let mut rules = vec![format!("ip saddr {} jump mark-for-masquerade", ep.ip)];
+                if let Some(t) = svc.affinity_timeout_seconds {
+                    let set = chain("affinity", &eb);
+                    f.sets.insert(
+                        set.clone(),
+                        format!("type ipv4_addr ; flags dynamic,timeout ; timeout {t}s ;"),
+                    );
+                    rules.push(format!("update @{set} {{ ip saddr }}"));
+                }
+                rules.push(format!(
+                    "meta l4proto {proto} dnat to {}:{}",
+                    ep.ip, ep.port
+                ));
+                f.chains.insert(name.clone(), rules);
+                name
+            })
+            .collect()
+    };
+    let balance = |f: &Fragment, eps: &[Endpoint], names: &[String]| -> Vec<String> {
+        let mut rules = Vec::new();
+        if svc.affinity_timeout_seconds.is_some() {
+            for (ep, name) in eps.iter().zip(names) {
+                let set = chain("affinity", &endpoint_base(n, ep));
+                if f.sets.contains_key(&set) {
+                    rules.push(format!("ip saddr @{set} goto {name}"));
+                }
+            }
+        }
+        // Equal shares without an anonymous verdict map: rule i of N takes the flow with
+        // probability 1/(N-i). upstream writes `numgen random mod N vmap { … }`, but each
+        // such rule creates an anonymous set, and the kernel allocates anonymous set names
+        // (and looks sets up) by scanning every set of the table: 10k services cost 18 s of
+        // kernel time in one transaction here, against 2 s with these rules. Only a new
+        // flow's first packet walks them, and only its own service's endpoints.
+        let total = names.len();
+        for (i, c) in names.iter().enumerate() {
+            let left = total - i;
+            if left == 1 {
+                rules.push(format!("goto {c}"));
+            } else {
+                rules.push(format!("numgen random mod {left} == 0 goto {c}"));
+            }
+        }
+        rules
+    };
+
+    let has_cluster = !cat.cluster.is_empty();
+    let has_local = !cat.local.is_empty();
+    if has_cluster {
+        let names = endpoint_chains(&mut f, &cat.cluster);
+        let mut rules = Vec::new();
+        let dst = format!("ip daddr {} {proto} dport {}", svc.cluster_ip, svc.port);
+        if ctx.masquerade_all {
+            rules.push(format!("{dst} jump mark-for-masquerade"));
+        } else if let Some(cidr) = ctx.cluster_cidr {
+            rules.push(format!("{dst} ip saddr != {cidr} jump mark-for-masquerade"));
+        }
+        rules.extend(balance(&f, &cat.cluster, &names));
+        f.chains.insert(cluster_chain.clone(), rules);
+    }
+    if has_local {
+        let names = endpoint_chains(&mut f, &cat.local);
+        let rules = balance(&f, &cat.local, &names);
+        f.chains.insert(local_chain.clone(), rules);
+    }
+
+    let internal = if svc.internal_policy_local {
+        has_local.then(|| local_chain.clone())
+    } else {
+        has_cluster.then(|| cluster_chain.clone())
+    };
+    let external = if svc.external_policy_local {
+        has_local.then(|| local_chain.clone())
+    } else {
+        has_cluster.then(|| cluster_chain.clone())
+    };
+    let no_endpoints = |usable: bool| -> &'static str {
+        if cat.has_any && !usable {
+            "drop"
+        } else {
+            "goto reject-chain"
+        }
+    };
+
+    let vip_key = format!("{} . {proto} . {}", svc.cluster_ip, svc.port);
+    f.set_elements
+        .insert(("cluster-ips", svc.cluster_ip.to_string()));
+    match &internal {
+        Some(c) => {
+            f.map_elements
+                .insert(("service-ips", vip_key), format!("goto {c}"));
+        }
+        None => {
+            f.map_elements.insert(
+                ("no-endpoint-services", vip_key),
+                no_endpoints(false).into(),
+            );
+        }
+    }
+
+    if svc.has_external_destinations() {
+        if let Some(target) = &external {
+            let mut rules = Vec::new();
+            if svc.external_policy_local {
+                // Short-circuit: pods and the node itself reach a Local service through
+                // the cluster-wide endpoints, as upstream does, since "local" means the
+                // client's node and they are already on one.
+                let short = if has_cluster { &cluster_chain } else { target };
+                if let Some(cidr) = ctx.cluster_cidr {
+                    rules.push(format!("ip saddr {cidr} goto {short}"));
+                }
+                rules.push("fib saddr type local jump mark-for-masquerade".into());
+                rules.push(format!("fib saddr type local goto {short}"));
+                rules.push(format!("goto {target}"));
+            } else {
+                rules.push("jump mark-for-masquerade".into());
+                rules.push(format!("goto {target}"));
+            }
+            f.chains.insert(external_chain.clone(), rules);
+        }
+        let ext_verdict = match &external {
+            Some(_) => ("service-ips", format!("goto {external_chain}")),
+            None => ("no-endpoint-services", no_endpoints(false).into()),
+        };
+        for ip in svc.external_ips.iter().chain(&svc.load_balancer_ips) {
+            let key = format!("{ip} . {proto} . {}", svc.port);
+            f.map_elements
+                .insert((ext_verdict.0, key), ext_verdict.1.clone());
+        }
+        if let Some(np) = svc.node_port {
+            let key = format!("{proto} . {np}");
+            match &external {
+                Some(_) => f
+                    .map_elements
+                    .insert(("service-nodeports", key), format!("goto {external_chain}")),
+                None => f
+                    .map_elements
+                    .insert(("no-endpoint-nodeports", key), no_endpoints(false).into()),
+            };
+        }
+        if !svc.load_balancer_source_ranges.is_empty() && !svc.load_balancer_ips.is_empty() {
+            let ranges: Vec<String> = svc
+                .load_balancer_source_ranges
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            f.chains.insert(
+                firewall_chain.clone(),
+                vec![format!("ip saddr != {{ {} }} drop", ranges.join(", "))],
+            );
+            for ip in &svc.load_balancer_ips {
+                f.map_elements.insert(
+                    ("firewall-ips", format!("{ip} . {proto} . {}", svc.port)),
+                    format!("goto {firewall_chain}"),
+                );
+            }
+        }
+    }
+    f
+}
+
+/// The table's fixed part: declarations of base chains, maps and sets, and the base
+/// chains' rules.
+pub fn render_base(ctx: &NodeContext) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "add table ip {TABLE} {{ comment \"rules for kube-proxy\" ; }}"
+    );
+    let hooks: &[(&str, &str, &str, i32)] = &[
+        ("filter-prerouting", "filter", "prerouting", -110),
+        ("filter-input", "filter", "input", -110),
+        ("filter-forward", "filter", "forward", -110),
+        ("filter-output", "filter", "output", -110),
+        ("filter-output-post-dnat", "filter", "output", -90),
+        ("nat-prerouting", "nat", "prerouting", -100),
+        ("nat-output", "nat", "output", -100),
+        ("nat-postrouting", "nat", "postrouting", 100),
+    ];
+    for (name, typ, hook, prio) in hooks {
+        let _ = writeln!(
+            t,
+            "add chain ip {TABLE} {name} {{ type {typ} hook {hook} priority {prio} ; }}"
+        );
+    }
+    for (name, typ, comment) in MAPS {
+        let _ = writeln!(
+            t,
+            "add map ip {TABLE} {name} {{ type {typ} ; comment \"{comment}\" ; }}"
+        );
+    }
+    for (name, comment) in SETS {
+        let _ = writeln!(
+            t,
+            "add set ip {TABLE} {name} {{ type ipv4_addr ; comment \"{comment}\" ; }}"
+        );
+    }
+    let nodeport_match = if ctx.nodeport_ips.is_empty() {
+        "fib daddr type local ip daddr != 127.0.0.0/8"
+    } else {
+        "ip daddr @nodeport-ips"
+    };
+    let chains: Vec<(&str, Vec<String>)> = vec![
+        (
+            "filter-prerouting",
+            vec!["ct state new jump firewall-check".into()],
+        ),
+        (
+            "filter-input",
+            vec![
+                "ct state new jump nodeport-endpoints-check".into(),
+                "ct state new jump service-endpoints-check".into(),
+            ],
+        ),
+        (
+            "filter-forward",
+            vec![
+                "ct state new jump service-endpoints-check".into(),
+                "ct state new jump cluster-ips-check".into(),
+            ],
+        ),
+        (
+            "filter-output",
+            vec![
+                "ct state new jump service-endpoints-check".into(),
+                "ct state new jump firewall-check".into(),
+            ],
+        ),
+        (
+            "filter-output-post-dnat",
+            vec!["ct state new jump cluster-ips-check".into()],
+        ),
+        ("nat-prerouting", vec!["jump services".into()]),
+        ("nat-output", vec!["jump services".into()]),
+        ("nat-postrouting", vec!["jump masquerading".into()]),
+        (
+            "firewall-check",
+            vec!["ip daddr . meta l4proto . th dport vmap @firewall-ips".into()],
+        ),
+        ("reject-chain", vec!["reject".into()]),
+        (
+            "cluster-ips-check",
+            vec![
+                "ip daddr @cluster-ips reject comment \"Reject traffic to invalid ports of ClusterIPs\""
+                    .into(),
+            ],
+        ),
+        (
+            "mark-for-masquerade",
+            vec![format!("meta mark set meta mark | {MASQ_MARK}")],
+        ),
+        (
+            "masquerading",
+            vec![
+                format!("meta mark & {MASQ_MARK} == 0 return"),
+                format!("meta mark set meta mark ^ {MASQ_MARK}"),
+                "masquerade fully-random".into(),
+            ],
+        ),
+        (
+            "nodeport-endpoints-check",
+            vec![format!(
+                "{nodeport_match} meta l4proto . th dport vmap @no-endpoint-nodeports"
+            )],
+        ),
+        (
+            "service-endpoints-check",
+            vec!["ip daddr . meta l4proto . th dport vmap @no-endpoint-services".into()],
+        ),
+        (
+            "services",
+            vec![
+                "ip daddr . meta l4proto . th dport vmap @service-ips".into(),
+                format!("{nodeport_match} meta l4proto . th dport vmap @service-nodeports"),
+            ],
+        ),
+    ];
+    // Declare every chain before any rule refers to it.
+    for (name, _) in &chains {
+        if !hooks.iter().any(|h| h.0 == *name) {
+            let _ = writeln!(t, "add chain ip {TABLE} {name}");
+        }
+    }
+    for (name, rules) in &chains {
+        let _ = writeln!(t, "flush chain ip {TABLE} {name}");
+        for r in rules {
+            let _ = writeln!(t, "add rule ip {TABLE} {name} {r}");
+        }
+    }
+    let _ = writeln!(t, "flush set ip {TABLE} nodeport-ips");
+    if !ctx.nodeport_ips.is_empty() {
+        let ips: Vec<String> = ctx.nodeport_ips.iter().map(|i| i.to_string()).collect();
+        let _ = writeln!(
+            t,
+            "add element ip {TABLE} nodeport-ips {{ {} }}",
+            ips.join(", ")
+        );
+    }
+    t
+}
+
+fn write_chain(t: &mut String, name: &str, rules: &[String]) {
+    let _ = writeln!(t, "flush chain ip {TABLE} {name}");
+    for r in rules {
+        let _ = writeln!(t, "add rule ip {TABLE} {name} {r}");
+    }
+}
+
+fn write_elements<'a>(
+    t: &mut String,
+    verb: &str,
+    container: &str,
+    items: impl Iterator<Item = &'a str>,
+) {
+    let items: Vec<&str> = items.collect();
+    for batch in items.chunks(500) {
+        let _ = writeln!(
+            t,
+            "{verb} element ip {TABLE} {container} {{ {} }}",
+            batch.join(", ")
+        );
+    }
+}
+
+/// Writes `f`'s declarations and chain contents (the part a chunk of a full sync holds).
+fn write_fragment_chains(t: &mut String, f: &Fragment) {
+    for name in f.chains.keys() {
+        let _ = writeln!(t, "add chain ip {TABLE} {name}");
+    }
+    for (name, body) in &f.sets {
+        let _ = writeln!(t, "add set ip {TABLE} {name} {{ {body} }}");
+    }
+    for (name, rules) in &f.chains {
+        write_chain(t, name, rules);
+    }
+}
+
+/// The nftables backend's memory of what it programmed.
+pub struct Nftables {
+    runner: Box<dyn Runner>,
+    programmed: HashMap<ServicePortName, Fragment>,
+    refs: HashMap<(&'static str, String), usize>,
+    base_ctx: Option<NodeContext>,
+}
+
+/// `nft -f -` in the calling process's network namespace.
+pub struct NftRunner;
+
+impl Runner for NftRunner {
+    fn apply(&mut self, text: &str) -> Result<(), String> {
+        crate::backend::run_with_stdin("nft", &["-f", "-"], text).map(|_| ())
+    }
+    fn list(&mut self) -> Option<String> {
+        let out = std::process::Command::new("nft")
+            .args(["list", "table", "ip", TABLE])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// Names of chains and sets in `nft list table` output.
+fn listed_objects(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut chains = BTreeSet::new();
+    let mut sets = BTreeSet::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("chain ") {
+            if let Some(name) = rest.split_whitespace().next() {
+                chains.insert(name.trim_matches('"').to_string());
+            }
+        } else if let Some(rest) = l.strip_prefix("set ")
+            && let Some(name) = rest.split_whitespace().next()
+        {
+            sets.insert(name.trim_matches('"').to_string());
+        }
+    }
+    (chains, sets)
+}
+
+impl Nftables {
+    pub fn new(runner: Box<dyn Runner>) -> Nftables {
+        Nftables {
+            runner,
+            programmed: HashMap::new(),
+            refs: HashMap::new(),
+            base_ctx: None,
+        }
+    }
+
+    /// The rendering a partial sync would send for `changed`, without sending it, and the
+    /// new fragments; `None` fragment means the service port is gone.
+    fn diff(
+        &self,
+        snap: &Snapshot,
+        ctx: &NodeContext,
+        changed: &BTreeSet<ServicePortName>,
+    ) -> (String, Vec<(ServicePortName, Option<Fragment>)>) {
+        let empty = Fragment::default();
+        let mut news = Vec::new();
+        let mut del_elems: Vec<(&'static str, String)> = Vec::new();
+        let mut add_elems: Vec<(&'static str, String, String)> = Vec::new();
+        let mut new_chains: BTreeSet<String> = BTreeSet::new();
+        let mut writes: Vec<(String, Vec<String>)> = Vec::new();
+        let mut gone_chains: BTreeSet<String> = BTreeSet::new();
+        let mut new_sets: BTreeMap<String, String> = BTreeMap::new();
+        let mut gone_sets: BTreeSet<String> = BTreeSet::new();
+        let mut ref_delta: BTreeMap<(&'static str, String), i64> = BTreeMap::new();
+        for name in changed {
+            let old = self.programmed.get(name).unwrap_or(&empty);
+            let newf = snap.get(name).map(|e| render_service(e, ctx));
+            let new = newf.as_ref().unwrap_or(&empty);
+            if old == new {
+                continue;
+            }
+            for (k, v) in &old.map_elements {
+                if new.map_elements.get(k) != Some(v) {
+                    del_elems.push((k.0, k.1.clone()));
+                }
+            }
+            for (k, v) in &new.map_elements {
+                if old.map_elements.get(k) != Some(v) {
+                    add_elems.push((k.0, k.1.clone(), v.clone()));
+                }
+            }
+            // A set whose timeout changed is recreated, so every rule naming it is rewritten.
+            let sets_changed = new
+                .sets
+                .iter()
+                .any(|(s, b)| old.sets.get(s).is_some_and(|o| o != b));
+            for (c, rules) in &new.chains {
+                match old.chains.get(c) {
+                    Some(r) if r == rules && !sets_changed => {}
+                    Some(_) => writes.push((c.clone(), rules.clone())),
+                    None => {
+                        new_chains.insert(c.clone());
+                        writes.push((c.clone(), rules.clone()));
+                    }
+                }
+            }
+            for c in old.chains.keys() {
+                if !new.chains.contains_key(c) {
+                    gone_chains.insert(c.clone());
+                }
+            }
+            for (s, body) in &new.sets {
+                if old.sets.get(s) != Some(body) {
+                    if old.sets.contains_key(s) {
+                        gone_sets.insert(s.clone());
+                    }
+                    new_sets.insert(s.clone(), body.clone());
+                }
+            }
+            for s in old.sets.keys() {
+                if !new.sets.contains_key(s) {
+                    gone_sets.insert(s.clone());
+                }
+            }
+            for e in old.set_elements.difference(&new.set_elements) {
+                *ref_delta.entry(e.clone()).or_default() -= 1;
+            }
+            for e in new.set_elements.difference(&old.set_elements) {
+                *ref_delta.entry(e.clone()).or_default() += 1;
+            }
+            news.push((name.clone(), newf));
+        }
+        let mut t = String::new();
+        // 1. Elements that point at chains about to change or vanish go first.
+        for (map, key) in &del_elems {
+            let _ = writeln!(t, "delete element ip {TABLE} {map} {{ {key} }}");
+        }
+        for ((set, elem), d) in &ref_delta {
+            let before = self.refs.get(&(*set, elem.clone())).copied().unwrap_or(0) as i64;
+            if before > 0 && before + d <= 0 {
+                let _ = writeln!(t, "delete element ip {TABLE} {set} {{ {elem} }}");
+            }
+        }
+        // 2. Sets whose timeout changed are recreated; new chains and sets declared.
+        for c in &new_chains {
+            let _ = writeln!(t, "add chain ip {TABLE} {c}");
+        }
+        // Chains that stop existing are emptied before anything is deleted, so references
+        // between them (service chain → endpoint chain) are gone by the time of deletion.
+        for c in &gone_chains {
+            let _ = writeln!(t, "flush chain ip {TABLE} {c}");
+        }
+        for (c, _) in &writes {
+            if !new_chains.contains(c) {
+                let _ = writeln!(t, "flush chain ip {TABLE} {c}");
+            }
+        }
+        for s in &gone_sets {
+            let _ = writeln!(t, "delete set ip {TABLE} {s}");
+        }
+        for (s, body) in &new_sets {
+            let _ = writeln!(t, "add set ip {TABLE} {s} {{ {body} }}");
+        }
+        for (c, rules) in &writes {
+            for r in rules {
+                let _ = writeln!(t, "add rule ip {TABLE} {c} {r}");
+            }
+        }
+        for c in &gone_chains {
+            let _ = writeln!(t, "delete chain ip {TABLE} {c}");
+        }
+        for (map, key, verdict) in &add_elems {
+            let _ = writeln!(t, "add element ip {TABLE} {map} {{ {key} : {verdict} }}");
+        }
+        for ((set, elem), d) in &ref_delta {
+            let before = self.refs.get(&(*set, elem.clone())).copied().unwrap_or(0) as i64;
+            if before <= 0 && before + d > 0 {
+                let _ = writeln!(t, "add element ip {TABLE} {set} {{ {elem} }}");
+            }
+        }
+        (t, news)
+    }
+
+    fn commit(&mut self, news: Vec<(ServicePortName, Option<Fragment>)>) {
+        for (name, f) in news {
+            if let Some(old) = self.programmed.remove(&name) {
+                for e in old.set_elements {
+                    if let Some(n) = self.refs.get_mut(&e) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            self.refs.remove(&e);
+                        }
+                    }
+                }
+            }
+            if let Some(f) = f {
+                for e in &f.set_elements {
+                    *self.refs.entry(e.clone()).or_default() += 1;
+                }
+                self.programmed.insert(name, f);
+            }
+        }
+    }
+
+    /// The text a full sync sends, one string per transaction (for tests and the bench).
+    pub fn render_full(
+        snap: &Snapshot,
+        ctx: &NodeContext,
+    ) -> (
+        String,
+        Vec<String>,
+        String,
+        Vec<(ServicePortName, Fragment)>,
+    ) {
+        let frags: Vec<(ServicePortName, Fragment)> = snap
+            .iter()
+            .map(|(n, e)| (n.clone(), render_service(e, ctx)))
+            .collect();
+        let chunks = frags
+            .chunks(CHUNK)
+            .map(|c| {
+                let mut t = String::new();
+                for (_, f) in c {
+                    write_fragment_chains(&mut t, f);
+                }
+                t
+            })
+            .collect();
+        let fin = Self::render_maps(frags.iter().map(|(_, f)| f));
+        let base = render_base(ctx);
+        (base, chunks, fin, frags)
+    }
+
+    fn render_maps<'a>(frags: impl Iterator<Item = &'a Fragment> + Clone) -> String {
+        let mut t = String::new();
+        for (map, _, _) in MAPS {
+            let _ = writeln!(t, "flush map ip {TABLE} {map}");
+            let items: Vec<String> = frags
+                .clone()
+                .flat_map(|f| f.map_elements.iter())
+                .filter(|((m, _), _)| m == map)
+                .map(|((_, k), v)| format!("{k} : {v}"))
+                .collect();
+            write_elements(&mut t, "add", map, items.iter().map(|s| s.as_str()));
+        }
+        let _ = writeln!(t, "flush set ip {TABLE} cluster-ips");
+        let ips: BTreeSet<&str> = frags
+            .flat_map(|f| f.set_elements.iter())
+            .filter(|(s, _)| *s == "cluster-ips")
+            .map(|(_, e)| e.as_str())
+            .collect();
+        write_elements(&mut t, "add", "cluster-ips", ips.into_iter());
+        t
+    }
+
+    fn apply_counted(&mut self, text: &str, out: &mut SyncOutcome) -> Result<(), String> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        out.transactions += 1;
+        out.bytes += text.len();
+        self.runner.apply(text)
+    }
+}
+
+impl Backend for Nftables {
+    fn full_sync(
+        &mut self,
+        snap: &Snapshot,
+        ctx: &NodeContext,
+    ) -> Result<SyncOutcome, BackendError> {
+        let mut out = SyncOutcome::default();
+        let existing = self.runner.list();
+        let base = render_base(ctx);
+        let frags: Vec<(ServicePortName, Fragment)> = snap
+            .iter()
+            .map(|(n, e)| (n.clone(), render_service(e, ctx)))
+            .collect();
+        self.apply_counted(&base, &mut out)
+            .map_err(|err| BackendError::Tool {
+                tool: "nft".into(),
+                err,
+            })?;
+        self.base_ctx = Some(ctx.clone());
+        let mut bad: BTreeSet<ServicePortName> = BTreeSet::new();
+        // Each chunk's text is rendered just before it is sent, so the whole table's text
+        // never sits in memory at once.
+        for (i, chunk) in frags.chunks(CHUNK).enumerate() {
+            let mut text = String::new();
+            for (_, f) in chunk {
+                write_fragment_chains(&mut text, f);
+            }
+            if self.apply_counted(&text, &mut out).is_ok() {
+                continue;
+            }
+            // One service the kernel refuses must not cost the others: retry one by one.
+            for (name, f) in frags.iter().skip(i * CHUNK).take(CHUNK) {
+                let mut t = String::new();
+                write_fragment_chains(&mut t, f);
+                if let Err(e) = self.apply_counted(&t, &mut out) {
+                    tracing::error!(service = %name, error = %e, "the kernel refused this service's rules; service skipped");
+                    out.failed.push((name.clone(), e));
+                    bad.insert(name.clone());
+                }
+            }
+        }
+        let good: Vec<(ServicePortName, Fragment)> = frags
+            .into_iter()
+            .filter(|(n, _)| !bad.contains(n))
+            .collect();
+        let mut fin = Self::render_maps(good.iter().map(|(_, f)| f));
+        let keep_chains: BTreeSet<&String> =
+            good.iter().flat_map(|(_, f)| f.chains.keys()).collect();
+        let keep_sets: BTreeSet<&String> = good.iter().flat_map(|(_, f)| f.sets.keys()).collect();
+        let (kernel_chains, kernel_sets) = match &existing {
+            Some(text) => listed_objects(text),
+            None => Default::default(),
+        };
+        let mut known_chains: BTreeSet<String> = self
+            .programmed
+            .values()
+            .flat_map(|f| f.chains.keys().cloned())
+            .collect();
+        known_chains.extend(kernel_chains);
+        let mut known_sets: BTreeSet<String> = self
+            .programmed
+            .values()
+            .flat_map(|f| f.sets.keys().cloned())
+            .collect();
+        known_sets.extend(kernel_sets);
+        // Every chain but the fixed ones belongs to some service; unwanted ones go.
+        let stale: Vec<&String> = known_chains
+            .iter()
+            .filter(|c| !BASE_CHAINS.contains(&c.as_str()) && !keep_chains.contains(c))
+            .collect();
+        for c in &stale {
+            let _ = writeln!(fin, "flush chain ip {TABLE} {c}");
+        }
+        for c in &stale {
+            let _ = writeln!(fin, "delete chain ip {TABLE} {c}");
+        }
+        for s in known_sets
+            .iter()
+            .filter(|s| s.starts_with("affinity-") && !keep_sets.contains(s))
+        {
+            let _ = writeln!(fin, "delete set ip {TABLE} {s}");
+        }
+        self.apply_counted(&fin, &mut out)
+            .map_err(|err| BackendError::Tool {
+                tool: "nft".into(),
+                err,
+            })?;
+        self.programmed.clear();
+        self.refs.clear();
+        self.commit(good.into_iter().map(|(n, f)| (n, Some(f))).collect());
+        Ok(out)
+    }
+
+    fn partial_sync(
+        &mut self,
+        snap: &Snapshot,
+        ctx: &NodeContext,
+        changed: &BTreeSet<ServicePortName>,
+    ) -> Result<SyncOutcome, BackendError> {
+        if self.base_ctx.as_ref() != Some(ctx) || changed.len() > CHUNK {
+            return self.full_sync(snap, ctx);
+        }
+        let mut out = SyncOutcome::default();
+        let (text, news) = self.diff(snap, ctx, changed);
+        match self.apply_counted(&text, &mut out) {
+            Ok(()) => {
+                self.commit(news);
+                Ok(out)
+            }
+            Err(e) if changed.len() == 1 => {
+                let name = changed.iter().next().cloned();
+                if let Some(name) = name {
+                    tracing::error!(service = %name, error = %e, "the kernel refused this service's rules; service skipped");
+                    out.failed.push((name, e));
+                }
+                Ok(out)
+            }
+            Err(_) => {
+                for name in changed {
+                    let one = BTreeSet::from([name.clone()]);
+                    let (text, news) = self.diff(snap, ctx, &one);
+                    match self.apply_counted(&text, &mut out) {
+                        Ok(()) => self.commit(news),
+                        Err(e) => {
+                            tracing::error!(service = %name, error = %e, "the kernel refused this service's rules; service skipped");
+                            out.failed.push((name.clone(), e));
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    fn show_rules(&self, snap: &Snapshot, ctx: &NodeContext) -> String {
+        let mut t = String::new();
+        for (name, entry) in snap {
+            let f = render_service(entry, ctx);
+            let _ = writeln!(
+                t,
+                "# {name} ({} {}:{})",
+                name.protocol.as_str(),
+                entry.port.cluster_ip,
+                entry.port.port
+            );
+            for ((map, key), v) in &f.map_elements {
+                let _ = writeln!(t, "  map {map}: {key} : {v}");
+            }
+            for (c, rules) in &f.chains {
+                let _ = writeln!(t, "  chain {c}");
+                for r in rules {
+                    let _ = writeln!(t, "    {r}");
+                }
+            }
+            t.push('\n');
+        }
+        t
+    }
+
+    fn cleanup(&mut self) -> Result<(), BackendError> {
+        let text = format!("add table ip {TABLE}\ndelete table ip {TABLE}\n");
+        self.runner.apply(&text).map_err(|err| BackendError::Tool {
+            tool: "nft".into(),
+            err,
+        })?;
+        self.programmed.clear();
+        self.refs.clear();
+        self.base_ctx = None;
+        Ok(())
+    }
+}

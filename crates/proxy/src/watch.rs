@@ -1,0 +1,175 @@
+//! Watches of Services, EndpointSlices and this proxy's Node (upstream's pkg/proxy/config
+//! handlers), feeding the change tracker and waking the sync loop.
+
+use crate::changetracker::{ChangeTracker, NsName};
+use crate::proxier::Wake;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, ResourceExt as _};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+
+/// The node label naming its zone, for topology hints.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+fn key<K: kube::Resource>(o: &K) -> NsName {
+    (
+        o.namespace().unwrap_or_else(|| "default".into()),
+        o.name_any(),
+    )
+}
+
+/// Watches Services until the stream ends; `synced` turns true after the first full list.
+pub async fn services(
+    client: Client,
+    tracker: Arc<Mutex<ChangeTracker>>,
+    wake: mpsc::Sender<Wake>,
+    synced: Arc<AtomicBool>,
+    on_change: impl Fn() + Send,
+) {
+    let api: Api<Service> = Api::all(client);
+    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut known: HashSet<NsName> = HashSet::new();
+    let mut relist: Option<Vec<Service>> = None;
+    while let Some(ev) = stream.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching services failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let Ok(mut t) = tracker.lock() else { return };
+        match ev {
+            Event::Init => relist = Some(Vec::new()),
+            Event::InitApply(s) => relist.get_or_insert_with(Vec::new).push(s),
+            Event::InitDone => {
+                let items = relist.take().unwrap_or_default();
+                let now: HashSet<NsName> = items.iter().map(key).collect();
+                for gone in known.difference(&now) {
+                    t.service_delete(&gone.0, &gone.1);
+                }
+                for s in &items {
+                    t.service_update(s);
+                }
+                known = now;
+                synced.store(true, Ordering::SeqCst);
+            }
+            Event::Apply(s) => {
+                known.insert(key(&s));
+                t.service_update(&s);
+            }
+            Event::Delete(s) => {
+                let k = key(&s);
+                known.remove(&k);
+                t.service_delete(&k.0, &k.1);
+            }
+        }
+        let dirty = t.has_changes();
+        drop(t);
+        if dirty {
+            on_change();
+            if wake.send(Wake::Changed).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Watches EndpointSlices until the stream ends.
+pub async fn endpoint_slices(
+    client: Client,
+    tracker: Arc<Mutex<ChangeTracker>>,
+    wake: mpsc::Sender<Wake>,
+    synced: Arc<AtomicBool>,
+    on_change: impl Fn() + Send,
+) {
+    let api: Api<EndpointSlice> = Api::all(client);
+    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut known: HashSet<NsName> = HashSet::new();
+    let mut relist: Option<Vec<EndpointSlice>> = None;
+    while let Some(ev) = stream.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching endpoint slices failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let Ok(mut t) = tracker.lock() else { return };
+        match ev {
+            Event::Init => relist = Some(Vec::new()),
+            Event::InitApply(s) => relist.get_or_insert_with(Vec::new).push(s),
+            Event::InitDone => {
+                let items = relist.take().unwrap_or_default();
+                let now: HashSet<NsName> = items.iter().map(key).collect();
+                for gone in known.difference(&now) {
+                    t.slice_delete(&gone.0, &gone.1);
+                }
+                for s in &items {
+                    t.slice_update(s);
+                }
+                known = now;
+                synced.store(true, Ordering::SeqCst);
+            }
+            Event::Apply(s) => {
+                known.insert(key(&s));
+                t.slice_update(&s);
+            }
+            Event::Delete(s) => {
+                let k = key(&s);
+                known.remove(&k);
+                t.slice_delete(&k.0, &k.1);
+            }
+        }
+        let dirty = t.has_changes();
+        drop(t);
+        if dirty {
+            on_change();
+            if wake.send(Wake::Changed).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Watches this node's zone label; sends the new context when it changes.
+pub async fn node_zone(
+    client: Client,
+    node: String,
+    base: crate::model::NodeContext,
+    wake: mpsc::Sender<Wake>,
+) {
+    let api: Api<Node> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let mut stream = watcher::watcher(api, cfg).boxed();
+    let mut zone: Option<String> = None;
+    while let Some(ev) = stream.next().await {
+        let n = match ev {
+            Ok(Event::Apply(n)) | Ok(Event::InitApply(n)) => n,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "watching this node failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                continue;
+            }
+        };
+        if n.name_any() != node {
+            continue;
+        }
+        let z = n.labels().get(ZONE_LABEL).cloned();
+        if z != zone {
+            zone = z.clone();
+            let mut ctx = base.clone();
+            ctx.zone = z;
+            if wake.send(Wake::Context(ctx)).is_err() {
+                return;
+            }
+        }
+    }
+}
