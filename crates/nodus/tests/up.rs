@@ -91,7 +91,8 @@ fn json_of(out: &(bool, String, String)) -> Option<Value> {
 
 /// `nodus up` in a private network namespace: the control plane and a node in one process;
 /// a pod created without a node is placed by the scheduler and run by the kubelet; the
-/// node's Lease renews; `kubectl get nodes` shows the runtime as `nodus://…`.
+/// node's Lease renews; `kubectl get nodes` shows the runtime as `nodus://…`; a Service's
+/// ClusterIP reaches its pod through the EndpointSlice controller and kube-proxy.
 #[test]
 fn up_runs_a_cluster_where_kubectl_run_works() {
     if !common::have_root() {
@@ -226,6 +227,73 @@ fn up_runs_a_cluster_where_kubectl_run_works() {
         ],
         "lease renewed",
         &|l| l.pointer("/spec/renewTime").cloned() != first,
+    );
+    // A Service in front of a pod: the EndpointSlice controller lists it once Ready, and
+    // kube-proxy (inside `nodus up`'s node) programs the ClusterIP on the node.
+    let (ok, out, err) = k(&[
+        "run",
+        "web",
+        "--image=busybox",
+        "--restart=Never",
+        "--image-pull-policy=IfNotPresent",
+        "--port=8080",
+        "--expose=true",
+        "--",
+        "sh",
+        "-c",
+        "echo served by $(hostname) > /tmp/index.html; exec httpd -f -p 8080 -h /tmp",
+    ]);
+    assert!(ok, "kubectl run --expose: {out}{err}");
+    let slice = wait(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+            "-o",
+            "json",
+        ],
+        "a ready endpoint for web",
+        &|l| {
+            l["items"].as_array().is_some_and(|items| {
+                items.iter().any(|s| {
+                    s["endpoints"]
+                        .as_array()
+                        .is_some_and(|eps| eps.iter().any(|e| e["conditions"]["ready"] == true))
+                })
+            })
+        },
+    );
+    assert!(
+        slice.to_string().contains("\"nodeName\":\"up-node\""),
+        "{slice}"
+    );
+    let svc = wait(&["get", "service", "web", "-o", "json"], "service", &|_| {
+        true
+    });
+    let cluster_ip: std::net::Ipv4Addr = svc
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .expect("a ClusterIP");
+    let mut body = String::new();
+    for _ in 0..100 {
+        if let Ok(mut conn) = netns.connect_tcp((cluster_ip, 8080).into()) {
+            use std::io::{Read as _, Write as _};
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = write!(conn, "GET / HTTP/1.0\r\n\r\n");
+            body.clear();
+            let _ = conn.read_to_string(&mut body);
+            if body.contains("served by web") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        body.contains("served by web"),
+        "ClusterIP {cluster_ip}:8080 answered {body:?}\n{}",
+        daemon_log(&log)
     );
     let (ok, out, err) = k(&["delete", "pod", "hello", "--timeout=60s"]);
     assert!(ok, "kubectl delete: {out}{err}\n{}", daemon_log(&log));
