@@ -10,8 +10,8 @@ use clap::Args;
 /// Flags of `nodus up`.
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Where everything lives: `control-plane/` (store, PKI, admin.kubeconfig) and the
-    /// node's state beside it.
+    /// Where everything lives: `control-plane/` (store, PKI, admin.kubeconfig), the node's
+    /// state (`node/`, `kubelet/`) and `manifests/`, the static pod directory.
     #[arg(long, default_value = "/var/lib/nodus")]
     pub data_dir: PathBuf,
     /// The address the API server listens on.
@@ -37,6 +37,11 @@ fn node_args(args: &UpArgs, cp_dir: &std::path::Path) -> anyhow::Result<crate::n
         #[command(flatten)]
         node: crate::node::NodeArgs,
     }
+    if !args.node_args.iter().any(|a| a.starts_with("--pod-manifest-path")) {
+        let dir = args.data_dir.join("manifests");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    }
     let mut argv: Vec<std::ffi::OsString> = vec!["nodus-node".into()];
     let given = |flag: &str| {
         args.node_args
@@ -47,6 +52,8 @@ fn node_args(args: &UpArgs, cp_dir: &std::path::Path) -> anyhow::Result<crate::n
         ("--data-dir", args.data_dir.join("node")),
         ("--root-dir", args.data_dir.join("kubelet")),
         ("--control-plane-data-dir", cp_dir.to_path_buf()),
+        // Static pods: drop a manifest here and the kubelet runs it (with a mirror pod).
+        ("--pod-manifest-path", args.data_dir.join("manifests")),
     ];
     for (flag, value) in defaults {
         if !given(flag) {

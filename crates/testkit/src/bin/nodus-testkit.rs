@@ -17,9 +17,10 @@ use testkit::image::{busybox, large_image, whiteout_image};
 fn image(name: &str) -> Result<testkit::Image> {
     Ok(match name {
         "busybox" => busybox(),
+        "web" => testkit::image::busybox::web(),
         "whiteout" => whiteout_image(),
         "large" => large_image(),
-        other => bail!("unknown image {other:?}: use busybox, whiteout or large"),
+        other => bail!("unknown image {other:?}: use busybox, web, whiteout or large"),
     })
 }
 

@@ -94,6 +94,28 @@ pub fn pause() -> Image {
         .expect("build pause image")
 }
 
+/// A small web server image, offline: busybox whose command serves `/usr/share/nginx/html`
+/// on port 80 with busybox httpd. The demo pushes it as `library/nginx:latest`, so the
+/// lesson's `kubectl run be --image=nginx` works without the internet.
+pub fn web() -> Image {
+    busybox_builder()
+        .layer(
+            LayerBuilder::new()
+                .comment("testkit: a page to serve")
+                .dir("usr")
+                .dir("usr/share")
+                .dir("usr/share/nginx")
+                .dir("usr/share/nginx/html")
+                .file(
+                    "usr/share/nginx/html/index.html",
+                    "<h1>Welcome to nodus</h1>\n",
+                ),
+        )
+        .cmd(["httpd", "-f", "-v", "-p", "80", "-h", "/usr/share/nginx/html"])
+        .build()
+        .expect("build web image")
+}
+
 /// The busybox image with `config.User` = `user` (`"1000"`, `"app"`, `"1000:1000"`, ...).
 pub fn busybox_with_user(user: &str) -> Image {
     busybox_builder()
