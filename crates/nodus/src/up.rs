@@ -37,7 +37,11 @@ fn node_args(args: &UpArgs, cp_dir: &std::path::Path) -> anyhow::Result<crate::n
         #[command(flatten)]
         node: crate::node::NodeArgs,
     }
-    if !args.node_args.iter().any(|a| a.starts_with("--pod-manifest-path")) {
+    if !args
+        .node_args
+        .iter()
+        .any(|a| a.starts_with("--pod-manifest-path"))
+    {
         let dir = args.data_dir.join("manifests");
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;

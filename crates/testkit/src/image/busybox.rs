@@ -111,7 +111,15 @@ pub fn web() -> Image {
                     "<h1>Welcome to nodus</h1>\n",
                 ),
         )
-        .cmd(["httpd", "-f", "-v", "-p", "80", "-h", "/usr/share/nginx/html"])
+        .cmd([
+            "httpd",
+            "-f",
+            "-v",
+            "-p",
+            "80",
+            "-h",
+            "/usr/share/nginx/html",
+        ])
         .build()
         .expect("build web image")
 }
