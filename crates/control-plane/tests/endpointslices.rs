@@ -5,28 +5,13 @@
 
 mod common;
 
-use std::future::Future;
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodus_control_plane::controllers::ControllersConfig;
 use serde_json::json;
 
-async fn eventually<F, Fut, T>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    for _ in 0..300 {
-        if let Some(v) = f().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+use common::eventually;
 
 async fn make_pod(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) {
     let p: Pod = serde_json::from_value(json!({

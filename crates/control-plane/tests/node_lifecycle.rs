@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -15,18 +14,12 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nodus_control_plane::controllers::ControllersConfig;
 use serde_json::json;
 
-async fn eventually<F, Fut, T>(what: &str, mut f: F) -> T
+async fn eventually<F, Fut, T>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
+    Fut: std::future::Future<Output = Option<T>>,
 {
-    for _ in 0..400 {
-        if let Some(v) = f().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
+    common::eventually_n(what, 400, f).await
 }
 
 fn now_micro() -> String {

@@ -4,26 +4,13 @@
 
 mod common;
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
-async fn eventually<F, Fut, T>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    for _ in 0..300 {
-        if let Some(v) = f().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+use common::eventually;
 
 fn node(name: &str, cpu: &str, labels: Value, taints: Value) -> Node {
     serde_json::from_value(json!({

@@ -2,27 +2,14 @@
 //! `kubernetes` Service with its Endpoints and EndpointSlice, and the two system
 //! PriorityClasses.
 
-use nodus_k8s::catalog;
 use serde_json::{Value, json};
 
 use crate::apiserver::rest::create::prepare_for_create;
-use crate::apiserver::rest::path::{Target, key};
+use crate::apiserver::rest::path::key;
 use crate::apiserver::state::ApiState;
 use crate::storage::{Mutation, StoreError};
 
-fn target(group: &str, plural: &str, ns: Option<&str>) -> Option<Target> {
-    let info = catalog::all()
-        .iter()
-        .find(|i| i.group == group && i.plural == plural)?;
-    Some(Target {
-        info,
-        namespace: ns.map(str::to_string),
-        name: None,
-        sub: None,
-        watch_path: false,
-        rest: Vec::new(),
-    })
-}
+use crate::controllers::objects::target;
 
 /// Creates `obj` as the server would on POST, unless it exists. Used for built-in objects.
 pub fn ensure_object(

@@ -29,16 +29,7 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or("")
 }
 
-fn labels(v: &Value) -> BTreeMap<String, String> {
-    v.pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
+use crate::apiserver::rest::list::labels_of as labels;
 
 fn selector(svc: &Value) -> Option<BTreeMap<String, String>> {
     let m = svc.pointer("/spec/selector")?.as_object()?;

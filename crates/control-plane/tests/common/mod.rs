@@ -162,3 +162,28 @@ pub async fn client_for(kubeconfig: &Path) -> kube::Client {
     cfg.default_retry = false;
     kube::Client::try_from(cfg).expect("kube client")
 }
+
+/// Polls `f` every 100 ms until it returns `Some`, for up to `tries` × 100 ms; panics
+/// naming `what` otherwise.
+pub async fn eventually_n<F, Fut, T>(what: &str, tries: usize, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..tries {
+        if let Some(v) = f().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// [`eventually_n`] with a 30 s budget.
+pub async fn eventually<F, Fut, T>(what: &str, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_n(what, 300, f).await
+}
