@@ -319,6 +319,44 @@ fn suite(mode: &str) {
         udp.ask(dvip, 53).as_deref() == Some("b2")
     });
 
+    // internalTrafficPolicy Local: in-cluster traffic only to this node's endpoints.
+    n.apply(&service_yaml(
+        "itp",
+        "10.96.100.19",
+        "  internalTrafficPolicy: Local\n",
+        TCP_PORT,
+    ));
+    n.apply(&slice_yaml(
+        "itp-1",
+        "itp",
+        "TCP",
+        &[
+            (b1, "node2", true, true, false),
+            (b2, NODE, true, true, false),
+        ],
+    ));
+    let ivip = ip("10.96.100.19");
+    n.eventually("ITP Local service answers", || {
+        n.via_client(ivip, 80).is_ok()
+    });
+    let shares = ProxyNode::shares(&n.client, ivip, 80, 20);
+    assert_eq!(shares.keys().collect::<Vec<_>>(), ["b2"], "{shares:?}");
+
+    // Topology hints: once this node's zone is known, only endpoints hinted for it.
+    n.apply(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: node1\n  labels: {topology.kubernetes.io/zone: zone-a}\n",
+    );
+    n.apply(&service_yaml("topo", "10.96.100.20", "", TCP_PORT));
+    n.apply(&format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: topo-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: topo}}\naddressType: IPv4\nports:\n- {{name: \"\", port: {BACKEND_PORT}, protocol: TCP}}\nendpoints:\n- addresses: [\"{b1}\"]\n  nodeName: node2\n  hints: {{forZones: [{{name: zone-b}}]}}\n- addresses: [\"{b3}\"]\n  nodeName: node3\n  hints: {{forZones: [{{name: zone-a}}]}}\n"
+    ));
+    let tvip = ip("10.96.100.20");
+    n.eventually("topology-aware routing picks zone-a", || {
+        ProxyNode::shares(&n.client, tvip, 80, 10)
+            .keys()
+            .all(|k| k == "b3")
+    });
+
     // Headless and service-proxy-name services are left alone.
     n.apply(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: other\n  namespace: default\n  labels: {service.kubernetes.io/service-proxy-name: someone-else}\nspec:\n  clusterIP: 10.96.100.17\n  ports:\n  - {port: 80, targetPort: 8080}\n",

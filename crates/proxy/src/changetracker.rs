@@ -104,7 +104,7 @@ impl ChangeTracker {
 
     pub fn slice_update(&mut self, slice: &EndpointSlice) {
         let key = ns_name(&slice.metadata.namespace, &slice.metadata.name);
-        let Some(parsed) = parse_slice(slice, &self.hostname) else {
+        let Some(parsed) = parse_slice(slice) else {
             self.slice_delete(&key.0, &key.1);
             return;
         };
@@ -371,7 +371,7 @@ pub fn service_ports(svc: &Service) -> Vec<ServicePort> {
     out
 }
 
-fn parse_slice(slice: &EndpointSlice, hostname: &str) -> Option<SliceEndpoints> {
+fn parse_slice(slice: &EndpointSlice) -> Option<SliceEndpoints> {
     let ns = slice
         .metadata
         .namespace
@@ -404,7 +404,6 @@ fn parse_slice(slice: &EndpointSlice, hostname: &str) -> Option<SliceEndpoints> 
             Some((p.name.clone().unwrap_or_default(), proto, num))
         })
         .collect();
-    let _ = hostname;
     let endpoints = slice
         .endpoints
         .iter()

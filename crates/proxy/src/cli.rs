@@ -38,10 +38,10 @@ pub struct ProxyArgs {
     /// 127.0.0.0/8].
     #[arg(long, value_delimiter = ',')]
     pub nodeport_addresses: Vec<String>,
-    /// [default: 0.0.0.0:10256]; port 0 disables it.
+    /// Address of /healthz and /livez [default: 0.0.0.0:10256]; port 0 disables it.
     #[arg(long)]
     pub healthz_bind_address: Option<String>,
-    /// [default: 127.0.0.1:10249]; port 0 disables it.
+    /// Address of /metrics [default: 127.0.0.1:10249]; port 0 disables it.
     #[arg(long)]
     pub metrics_bind_address: Option<String>,
     /// How often a full resync runs [default: 30s].

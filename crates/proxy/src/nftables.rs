@@ -672,35 +672,6 @@ impl Nftables {
         }
     }
 
-    /// The text a full sync sends, one string per transaction (for tests and the bench).
-    pub fn render_full(
-        snap: &Snapshot,
-        ctx: &NodeContext,
-    ) -> (
-        String,
-        Vec<String>,
-        String,
-        Vec<(ServicePortName, Fragment)>,
-    ) {
-        let frags: Vec<(ServicePortName, Fragment)> = snap
-            .iter()
-            .map(|(n, e)| (n.clone(), render_service(e, ctx)))
-            .collect();
-        let chunks = frags
-            .chunks(CHUNK)
-            .map(|c| {
-                let mut t = String::new();
-                for (_, f) in c {
-                    write_fragment_chains(&mut t, f);
-                }
-                t
-            })
-            .collect();
-        let fin = Self::render_maps(frags.iter().map(|(_, f)| f));
-        let base = render_base(ctx);
-        (base, chunks, fin, frags)
-    }
-
     fn render_maps<'a>(frags: impl Iterator<Item = &'a Fragment> + Clone) -> String {
         let mut t = String::new();
         for (map, _, _) in MAPS {

@@ -193,12 +193,15 @@ impl Proxier {
             if name.protocol != crate::model::Protocol::Udp {
                 continue;
             }
-            let Some(before) = old.get(name) else {
+            // A service new to this proxy counts as one that had no endpoints: a client may
+            // have sent before it existed, and its flow would stay un-NATed in conntrack.
+            let before = old.get(name);
+            let after = self.snapshot.get(name);
+            let Some(p) = before.or(after).map(|e| &e.port) else {
                 continue;
             };
-            let was = usable(before);
-            let now = self.snapshot.get(name).map(usable).unwrap_or_default();
-            let p = &before.port;
+            let was = before.map(usable).unwrap_or_default();
+            let now = after.map(usable).unwrap_or_default();
             for gone in was.difference(&now) {
                 conntrack::clear_endpoint_flows(p, *gone);
             }

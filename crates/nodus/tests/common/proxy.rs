@@ -263,6 +263,8 @@ impl ProxyNode {
             .args(["--hostname-override", NODE])
             .args(["--cluster-cidr", "10.244.0.0/16"])
             .args(["--min-sync-period", "100ms"])
+            // Frequent full resyncs, so the suite also exercises them between partial ones.
+            .args(["--sync-period", "2s"])
             .args(extra)
             .env("NODUS_LOG", "info,nodus_proxy=debug");
         let d = Daemon::spawn(
