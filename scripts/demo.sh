@@ -81,7 +81,7 @@ server = "https://registry-1.docker.io"
 TOML
 cat > "$WORK/net.d/10-demo.conflist" <<JSON
 {"cniVersion": "1.0.0", "name": "demo", "plugins": [
-  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.85.0.0/24"}]],
             "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$WORK/ipam"}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
