@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::apiserver::rest::now_rfc3339;
 use crate::apiserver::state::ApiState;
 use crate::controllers::objects;
+use crate::storage::{MutateOp, Mutation, StoreError, Stored};
 
 pub struct Recorder {
     component: String,
@@ -29,42 +30,117 @@ impl Recorder {
     /// Records an event about `obj` (a Pod, a Node …). Failures are logged, never returned:
     /// an event must not stop the control loop that emits it.
     pub fn record(&self, st: &ApiState, obj: &Value, kind: &str, reason: &str, message: &str) {
+        self.record_many(st, &[(obj, kind, reason, message)]);
+    }
+
+    /// Records several events in one store commit (the scheduler's batch of Scheduled
+    /// events); repeats bump the existing event as [`Recorder::record`] does.
+    pub fn record_many(&self, st: &ApiState, items: &[(&Value, &str, &str, &str)]) {
+        let now = now_rfc3339();
+        let mut ops: Vec<MutateOp<'_>> = Vec::new();
+        let mut dedups = Vec::new();
+        for (obj, kind, reason, message) in items {
+            let uid = obj
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let dedup = (uid, reason.to_string(), message.to_string());
+            let existing = self.seen.lock().ok().and_then(|m| m.get(&dedup).cloned());
+            let now = now.clone();
+            match existing {
+                Some(key) => ops.push((
+                    key,
+                    Box::new(move |cur: Option<&Stored>| {
+                        let Some(cur) = cur else {
+                            return Err(StoreError::NotFound("event".into()));
+                        };
+                        let mut e = (*cur.object).clone();
+                        let n = e.get("count").and_then(Value::as_i64).unwrap_or(1);
+                        e["count"] = json!(n + 1);
+                        e["lastTimestamp"] = json!(now);
+                        Ok(Mutation::Put(e))
+                    }),
+                )),
+                None => match self.build(obj, kind, reason, message, &now) {
+                    Ok((key, ev)) => {
+                        let mut ev = Some(ev);
+                        ops.push((
+                            key,
+                            Box::new(move |cur: Option<&Stored>| match (cur, ev.take()) {
+                                (None, Some(ev)) => Ok(Mutation::Put(ev)),
+                                _ => Err(StoreError::AlreadyExists("event".into())),
+                            }),
+                        ))
+                    }
+                    Err(e) => {
+                        tracing::warn!(component = %self.component, reason, error = %e, "event not recorded");
+                        continue;
+                    }
+                },
+            }
+            dedups.push(dedup);
+        }
+        let keys: Vec<String> = ops.iter().map(|(k, _)| k.clone()).collect();
+        match st.store.mutate_many(&mut ops) {
+            Ok(results) => {
+                let Ok(mut seen) = self.seen.lock() else {
+                    return;
+                };
+                if seen.len() > 10_000 {
+                    seen.clear();
+                }
+                for ((dedup, key), r) in dedups.into_iter().zip(keys).zip(results) {
+                    match r {
+                        Ok(_) => {
+                            seen.insert(dedup, key);
+                        }
+                        // The event it would bump is gone (expired): forget it, the next
+                        // repeat creates a fresh one.
+                        Err(_) => {
+                            seen.remove(&dedup);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(component = %self.component, error = %e, "events not recorded")
+            }
+        }
+    }
+
+    /// The Event object for `obj` and its storage key.
+    fn build(
+        &self,
+        obj: &Value,
+        kind: &str,
+        reason: &str,
+        message: &str,
+        now: &str,
+    ) -> Result<(String, Value), StoreError> {
         let meta = |f: &str| {
             obj.pointer(&format!("/metadata/{f}"))
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string()
         };
-        let (name, uid) = (meta("name"), meta("uid"));
+        let name = meta("name");
         // Node events live in `default`, as upstream's recorder puts cluster-scoped ones.
         let ns = match meta("namespace") {
             n if n.is_empty() => "default".to_string(),
             n => n,
         };
-        let now = now_rfc3339();
-        let dedup = (uid.clone(), reason.to_string(), message.to_string());
-        let existing = self.seen.lock().ok().and_then(|m| m.get(&dedup).cloned());
-        if let Some(key) = existing {
-            let bumped = objects::modify(st, &key, &mut |e| {
-                let n = e.get("count").and_then(Value::as_i64).unwrap_or(1);
-                e["count"] = json!(n + 1);
-                e["lastTimestamp"] = json!(now);
-                true
-            });
-            if matches!(bumped, Ok(Some(_))) {
-                return;
-            }
-        }
         let involved = json!({
             "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
             "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
             "name": name,
             "namespace": obj.pointer("/metadata/namespace").cloned().unwrap_or(Value::Null),
-            "uid": uid,
+            "uid": meta("uid"),
             "resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
         });
+        let event_name = format!("{name}.{}", hex_now());
         let ev = json!({
-            "metadata": {"name": format!("{name}.{}", hex_now())},
+            "metadata": {"name": event_name},
             "involvedObject": involved,
             "reason": reason,
             "message": message,
@@ -76,19 +152,8 @@ impl Recorder {
             "lastTimestamp": now,
             "count": 1,
         });
-        match objects::create(st, "", "events", Some(&ns), ev) {
-            Ok(s) => {
-                if let Ok(mut m) = self.seen.lock() {
-                    if m.len() > 10_000 {
-                        m.clear();
-                    }
-                    m.insert(dedup, s.key);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(component = %self.component, reason, error = %e, "event not recorded")
-            }
-        }
+        let (_, ev) = objects::prepare("", "events", Some(&ns), ev)?;
+        Ok((objects::key_of("", "events", Some(&ns), &event_name), ev))
     }
 }
 

@@ -31,14 +31,14 @@ pub fn key_of(group: &str, plural: &str, ns: Option<&str>, name: &str) -> String
     }
 }
 
-/// Creates `obj` (a name or `metadata.generateName` required); returns it as stored.
-pub fn create(
-    st: &ApiState,
+/// `obj` as the server would store it on create: kind, namespace, uid, timestamps and
+/// defaults filled in (the status it carries is kept). Returns the catalogue target too.
+pub fn prepare(
     group: &str,
     plural: &str,
     ns: Option<&str>,
     mut obj: Value,
-) -> Result<Stored, StoreError> {
+) -> Result<(Target, Value), StoreError> {
     let t = target(group, plural, ns)
         .ok_or_else(|| StoreError::Backend(format!("{plural}.{group} is not in the catalogue")))?;
     obj["apiVersion"] = json!(t.gvk().api_version());
@@ -53,6 +53,18 @@ pub fn create(
         obj["status"] = s;
     }
     nodus_k8s::defaults::default_object(&t.gvk(), &mut obj);
+    Ok((t, obj))
+}
+
+/// Creates `obj` (a name or `metadata.generateName` required); returns it as stored.
+pub fn create(
+    st: &ApiState,
+    group: &str,
+    plural: &str,
+    ns: Option<&str>,
+    obj: Value,
+) -> Result<Stored, StoreError> {
+    let (t, mut obj) = prepare(group, plural, ns, obj)?;
     let generate = obj
         .pointer("/metadata/generateName")
         .and_then(Value::as_str)

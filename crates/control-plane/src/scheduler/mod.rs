@@ -19,17 +19,20 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
+use crate::apiserver::rest::subresources::bound_pod;
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::{Cache, Change};
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
-use crate::storage::EventKind;
+use crate::storage::{EventKind, MutateOp, Mutation, StoreError, Stored};
 use fit::{NodeView, PodFacts, Usage};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 const UNSCHEDULABLE_FLUSH: Duration = Duration::from_secs(300);
+/// Pods decided before their bindings are committed together.
+const BATCH: usize = 64;
 
 /// Queue order: higher priority first, then older, then by key.
 type QueueKey = (Reverse<i32>, String, String);
@@ -44,6 +47,8 @@ struct Scheduler {
     st: Arc<ApiState>,
     recorder: Recorder,
     nodes: HashMap<String, NodeView>,
+    /// Node names in a stable order, so equal scores break ties the same way each time.
+    node_order: Vec<String>,
     usage: HashMap<String, Usage>,
     /// Bound, non-terminal pods: key → (node, what they take).
     bound: HashMap<String, (String, PodFacts)>,
@@ -137,6 +142,11 @@ impl Scheduler {
             Some(n) => {
                 let view = NodeView::of(&n);
                 let changed = before.as_ref() != Some(&view);
+                if before.is_none()
+                    && let Err(i) = self.node_order.binary_search(&name)
+                {
+                    self.node_order.insert(i, name.clone());
+                }
                 self.nodes.insert(name, view);
                 if changed {
                     self.wake_unschedulable();
@@ -144,6 +154,7 @@ impl Scheduler {
             }
             None => {
                 self.nodes.remove(&name);
+                self.node_order.retain(|n| *n != name);
             }
         }
     }
@@ -182,32 +193,122 @@ impl Scheduler {
             .min()
     }
 
-    /// One scheduling cycle for the pod at the head of the queue.
-    fn schedule_one(&mut self) -> bool {
-        let Some(q) = self.active.pop_first() else {
-            return false;
+    /// Scheduling cycles for up to [`BATCH`] pods from the head of the queue. Each pod's
+    /// placement assumes the ones decided before it; the bindings (and their Scheduled
+    /// events) are then written in one store commit each, as upstream binds asynchronously
+    /// while it goes on scheduling. Returns whether any pod was taken from the queue.
+    fn schedule_batch(&mut self) -> bool {
+        let mut decided: Vec<(String, Arc<Value>, String, PodFacts)> = Vec::new();
+        let mut took = false;
+        while decided.len() < BATCH {
+            let Some(q) = self.active.pop_first() else {
+                break;
+            };
+            took = true;
+            let key = q.2.clone();
+            self.queued.remove(&key);
+            let Some(v) = self.pending.get(&key).cloned() else {
+                continue;
+            };
+            let Ok(pod) = serde_json::from_value::<Pod>((*v).clone()) else {
+                tracing::warn!(pod = %key, "scheduler: pod does not decode; skipped");
+                continue;
+            };
+            let facts = PodFacts::of(pod);
+            match self.place(&facts) {
+                Ok(node) => {
+                    // Assume the binding: the next pods see the room it takes.
+                    self.usage.entry(node.clone()).or_default().add(&facts);
+                    decided.push((key, v, node, facts));
+                }
+                Err(msg) => {
+                    tracing::info!(pod = %key, message = %msg, "scheduler: no node fits");
+                    let _ = objects::modify(&self.st, &key, &mut |p| set_unschedulable(p, &msg));
+                    self.recorder
+                        .record(&self.st, &v, "Warning", "FailedScheduling", &msg);
+                    self.park(&key);
+                }
+            }
+        }
+        if decided.is_empty() {
+            return took;
+        }
+        let mut ops: Vec<MutateOp<'_>> = decided
+            .iter()
+            .map(|(key, v, node, _)| {
+                let name = str_at(v, "/metadata/name").to_string();
+                let node = node.clone();
+                let op: MutateOp<'_> = (
+                    key.clone(),
+                    Box::new(move |cur: Option<&Stored>| {
+                        bound_pod(cur, &name, &node, None)
+                            .map(Mutation::Put)
+                            .map_err(|e| {
+                                StoreError::Backend(
+                                    e.0["message"].as_str().unwrap_or("refused").to_string(),
+                                )
+                            })
+                    }),
+                );
+                op
+            })
+            .collect();
+        let results = match self.st.store.mutate_many(&mut ops) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduler: binding commit failed");
+                decided
+                    .iter()
+                    .map(|_| Err(StoreError::Backend(e.to_string())))
+                    .collect()
+            }
         };
-        let key = q.2.clone();
-        self.queued.remove(&key);
-        let Some(v) = self.pending.get(&key).cloned() else {
-            return true;
-        };
-        let Ok(pod) = serde_json::from_value::<Pod>((*v).clone()) else {
-            tracing::warn!(pod = %key, "scheduler: pod does not decode; skipped");
-            return true;
-        };
-        let facts = PodFacts::of(pod);
+        drop(ops);
+        let mut events = Vec::new();
+        for ((key, v, node, facts), r) in decided.into_iter().zip(results) {
+            match r {
+                Ok(_) => {
+                    tracing::debug!(pod = %key, node = %node, "scheduler: bound");
+                    self.bound.insert(key.clone(), (node.clone(), facts));
+                    self.pending.remove(&key);
+                    self.unschedulable.remove(&key);
+                    let msg = format!(
+                        "Successfully assigned {}/{} to {node}",
+                        str_at(&v, "/metadata/namespace"),
+                        str_at(&v, "/metadata/name")
+                    );
+                    events.push((v, msg));
+                }
+                Err(e) => {
+                    tracing::info!(pod = %key, node = %node, error = %e, "scheduler: binding failed");
+                    if let Some(u) = self.usage.get_mut(&node) {
+                        u.remove(&facts);
+                    }
+                    self.park(&key);
+                }
+            }
+        }
+        let items: Vec<(&Value, &str, &str, &str)> = events
+            .iter()
+            .map(|(v, msg)| (&**v, "Normal", "Scheduled", msg.as_str()))
+            .collect();
+        self.recorder.record_many(&self.st, &items);
+        true
+    }
+
+    /// The node the filters and score choose for `facts`, or the FailedScheduling message.
+    fn place(&self, facts: &PodFacts) -> Result<String, String> {
         let empty = Usage::default();
         let mut best: Option<(i64, i64, &str)> = None;
         let mut reasons = Vec::new();
-        let mut names: Vec<&String> = self.nodes.keys().collect();
-        names.sort();
-        for name in names {
-            let node = &self.nodes[name];
+        for name in &self.node_order {
+            let Some(node) = self.nodes.get(name) else {
+                continue;
+            };
             let used = self.usage.get(name).unwrap_or(&empty);
-            match fit::filter(&facts, node, used) {
+            match fit::filter(facts, node, used) {
                 Ok(()) => {
-                    let s = fit::score(&facts, node, used);
+                    let s = fit::score(facts, node, used);
                     let cand = (s, -used.pods, name.as_str());
                     if best.is_none_or(|b| (cand.0, cand.1) > (b.0, b.1)) {
                         best = Some(cand);
@@ -216,45 +317,10 @@ impl Scheduler {
                 Err(r) => reasons.extend(fit::dedup(r)),
             }
         }
-        let ns = str_at(&v, "/metadata/namespace").to_string();
-        let name = str_at(&v, "/metadata/name").to_string();
         match best {
-            Some((_, _, node)) => {
-                let node = node.to_string();
-                match crate::apiserver::rest::subresources::bind_pod(
-                    &self.st, &ns, &name, &node, None, false,
-                ) {
-                    Ok(()) => {
-                        tracing::debug!(pod = %key, node = %node, "scheduler: bound");
-                        // Assume the binding until the watch confirms it.
-                        self.usage.entry(node.clone()).or_default().add(&facts);
-                        self.bound.insert(key.clone(), (node.clone(), facts));
-                        self.pending.remove(&key);
-                        self.unschedulable.remove(&key);
-                        self.recorder.record(
-                            &self.st,
-                            &v,
-                            "Normal",
-                            "Scheduled",
-                            &format!("Successfully assigned {ns}/{name} to {node}"),
-                        );
-                    }
-                    Err(e) => {
-                        tracing::info!(pod = %key, node = %node, error = %e.0["message"], "scheduler: binding failed");
-                        self.park(&key);
-                    }
-                }
-            }
-            None => {
-                let msg = fit::fit_error(self.nodes.len(), &reasons);
-                tracing::info!(pod = %key, message = %msg, "scheduler: no node fits");
-                let _ = objects::modify(&self.st, &key, &mut |p| set_unschedulable(p, &msg));
-                self.recorder
-                    .record(&self.st, &v, "Warning", "FailedScheduling", &msg);
-                self.park(&key);
-            }
+            Some((_, _, node)) => Ok(node.to_string()),
+            None => Err(fit::fit_error(self.nodes.len(), &reasons)),
         }
-        true
     }
 
     fn park(&mut self, key: &str) {
@@ -304,6 +370,7 @@ pub async fn run(st: Arc<ApiState>) {
         st: st.clone(),
         recorder: Recorder::new(SCHEDULER_NAME),
         nodes: HashMap::new(),
+        node_order: Vec::new(),
         usage: HashMap::new(),
         bound: HashMap::new(),
         active: BTreeSet::new(),
@@ -313,6 +380,7 @@ pub async fn run(st: Arc<ApiState>) {
     };
     let load = |s: &mut Scheduler, nodes: &Cache, pods: &Cache| {
         s.nodes.clear();
+        s.node_order.clear();
         s.usage.clear();
         s.bound.clear();
         s.active.clear();
@@ -352,7 +420,7 @@ pub async fn run(st: Arc<ApiState>) {
             load(&mut s, &nodes, &pods);
         }
         let next_retry = s.requeue_due();
-        if s.schedule_one() {
+        if s.schedule_batch() {
             tokio::task::yield_now().await;
             continue;
         }

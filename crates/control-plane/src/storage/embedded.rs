@@ -14,7 +14,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{
-    Event, EventKind, MutateOutcome, Mutation, Store, StoreError, Stored, set_resource_version,
+    Event, EventKind, MutateOp, MutateOutcome, Mutation, Store, StoreError, Stored,
+    set_resource_version,
 };
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -144,41 +145,50 @@ impl EmbeddedStore {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes one change durably; the caller holds the lock and applies it in memory after.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes changes durably in one transaction, revisions `first`, `first + 1`, …; the
+    /// caller holds the lock and applies them in memory after.
     fn persist(
         &self,
         inner: &Inner,
-        revision: u64,
-        key: &str,
-        kind: EventKind,
-        object: &Value,
-        prev: Option<&Value>,
+        first: u64,
+        changes: &[Pending],
         trim_to: Option<u64>,
     ) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(object).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let rec = EventRecord {
-            kind,
-            key: key.to_string(),
-            object: object.clone(),
-            prev: prev.cloned(),
-        };
-        let rec = serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut rows = Vec::with_capacity(changes.len());
+        for c in changes {
+            let bytes =
+                serde_json::to_vec(&c.object).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let rec = EventRecord {
+                kind: c.kind,
+                key: c.key.clone(),
+                object: c.object.clone(),
+                prev: c.prev.as_deref().cloned(),
+            };
+            let rec = serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+            rows.push((bytes, rec));
+        }
+        let last = first + changes.len() as u64 - 1;
         let txn = self.db.begin_write().map_err(be)?;
         {
             let mut objects = txn.open_table(OBJECTS).map_err(be)?;
-            match kind {
-                EventKind::Deleted => {
-                    objects.remove(key).map_err(be)?;
-                }
-                _ => {
-                    objects.insert(key, bytes.as_slice()).map_err(be)?;
-                }
-            }
             let mut events = txn.open_table(EVENTS).map_err(be)?;
-            events.insert(revision, rec.as_slice()).map_err(be)?;
+            for (i, (c, (bytes, rec))) in changes.iter().zip(&rows).enumerate() {
+                match c.kind {
+                    EventKind::Deleted => {
+                        objects.remove(c.key.as_str()).map_err(be)?;
+                    }
+                    _ => {
+                        objects
+                            .insert(c.key.as_str(), bytes.as_slice())
+                            .map_err(be)?;
+                    }
+                }
+                events
+                    .insert(first + i as u64, rec.as_slice())
+                    .map_err(be)?;
+            }
             let mut meta = txn.open_table(META).map_err(be)?;
-            meta.insert("revision", revision).map_err(be)?;
+            meta.insert("revision", last).map_err(be)?;
             if let Some(upto) = trim_to {
                 events.retain_in(..=upto, |_, _| false).map_err(be)?;
                 meta.insert("compacted", upto.max(inner.compacted))
@@ -194,67 +204,148 @@ impl EmbeddedStore {
         inner: &mut Inner,
         key: &str,
         kind: EventKind,
-        mut object: Value,
+        object: Value,
         prev: Option<Arc<Value>>,
     ) -> Result<Stored, StoreError> {
-        let revision = inner.revision + 1;
-        set_resource_version(&mut object, revision);
-        let trim_to = if inner.events.len() >= MAX_EVENTS {
+        let mut out = self.apply_many(
+            inner,
+            vec![Pending {
+                key: key.to_string(),
+                kind,
+                object,
+                prev,
+            }],
+        )?;
+        out.pop()
+            .ok_or_else(|| StoreError::Backend("empty commit".into()))
+    }
+
+    /// Commits `changes` (in order, one revision each) durably, then applies them to the
+    /// index and tells watchers.
+    fn apply_many(
+        &self,
+        inner: &mut Inner,
+        mut changes: Vec<Pending>,
+    ) -> Result<Vec<Stored>, StoreError> {
+        if changes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let first = inner.revision + 1;
+        for (i, c) in changes.iter_mut().enumerate() {
+            set_resource_version(&mut c.object, first + i as u64);
+        }
+        let keep = MAX_EVENTS.saturating_sub(changes.len());
+        let trim_to = if inner.events.len() > keep {
             inner
                 .events
-                .get(inner.events.len() - MAX_EVENTS)
+                .get(inner.events.len() - keep - 1)
                 .map(|e| e.revision)
         } else {
             None
         };
-        self.persist(
-            inner,
-            revision,
-            key,
-            kind,
-            &object,
-            prev.as_deref(),
-            trim_to,
-        )?;
-        inner.revision = revision;
+        self.persist(inner, first, &changes, trim_to)?;
+        inner.revision = first + changes.len() as u64 - 1;
         if let Some(upto) = trim_to {
             while inner.events.front().is_some_and(|e| e.revision <= upto) {
                 inner.events.pop_front();
             }
             inner.compacted = inner.compacted.max(upto);
         }
-        let object = Arc::new(object);
-        let stored = Stored {
-            key: key.to_string(),
-            revision,
-            object: object.clone(),
-        };
-        match kind {
-            EventKind::Deleted => {
-                inner.objects.remove(key);
+        let mut out = Vec::with_capacity(changes.len());
+        for (i, c) in changes.into_iter().enumerate() {
+            let revision = first + i as u64;
+            let object = Arc::new(c.object);
+            let stored = Stored {
+                key: c.key.clone(),
+                revision,
+                object: object.clone(),
+            };
+            match c.kind {
+                EventKind::Deleted => {
+                    inner.objects.remove(&c.key);
+                }
+                _ => {
+                    inner.objects.insert(c.key.clone(), stored.clone());
+                }
             }
-            _ => {
-                inner.objects.insert(key.to_string(), stored.clone());
+            let event = Arc::new(Event {
+                revision,
+                kind: c.kind,
+                key: c.key,
+                object,
+                prev: c.prev,
+            });
+            inner.events.push_back(event.clone());
+            inner.watchers.retain(|w| {
+                if !event.key.starts_with(&w.prefix) {
+                    return !w.tx.is_closed();
+                }
+                // A full buffer means the watcher is too slow: dropping it ends its stream,
+                // and the client re-watches from its last resourceVersion, as with upstream.
+                w.tx.try_send(event.clone()).is_ok()
+            });
+            out.push(stored);
+        }
+        Ok(out)
+    }
+
+    /// What `f` makes of `key`, given the state `staged` by earlier operations of the same
+    /// batch (or the index).
+    fn stage(
+        inner: &Inner,
+        staged: &std::collections::HashMap<String, Option<Stored>>,
+        key: &str,
+        f: &mut dyn FnMut(Option<&Stored>) -> Result<Mutation, StoreError>,
+    ) -> Result<(Option<Pending>, Option<Stored>), StoreError> {
+        let current = match staged.get(key) {
+            Some(s) => s.clone(),
+            None => inner.objects.get(key).cloned(),
+        };
+        match f(current.as_ref())? {
+            Mutation::Keep => Ok((None, current)),
+            Mutation::Put(object) => {
+                let (kind, prev) = match &current {
+                    Some(c) => (EventKind::Modified, Some(c.object.clone())),
+                    None => (EventKind::Added, None),
+                };
+                Ok((
+                    Some(Pending {
+                        key: key.to_string(),
+                        kind,
+                        object,
+                        prev,
+                    }),
+                    current,
+                ))
+            }
+            Mutation::Delete => {
+                let Some(cur) = current else {
+                    return Err(StoreError::NotFound(key.to_string()));
+                };
+                Ok((
+                    Some(Pending {
+                        key: key.to_string(),
+                        kind: EventKind::Deleted,
+                        object: (*cur.object).clone(),
+                        prev: Some(cur.object.clone()),
+                    }),
+                    Some(cur),
+                ))
             }
         }
-        let event = Arc::new(Event {
-            revision,
-            kind,
-            key: key.to_string(),
-            object,
-            prev,
-        });
-        inner.events.push_back(event.clone());
-        inner.watchers.retain(|w| {
-            if !key.starts_with(&w.prefix) {
-                return !w.tx.is_closed();
-            }
-            // A full buffer means the watcher is too slow: dropping it ends its stream, and
-            // the client re-watches from its last resourceVersion, as with upstream.
-            w.tx.try_send(event.clone()).is_ok()
-        });
-        Ok(stored)
     }
+}
+
+/// One operation of a batch: its refusal, or the index of its change in the commit (when it
+/// wrote one) and the object it saw.
+type Planned = Result<(Option<usize>, Option<Stored>), StoreError>;
+
+/// A change staged for commit.
+struct Pending {
+    key: String,
+    kind: EventKind,
+    object: Value,
+    prev: Option<Arc<Value>>,
 }
 
 impl Store for EmbeddedStore {
@@ -324,6 +415,56 @@ impl Store for EmbeddedStore {
         }
     }
 
+    fn mutate_many(
+        &self,
+        ops: &mut [MutateOp<'_>],
+    ) -> Result<Vec<Result<MutateOutcome, StoreError>>, StoreError> {
+        let mut inner = self.lock();
+        let mut staged: std::collections::HashMap<String, Option<Stored>> = Default::default();
+        let mut pending = Vec::new();
+        let mut plan: Vec<Planned> = Vec::new();
+        for (key, f) in ops.iter_mut() {
+            match Self::stage(&inner, &staged, key, &mut **f) {
+                Ok((Some(p), seen)) => {
+                    let kept = match p.kind {
+                        EventKind::Deleted => None,
+                        _ => Some(Stored {
+                            key: p.key.clone(),
+                            revision: 0,
+                            object: Arc::new(p.object.clone()),
+                        }),
+                    };
+                    staged.insert(key.to_string(), kept);
+                    plan.push(Ok((Some(pending.len()), seen)));
+                    pending.push(p);
+                }
+                Ok((None, seen)) => plan.push(Ok((None, seen))),
+                Err(e) => plan.push(Err(e)),
+            }
+        }
+        let kinds: Vec<EventKind> = pending.iter().map(|p| p.kind).collect();
+        let written = self.apply_many(&mut inner, pending)?;
+        Ok(plan
+            .into_iter()
+            .map(|p| {
+                p.map(|(idx, seen)| match idx {
+                    Some(i) if kinds[i] == EventKind::Deleted => MutateOutcome {
+                        stored: None,
+                        deleted: Some(written[i].clone()),
+                    },
+                    Some(i) => MutateOutcome {
+                        stored: Some(written[i].clone()),
+                        deleted: None,
+                    },
+                    None => MutateOutcome {
+                        stored: seen,
+                        deleted: None,
+                    },
+                })
+            })
+            .collect())
+    }
+
     fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
         let mut inner = self.lock();
         if from < inner.compacted {
@@ -384,6 +525,71 @@ impl Store for EmbeddedStore {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_batch_commits_once_in_order_and_skips_refused_operations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = EmbeddedStore::open(&path).unwrap();
+        store
+            .create("/core/pods/default/b", json!({"metadata": {"name": "b"}}))
+            .unwrap();
+        let mut rx = store.watch("/core/pods/", store.revision()).unwrap();
+        let mut ops: Vec<MutateOp<'_>> = vec![
+            (
+                "/core/pods/default/a".into(),
+                Box::new(|_cur: Option<&Stored>| {
+                    Ok(Mutation::Put(json!({"metadata": {"name": "a"}, "n": 1})))
+                }),
+            ),
+            // Sees the object the first operation staged.
+            (
+                "/core/pods/default/a".into(),
+                Box::new(|cur: Option<&Stored>| {
+                    let mut v = (*cur.expect("staged a").object).clone();
+                    v["n"] = json!(v["n"].as_i64().unwrap_or(0) + 1);
+                    Ok(Mutation::Put(v))
+                }),
+            ),
+            (
+                "/core/pods/default/missing".into(),
+                Box::new(|_cur: Option<&Stored>| Err(StoreError::NotFound("missing".into()))),
+            ),
+            (
+                "/core/pods/default/b".into(),
+                Box::new(|_cur: Option<&Stored>| Ok(Mutation::Delete)),
+            ),
+        ];
+        let out = store.mutate_many(&mut ops).unwrap();
+        assert!(out[0].is_ok() && out[1].is_ok() && out[3].is_ok());
+        assert!(matches!(out[2], Err(StoreError::NotFound(_))));
+        let a = out[1].as_ref().unwrap().stored.clone().unwrap();
+        assert_eq!(a.object["n"], 2);
+        assert_eq!(a.revision, 3);
+        assert_eq!(
+            out[3].as_ref().unwrap().deleted.as_ref().unwrap().revision,
+            4
+        );
+        let kinds: Vec<(EventKind, u64)> = (0..3)
+            .map(|_| rx.try_recv().map(|e| (e.kind, e.revision)).unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (EventKind::Added, 2),
+                (EventKind::Modified, 3),
+                (EventKind::Deleted, 4)
+            ]
+        );
+        drop(store);
+        let store = EmbeddedStore::open(&path).unwrap();
+        assert_eq!(store.revision(), 4);
+        assert_eq!(
+            store.get("/core/pods/default/a").unwrap().unwrap().object["n"],
+            2
+        );
+        assert!(store.get("/core/pods/default/b").unwrap().is_none());
+    }
 
     #[test]
     fn revisions_survive_reopen_and_conflicts_are_detected() {

@@ -85,6 +85,19 @@ pub trait Store: Send + Sync {
         key: &str,
         f: &mut dyn FnMut(Option<&Stored>) -> Result<Mutation, StoreError>,
     ) -> Result<MutateOutcome, StoreError>;
+    /// Several read-modify-writes in one durable commit, applied in order (each sees what
+    /// the ones before it wrote). An operation whose function fails is left out and its
+    /// error returned in its slot; the others still commit. The outer error is the
+    /// commit's own. Backends without transactions may apply them one by one.
+    fn mutate_many(
+        &self,
+        ops: &mut [MutateOp<'_>],
+    ) -> Result<Vec<Result<MutateOutcome, StoreError>>, StoreError> {
+        Ok(ops
+            .iter_mut()
+            .map(|(key, f)| self.mutate(key, &mut **f))
+            .collect())
+    }
     /// Replaces `key` if its revision equals `expected` (when given).
     fn update(
         &self,
@@ -139,6 +152,12 @@ pub trait Store: Send + Sync {
     /// Forgets events at or before `revision`.
     fn compact(&self, revision: u64) -> Result<(), StoreError>;
 }
+
+/// One operation of [`Store::mutate_many`]: a key and what to make of it.
+pub type MutateOp<'a> = (
+    String,
+    Box<dyn FnMut(Option<&Stored>) -> Result<Mutation, StoreError> + Send + 'a>,
+);
 
 /// What [`Store::mutate`] did.
 #[derive(Debug, Default)]

@@ -113,6 +113,64 @@ pub fn bind(req: &Req, pod: &str, binding: &Value) -> ApiResult<Response> {
     ))
 }
 
+/// What a Binding makes of the pod `cur`: the pod bound to `node` with `PodScheduled=True`,
+/// or upstream's refusal (not found, being deleted, already assigned).
+pub fn bound_pod(
+    cur: Option<&crate::storage::Stored>,
+    pod: &str,
+    node: &str,
+    annotations: Option<&serde_json::Map<String, Value>>,
+) -> ApiResult<Value> {
+    let Some(cur) = cur else {
+        return Err(ApiError(status::not_found("", "pods", pod)));
+    };
+    if cur.object.pointer("/metadata/deletionTimestamp").is_some() {
+        return Err(ApiError(status::conflict_with(
+            "",
+            "pods/binding",
+            pod,
+            &format!("pod {pod} is being deleted, cannot be assigned to a host"),
+        )));
+    }
+    if let Some(existing) = cur
+        .object
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        return Err(ApiError(status::conflict_with(
+            "",
+            "pods/binding",
+            pod,
+            &format!(
+                "pod {pod} is already assigned to node {}",
+                status::go_quote(existing)
+            ),
+        )));
+    }
+    let mut new = (*cur.object).clone();
+    new["spec"]["nodeName"] = json!(node);
+    if let Some(ann) = annotations {
+        let m = super::meta_mut(&mut new);
+        let a = m.entry("annotations").or_insert_with(|| json!({}));
+        for (k, v) in ann {
+            a[k] = v.clone();
+        }
+    }
+    let now = super::now_rfc3339();
+    let conds = new["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut conds: Vec<Value> = conds
+        .into_iter()
+        .filter(|c| c["type"] != "PodScheduled")
+        .collect();
+    conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+    new["status"]["conditions"] = json!(conds);
+    Ok(new)
+}
+
 /// Assigns an unbound pod to `node` (the Binding's effect, shared by the REST subresource
 /// and the in-process scheduler): fails with upstream's Conflict when the pod is already
 /// assigned or being deleted.
@@ -136,43 +194,17 @@ pub fn bind_pod(
     };
     let key = t.key_for(pod);
     let mut failure = None;
-    let out = st.store.mutate(&key, &mut |cur| {
-        let Some(cur) = cur else {
-            failure = Some(ApiError(status::not_found("", "pods", pod)));
-            return Err(StoreError::NotFound(key.clone()));
-        };
-        if cur.object.pointer("/metadata/deletionTimestamp").is_some() {
-            failure = Some(ApiError(status::conflict_with("", "pods/binding", pod, &format!("pod {pod} is being deleted, cannot be assigned to a host"))));
-            return Err(StoreError::Backend("aborted".into()));
-        }
-        if let Some(existing) = cur.object.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-            failure = Some(ApiError(status::conflict_with(
-                "",
-                "pods/binding",
-                pod,
-                &format!("pod {pod} is already assigned to node {}", status::go_quote(existing)),
-            )));
-            return Err(StoreError::Backend("aborted".into()));
-        }
-        if dry {
-            return Ok(Mutation::Keep);
-        }
-        let mut new = (*cur.object).clone();
-        new["spec"]["nodeName"] = json!(node);
-        if let Some(ann) = annotations {
-            let m = super::meta_mut(&mut new);
-            let a = m.entry("annotations").or_insert_with(|| json!({}));
-            for (k, v) in ann {
-                a[k] = v.clone();
+    let out = st.store.mutate(
+        &key,
+        &mut |cur| match bound_pod(cur, pod, node, annotations) {
+            Ok(_) if dry => Ok(Mutation::Keep),
+            Ok(new) => Ok(Mutation::Put(new)),
+            Err(e) => {
+                failure = Some(e);
+                Err(StoreError::Backend("aborted".into()))
             }
-        }
-        let now = super::now_rfc3339();
-        let conds = new["status"]["conditions"].as_array().cloned().unwrap_or_default();
-        let mut conds: Vec<Value> = conds.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
-        conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
-        new["status"]["conditions"] = json!(conds);
-        Ok(Mutation::Put(new))
-    });
+        },
+    );
     if let Some(f) = failure {
         return Err(f);
     }
