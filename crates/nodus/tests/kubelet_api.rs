@@ -3,9 +3,9 @@
 //! to the real kubectl through the API server, refuses unauthenticated callers, asks the
 //! API server who a token is and what it may do, and answers /stats/summary.
 //!
-//! Pods come from the static pod directory; the Node object and the pod's API copy are
-//! made by hand here (as the kubelet's registration and mirror pods will), so the API
-//! server can find the kubelet and the pod.
+//! Pods come from the static pod directory; the Node object is made by hand here (as the
+//! kubelet's registration will), and the pod's API copy too unless the kubelet publishes
+//! a mirror pod itself, so the API server can find the kubelet and the pod.
 
 mod common;
 
@@ -81,19 +81,7 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         is_running(p, "main") && is_running(p, "server")
     });
     cp.register_node(NODE_NAME);
-    cp.kubectl_ok(&["apply", "-f", "-"], Some(&api_copy()));
-    cp.kubectl_ok(
-        &[
-            "patch",
-            "pod",
-            &name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Running"}}"#,
-        ],
-        None,
-    );
+    cp.ensure_api_pod(&name, &api_copy());
     let url = |path: &str| format!("https://127.0.0.1:{KUBELET_PORT}{path}");
     let (crt, key) = cp.admin_cert();
     let (crt, key) = (crt.display().to_string(), key.display().to_string());
@@ -896,19 +884,7 @@ async fn kubectl_logs_exec_and_port_forward_work_on_containerd() {
         is_running(p, "main") && is_running(p, "server")
     });
     cp.register_node(NODE_NAME);
-    cp.kubectl_ok(&["apply", "-f", "-"], Some(&api_copy()));
-    cp.kubectl_ok(
-        &[
-            "patch",
-            "pod",
-            &name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Running"}}"#,
-        ],
-        None,
-    );
+    cp.ensure_api_pod(&name, &api_copy());
     let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--tail=2"], None);
     assert_eq!(lines(&logs), vec!["two", "three"]);
     let said = cp.kubectl_ok(

@@ -184,6 +184,43 @@ impl ControlPlane {
         );
     }
 
+    /// Makes sure the API has pod `name` for a static pod, so the API server can find its
+    /// node: the kubelet's own mirror pod when it makes one (within a few seconds), else
+    /// the hand-made copy `yaml`, marked Running as the kubelet's status would.
+    pub fn ensure_api_pod(&self, name: &str, yaml: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let o = self.kubectl(&[
+                "get",
+                "pod",
+                name,
+                "-o",
+                "jsonpath={.metadata.annotations.kubernetes\\.io/config\\.mirror}",
+            ]);
+            let mirror = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if o.status.success() && !mirror.is_empty() {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        self.kubectl_ok(&["create", "-f", "-"], Some(yaml));
+        self.kubectl_ok(
+            &[
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"phase":"Running"}}"#,
+            ],
+            None,
+        );
+    }
+
     /// curl inside the namespace; returns (HTTP code, body).
     pub fn curl(&self, args: &[&str]) -> (u16, String) {
         let mut cmd = self.netns.command("curl").expect("curl in netns");
