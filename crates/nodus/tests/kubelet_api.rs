@@ -189,6 +189,14 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         "{body}"
     );
 
+    // The read-only port (on in this harness) has the stats but none of the debugging
+    // handlers.
+    let (code, body) = k.get("/stats/summary");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&name), "{body}");
+    let (code, _) = k.get(&format!("/containerLogs/default/{name}/main"));
+    assert_eq!(code, 404, "no logs on the unauthenticated port");
+
     let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/runningpods/")]);
     assert_eq!(code, 200, "{body}");
     assert!(body.contains(&name), "{body}");
