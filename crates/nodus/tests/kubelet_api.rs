@@ -135,6 +135,13 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     assert_eq!(code, 200, "{body}");
     assert!(body.starts_with("<pre>"), "{body}");
 
+    // The same SubjectAccessReview machinery answers kubectl (protobuf request body).
+    let said = cp.kubectl_ok(
+        &["auth", "can-i", "get", "nodes", "--subresource=proxy"],
+        None,
+    );
+    assert_eq!(said.trim(), "yes");
+
     // --- /stats/summary, /runningpods/, /run ---
     let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/stats/summary")]);
     assert_eq!(code, 200, "{body}");
