@@ -289,6 +289,14 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         &url(&format!("/containerLogs/default/{name}/nope")),
     ]);
     assert_eq!(code, 404, "a container the pod does not have");
+    let (code, body) = cp.curl(&[
+        "--cert",
+        &crt,
+        "--key",
+        &key,
+        &url(&format!("/containerLogs/default/{name}/main?stream=Stdout")),
+    ]);
+    assert_eq!(code, 400, "split streams are an alpha feature, off: {body}");
 
     // --- kubectl exec ---
     let said = cp.kubectl_ok(

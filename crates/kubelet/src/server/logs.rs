@@ -292,6 +292,12 @@ pub async fn container_logs(
     let Some(pod) = find_pod(&s, &ns, &pod_name) else {
         return not_found(format!("pod {pod_name:?} does not exist"));
     };
+    // Split streams are upstream's alpha PodLogsQuerySplitStreams, off by default.
+    if let Some(stream) = q.get("stream").filter(|v| !v.is_empty() && *v != "All") {
+        return bad_request(format!(
+            "unable to return the given log stream: {stream:?}. Please enable PodLogsQuerySplitStreams feature gate in kubelet"
+        ));
+    }
     let in_spec = pod.spec.as_ref().is_some_and(|sp| {
         sp.containers
             .iter()
