@@ -960,3 +960,115 @@ async fn kubectl_logs_exec_and_port_forward_work_on_containerd() {
     drop(cp);
     drop(ctrd);
 }
+
+/// The API server's TokenReview and SubjectAccessReview, as the kubelet's webhooks ask
+/// them: a known token is a user with its groups, an unknown one is not authenticated; the
+/// Node authorizer refuses one node another node's proxy; malformed reviews are 422.
+#[tokio::test(flavor = "multi_thread")]
+async fn reviews_answer_with_the_api_servers_authenticator_and_authorizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let data = dir.path().join("cp");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("tokens.csv"),
+        format!("{ALLOWED_TOKEN},alice,1001,\"dev,ops\"\n"),
+    )
+    .unwrap();
+    let cp = nodus_control_plane::start(nodus_control_plane::ControlPlaneConfig::new(
+        &data,
+        "127.0.0.1".parse().unwrap(),
+        0,
+    ))
+    .await
+    .expect("control plane");
+    let raw = |path: &str, body: serde_json::Value| -> (bool, String) {
+        use std::io::Write as _;
+        let mut c = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .args(["create", "--raw", path, "-f", "-"])
+            .env("HOME", &home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(body.to_string().as_bytes())
+            .unwrap();
+        let o = c.wait_with_output().unwrap();
+        (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    let tr = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let (ok, out) = raw(
+        tr,
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": ALLOWED_TOKEN}}),
+    );
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["authenticated"], true);
+    assert_eq!(v["status"]["user"]["username"], "alice");
+    assert_eq!(
+        v["status"]["user"]["groups"],
+        serde_json::json!(["dev", "ops", "system:authenticated"])
+    );
+    let (ok, out) = raw(
+        tr,
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": "nope"}}),
+    );
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["authenticated"], false);
+    let (ok, out) = raw(
+        tr,
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}}),
+    );
+    assert!(!ok && out.contains("spec.token"), "{out}");
+
+    let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let review = |user: &str, groups: &[&str], sub: &str| {
+        serde_json::json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes": {
+                "verb": "get", "version": "v1", "resource": "nodes", "subresource": sub, "name": "n1"}}})
+    };
+    let allowed = |body| {
+        let (ok, out) = raw(sar, body);
+        assert!(ok, "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        (
+            v["status"]["allowed"] == true,
+            v["status"]["reason"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    assert!(allowed(review("kubernetes-admin", &["system:masters"], "proxy")).0);
+    assert!(
+        allowed(review("alice", &["dev"], "stats")).0,
+        "no RBAC: users are allowed"
+    );
+    let (ok, reason) = allowed(review("system:node:n2", &["system:nodes"], "proxy"));
+    assert!(!ok, "one node may not use another's kubelet API");
+    assert!(reason.contains("no relationship found"), "{reason}");
+    let (ok, out) = raw(
+        sar,
+        serde_json::json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}}),
+    );
+    assert!(
+        !ok && out.contains("at least one of user or group"),
+        "{out}"
+    );
+    cp.shutdown().await;
+}
