@@ -195,6 +195,12 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         summary["node"]["network"]["interfaces"].is_array(),
         "{body}"
     );
+    let pods_sc = &summary["node"]["systemContainers"][0];
+    assert_eq!(pods_sc["name"], "pods", "{body}");
+    assert!(
+        pods_sc["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
+        "{body}"
+    );
 
     // The read-only port (on in this harness) has the stats but none of the debugging
     // handlers.
