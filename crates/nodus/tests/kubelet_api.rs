@@ -3,9 +3,9 @@
 //! to the real kubectl through the API server, refuses unauthenticated callers, asks the
 //! API server who a token is and what it may do, and answers /stats/summary.
 //!
-//! Pods come from the static pod directory; the Node object and the pod's API copy are
-//! made by hand here (as the kubelet's registration and mirror pods will), so the API
-//! server can find the kubelet and the pod.
+//! Pods come from the static pod directory; the Node object is made by hand here (as the
+//! kubelet's registration will), and the pod's API copy too unless the kubelet publishes
+//! a mirror pod itself, so the API server can find the kubelet and the pod.
 
 mod common;
 
@@ -128,6 +128,13 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     assert_eq!(code, 200, "{body}");
     assert!(body.starts_with("<pre>"), "{body}");
 
+    // The same SubjectAccessReview machinery answers kubectl (protobuf request body).
+    let said = cp.kubectl_ok(
+        &["auth", "can-i", "get", "nodes", "--subresource=proxy"],
+        None,
+    );
+    assert_eq!(said.trim(), "yes");
+
     // --- /stats/summary, /runningpods/, /run ---
     let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/stats/summary")]);
     assert_eq!(code, 200, "{body}");
@@ -181,6 +188,20 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         summary["node"]["network"]["interfaces"].is_array(),
         "{body}"
     );
+    let pods_sc = &summary["node"]["systemContainers"][0];
+    assert_eq!(pods_sc["name"], "pods", "{body}");
+    assert!(
+        pods_sc["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
+        "{body}"
+    );
+
+    // The read-only port (on in this harness) has the stats but none of the debugging
+    // handlers.
+    let (code, body) = k.get("/stats/summary");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&name), "{body}");
+    let (code, _) = k.get(&format!("/containerLogs/default/{name}/main"));
+    assert_eq!(code, 404, "no logs on the unauthenticated port");
 
     let (code, body) = cp.curl(&["--cert", &crt, "--key", &key, &url("/runningpods/")]);
     assert_eq!(code, 200, "{body}");
@@ -267,6 +288,14 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         &url(&format!("/containerLogs/default/{name}/nope")),
     ]);
     assert_eq!(code, 404, "a container the pod does not have");
+    let (code, body) = cp.curl(&[
+        "--cert",
+        &crt,
+        "--key",
+        &key,
+        &url(&format!("/containerLogs/default/{name}/main?stream=Stdout")),
+    ]);
+    assert_eq!(code, 400, "split streams are an alpha feature, off: {body}");
 
     // --- kubectl exec ---
     let said = cp.kubectl_ok(
@@ -904,4 +933,116 @@ async fn kubectl_logs_exec_and_port_forward_work_on_containerd() {
     drop(k);
     drop(cp);
     drop(ctrd);
+}
+
+/// The API server's TokenReview and SubjectAccessReview, as the kubelet's webhooks ask
+/// them: a known token is a user with its groups, an unknown one is not authenticated; the
+/// Node authorizer refuses one node another node's proxy; malformed reviews are 422.
+#[tokio::test(flavor = "multi_thread")]
+async fn reviews_answer_with_the_api_servers_authenticator_and_authorizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let data = dir.path().join("cp");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("tokens.csv"),
+        format!("{ALLOWED_TOKEN},alice,1001,\"dev,ops\"\n"),
+    )
+    .unwrap();
+    let cp = nodus_control_plane::start(nodus_control_plane::ControlPlaneConfig::new(
+        &data,
+        "127.0.0.1".parse().unwrap(),
+        0,
+    ))
+    .await
+    .expect("control plane");
+    let raw = |path: &str, body: serde_json::Value| -> (bool, String) {
+        use std::io::Write as _;
+        let mut c = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .args(["create", "--raw", path, "-f", "-"])
+            .env("HOME", &home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(body.to_string().as_bytes())
+            .unwrap();
+        let o = c.wait_with_output().unwrap();
+        (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    let tr = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let (ok, out) = raw(
+        tr,
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": ALLOWED_TOKEN}}),
+    );
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["authenticated"], true);
+    assert_eq!(v["status"]["user"]["username"], "alice");
+    assert_eq!(
+        v["status"]["user"]["groups"],
+        serde_json::json!(["dev", "ops", "system:authenticated"])
+    );
+    let (ok, out) = raw(
+        tr,
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": "nope"}}),
+    );
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["authenticated"], false);
+    let (ok, out) = raw(
+        tr,
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}}),
+    );
+    assert!(!ok && out.contains("spec.token"), "{out}");
+
+    let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let review = |user: &str, groups: &[&str], sub: &str| {
+        serde_json::json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes": {
+                "verb": "get", "version": "v1", "resource": "nodes", "subresource": sub, "name": "n1"}}})
+    };
+    let allowed = |body| {
+        let (ok, out) = raw(sar, body);
+        assert!(ok, "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        (
+            v["status"]["allowed"] == true,
+            v["status"]["reason"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    assert!(allowed(review("kubernetes-admin", &["system:masters"], "proxy")).0);
+    assert!(
+        allowed(review("alice", &["dev"], "stats")).0,
+        "no RBAC: users are allowed"
+    );
+    let (ok, reason) = allowed(review("system:node:n2", &["system:nodes"], "proxy"));
+    assert!(!ok, "one node may not use another's kubelet API");
+    assert!(reason.contains("no relationship found"), "{reason}");
+    let (ok, out) = raw(
+        sar,
+        serde_json::json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}}),
+    );
+    assert!(
+        !ok && out.contains("at least one of user or group"),
+        "{out}"
+    );
+    cp.shutdown().await;
 }

@@ -273,9 +273,16 @@ impl Auth {
                 forbidden()
             });
         }
+        let authz_error = |why: &dyn std::fmt::Display| {
+            tracing::error!(user = %user.name, verb = %attrs.verb, subresource = %attrs.subresource, error = %why, "Authorization error");
+            Refusal::Error(format!(
+                "Authorization error (user={}, verb={}, resource=nodes, subresource={})",
+                user.name, attrs.verb, attrs.subresource
+            ))
+        };
         let Some(client) = self.client.clone() else {
-            return Err(Refusal::Error(
-                "the Webhook authorizer has no API server to ask (no --kubeconfig)".into(),
+            return Err(authz_error(
+                &"the Webhook authorizer has no API server to ask (no --kubeconfig)",
             ));
         };
         let api: kube::Api<SubjectAccessReview> = kube::Api::all(client);
@@ -301,7 +308,7 @@ impl Auth {
         let out = api
             .create(&kube::api::PostParams::default(), &sar)
             .await
-            .map_err(|e| Refusal::Error(format!("SubjectAccessReview failed: {e}")))?;
+            .map_err(|e| authz_error(&format!("SubjectAccessReview failed: {e}")))?;
         let st = out.status.unwrap_or_default();
         let verdict = if st.allowed {
             Ok(())
@@ -494,5 +501,19 @@ mod tests {
             None,
         );
         assert_eq!(a.authenticate(None, None).await, Ok(UserInfo::anonymous()));
+        let webhook = Auth::new(
+            AuthSettings {
+                mode: AuthorizationMode::Webhook,
+                ..a.settings.clone()
+            },
+            None,
+        );
+        let attrs = attributes(&http::Method::POST, "/exec/ns/p/c");
+        assert_eq!(
+            webhook.authorize(&UserInfo::anonymous(), &attrs).await,
+            Err(Refusal::Error(
+                "Authorization error (user=system:anonymous, verb=create, resource=nodes, subresource=proxy)".into()
+            ))
+        );
     }
 }

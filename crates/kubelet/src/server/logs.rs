@@ -215,8 +215,8 @@ pub fn find_pod(s: &ServerState, ns: &str, name: &str) -> Option<Pod> {
     })
 }
 
-/// The container id (bare) whose log the request means, checked as upstream's
-/// validateContainerLogStatus does.
+/// The container id (bare) whose log the request means, chosen and refused exactly as
+/// upstream's validateContainerLogStatus does.
 fn log_container_id(
     s: &ServerState,
     pod: &Pod,
@@ -232,38 +232,38 @@ fn log_container_id(
         .flatten()
         .chain(status.init_container_statuses.iter().flatten())
         .find(|c| c.name == container)
-        .cloned();
-    let Some(cs) = cs else {
-        return Err(format!(
-            "container {container:?} in pod {name:?} is waiting to start: ContainerCreating"
-        ));
-    };
+        .cloned()
+        .ok_or_else(|| format!("container {container:?} in pod {name:?} is not available"))?;
+    let nonempty = |id: Option<&String>| id.filter(|i| !i.is_empty()).cloned();
+    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+    let last_id = nonempty(last.and_then(|t| t.container_id.as_ref()));
+    let state = cs.state.clone().unwrap_or_default();
+    let terminated_msg = || format!("container {container:?} in pod {name:?} is terminated");
     let id = if previous {
-        cs.last_state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .and_then(|t| t.container_id.clone())
-            .ok_or_else(|| {
-                format!("previous terminated container {container:?} in pod {name:?} not found")
-            })?
-    } else if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
-        // Waiting to restart: the log is the last instance's, as upstream shows it.
-        cs.last_state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .and_then(|t| t.container_id.clone())
-            .ok_or_else(|| {
-                format!(
-                    "container {container:?} in pod {name:?} is waiting to start: {}",
-                    w.reason.clone().unwrap_or_default()
-                )
-            })?
-    } else {
-        cs.container_id.clone().ok_or_else(|| {
-            format!(
-                "container {container:?} in pod {name:?} is waiting to start: ContainerCreating"
-            )
+        last_id.ok_or_else(|| {
+            format!("previous terminated container {container:?} in pod {name:?} not found")
         })?
+    } else if state.running.is_some() {
+        nonempty(cs.container_id.as_ref()).unwrap_or_default()
+    } else if let Some(t) = &state.terminated {
+        nonempty(t.container_id.as_ref())
+            .or(last_id)
+            .ok_or_else(terminated_msg)?
+    } else if last.is_some() {
+        last_id.ok_or_else(terminated_msg)?
+    } else if let Some(w) = &state.waiting {
+        let why = match w.reason.as_deref().unwrap_or_default() {
+            "ErrImagePull" => "image can't be pulled".to_string(),
+            "ImagePullBackOff" => "trying and failing to pull image".to_string(),
+            other => other.to_string(),
+        };
+        return Err(format!(
+            "container {container:?} in pod {name:?} is waiting to start: {why}"
+        ));
+    } else {
+        return Err(format!(
+            "container {container:?} in pod {name:?} is waiting to start - no logs yet"
+        ));
     };
     Ok(crate::cri::bare_container_id(&id).to_string())
 }
@@ -292,6 +292,12 @@ pub async fn container_logs(
     let Some(pod) = find_pod(&s, &ns, &pod_name) else {
         return not_found(format!("pod {pod_name:?} does not exist"));
     };
+    // Split streams are upstream's alpha PodLogsQuerySplitStreams, off by default.
+    if let Some(stream) = q.get("stream").filter(|v| !v.is_empty() && *v != "All") {
+        return bad_request(format!(
+            "unable to return the given log stream: {stream:?}. Please enable PodLogsQuerySplitStreams feature gate in kubelet"
+        ));
+    }
     let in_spec = pod.spec.as_ref().is_some_and(|sp| {
         sp.containers
             .iter()

@@ -1,6 +1,7 @@
 //! The kubelet's HTTP endpoints: the healthz server (127.0.0.1:10248, `/healthz` with the
 //! ping, syncloop and pleg checks), the read-only server (`--read-only-port`, upstream's
-//! unauthenticated port, off by default: `/pods`, `/metrics`, `/healthz`), and the kubelet
+//! unauthenticated port, off by default: `/pods`, `/metrics`, `/metrics/cadvisor`,
+//! `/metrics/probes`, `/stats/summary`, `/healthz`), and the kubelet
 //! API on `--port` (10250) over TLS with authentication and authorization ([`auth`]):
 //! `/healthz`, `/pods`, `/runningpods/`, `/metrics`, `/metrics/probes`, `/metrics/cadvisor`,
 //! `/stats/summary` ([`stats`]), `/containerLogs` ([`logs`]), `/exec`, `/attach`,
@@ -144,6 +145,10 @@ pub async fn serve_read_only(addr: SocketAddr, state: ServerState) -> std::io::R
         .route("/metrics", get(metrics))
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        // upstream's default handlers; the debugging ones (logs, exec…) never go here.
+        .route("/stats/summary", get(stats::summary))
+        .route("/metrics/cadvisor", get(metrics_cadvisor))
+        .route("/metrics/probes", get(metrics_probes))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(address = %addr, "read-only server listening");

@@ -209,6 +209,43 @@ fn node_cpu_ns() -> Option<u64> {
     Some(busy * 10_000_000)
 }
 
+/// The `pods` system container: the kubepods cgroup every pod runs under (upstream lists
+/// it when cgroupsPerQOS is on; `kubelet` and `runtime` need cgroups nodus does not keep).
+fn pods_container(s: &ServerState, now: i64) -> Value {
+    let layout = &s.kr.cm.config.layout;
+    if !layout.per_qos {
+        return json!([]);
+    }
+    let h = nodus_cgroups::Hierarchy::detect();
+    let Ok(st) = nodus_cgroups::read_stats(&h, &layout.kubepods()) else {
+        return json!([]);
+    };
+    // Available against the kubepods limit (capacity minus the reservations), else the
+    // machine.
+    let capacity = st
+        .memory
+        .limit_bytes
+        .unwrap_or(s.kr.cm.capacity.memory_bytes.max(0) as u64);
+    json!([{
+        "name": "pods",
+        "startTime": rfc3339(s.started_ns),
+        "cpu": {
+            "time": rfc3339(now),
+            "usageNanoCores": s.cpu.rate("pods", now, st.cpu.usage_ns),
+            "usageCoreNanoSeconds": st.cpu.usage_ns,
+        },
+        "memory": {
+            "time": rfc3339(now),
+            "availableBytes": capacity.saturating_sub(st.memory.working_set_bytes),
+            "usageBytes": st.memory.usage_bytes,
+            "workingSetBytes": st.memory.working_set_bytes,
+            "rssBytes": st.memory.rss_bytes,
+            "pageFaults": st.memory.page_faults,
+            "majorPageFaults": st.memory.major_page_faults,
+        },
+    }])
+}
+
 fn node_json(s: &ServerState, image_fs: Value) -> Value {
     let now = now_ns();
     let mem = meminfo();
@@ -237,7 +274,7 @@ fn node_json(s: &ServerState, image_fs: Value) -> Value {
         .unwrap_or(0);
     json!({
         "nodeName": s.node_name,
-        "systemContainers": [],
+        "systemContainers": pods_container(s, now),
         "startTime": rfc3339(s.started_ns),
         "cpu": cpu,
         "memory": {

@@ -41,6 +41,104 @@ pub fn router(st: SharedState) -> Router {
         .with_state(st)
 }
 
+/// The authorization.k8s.io/v1 review messages, for protobuf request bodies (kubectl's
+/// `auth can-i` sends them so): the API server's schema set has no authorization package.
+mod pb {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Unknown {
+        #[prost(message, optional, tag = "1")]
+        pub type_meta: Option<TypeMeta>,
+        #[prost(bytes = "vec", optional, tag = "2")]
+        pub raw: Option<Vec<u8>>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TypeMeta {
+        #[prost(string, optional, tag = "1")]
+        pub api_version: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub kind: Option<String>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ResourceAttributes {
+        #[prost(string, optional, tag = "1")]
+        pub namespace: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub verb: Option<String>,
+        #[prost(string, optional, tag = "3")]
+        pub group: Option<String>,
+        #[prost(string, optional, tag = "4")]
+        pub version: Option<String>,
+        #[prost(string, optional, tag = "5")]
+        pub resource: Option<String>,
+        #[prost(string, optional, tag = "6")]
+        pub subresource: Option<String>,
+        #[prost(string, optional, tag = "7")]
+        pub name: Option<String>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct NonResourceAttributes {
+        #[prost(string, optional, tag = "1")]
+        pub path: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub verb: Option<String>,
+    }
+    /// SubjectAccessReviewSpec; SelfSubjectAccessReviewSpec is its first two fields.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Spec {
+        #[prost(message, optional, tag = "1")]
+        pub resource_attributes: Option<ResourceAttributes>,
+        #[prost(message, optional, tag = "2")]
+        pub non_resource_attributes: Option<NonResourceAttributes>,
+        #[prost(string, optional, tag = "3")]
+        pub user: Option<String>,
+        #[prost(string, repeated, tag = "4")]
+        pub groups: Vec<String>,
+        #[prost(string, optional, tag = "6")]
+        pub uid: Option<String>,
+    }
+    /// (Self)SubjectAccessReview without its metadata and status.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Review {
+        #[prost(message, optional, tag = "2")]
+        pub spec: Option<Spec>,
+    }
+}
+
+/// A protobuf (Self)SubjectAccessReview body as its JSON form.
+fn review_from_protobuf(body: &[u8]) -> Option<Value> {
+    use prost::Message as _;
+    let rest = body.strip_prefix(b"k8s\0")?;
+    let u = pb::Unknown::decode(rest).ok()?;
+    let tm = u.type_meta?;
+    let (av, kind) = (tm.api_version?, tm.kind?);
+    if av != "authorization.k8s.io/v1" {
+        return None;
+    }
+    let r = pb::Review::decode(u.raw.unwrap_or_default().as_slice()).ok()?;
+    let spec = r.spec.unwrap_or_default();
+    let mut out = json!({"apiVersion": av, "kind": kind, "metadata": {}, "spec": {}});
+    if let Some(ra) = spec.resource_attributes {
+        out["spec"]["resourceAttributes"] = json!({
+            "namespace": ra.namespace, "verb": ra.verb, "group": ra.group,
+            "version": ra.version, "resource": ra.resource,
+            "subresource": ra.subresource, "name": ra.name,
+        });
+    }
+    if let Some(nra) = spec.non_resource_attributes {
+        out["spec"]["nonResourceAttributes"] = json!({"path": nra.path, "verb": nra.verb});
+    }
+    if let Some(u) = spec.user {
+        out["spec"]["user"] = json!(u);
+    }
+    if !spec.groups.is_empty() {
+        out["spec"]["groups"] = json!(spec.groups);
+    }
+    if let Some(uid) = spec.uid {
+        out["spec"]["uid"] = json!(uid);
+    }
+    Some(out)
+}
+
 /// Reads the body (JSON, YAML or protobuf) and checks its kind.
 async fn body_of(req: Request, kind: &str, api_version: &str) -> Result<Value, ApiError> {
     let (parts, body) = req.into_parts();
@@ -48,6 +146,16 @@ async fn body_of(req: Request, kind: &str, api_version: &str) -> Result<Value, A
     let bytes = axum::body::to_bytes(body, 1 << 20)
         .await
         .map_err(|e| ApiError(nodus_k8s::status::bad_request(&e.to_string())))?;
+    let is_protobuf = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(protobuf::is_protobuf);
+    if is_protobuf
+        && api_version == "authorization.k8s.io/v1"
+        && let Some(v) = review_from_protobuf(&bytes)
+    {
+        return check_kind(v, kind, api_version);
+    }
     let bytes = protobuf::request_to_json(&mut headers, bytes)
         .map_err(|e| ApiError(nodus_k8s::status::bad_request(&e.to_string())))?;
     let ct = headers
@@ -64,6 +172,10 @@ async fn body_of(req: Request, kind: &str, api_version: &str) -> Result<Value, A
             "couldn't get version/kind; json parse error: {e}"
         )))
     })?;
+    check_kind(v, kind, api_version)
+}
+
+fn check_kind(v: Value, kind: &str, api_version: &str) -> Result<Value, ApiError> {
     let got_kind = v.get("kind").and_then(Value::as_str).unwrap_or(kind);
     let got_av = v
         .get("apiVersion")
