@@ -826,10 +826,9 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             pod_config.channel(config::HTTP_SOURCE),
         );
     }
-    let client = match &args.kubeconfig {
-        Some(p) => Some(crate::apiclient::client_from_kubeconfig(p).await?),
-        None => None,
-    };
+    // One client, one identity and one connection pool for everything the kubelet asks of
+    // the API server.
+    let client = api_client.clone();
     let mirrors = config::MirrorPods::default();
     if let Some(client) = &client {
         sources.push(config::API_SOURCE);
