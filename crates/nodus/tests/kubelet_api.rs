@@ -817,6 +817,29 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
         st["state"]["waiting"]["message"],
         "MountVolume.SetUp failed for volume \"cfg\" : configmap \"missing-too\" not found"
     );
+    // `kubectl describe pod` shows why, as a FailedMount event.
+    let mut events = String::new();
+    for _ in 0..100 {
+        events = cp.kubectl_ok(
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=nomount",
+                "-o",
+                "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+            ],
+            None,
+        );
+        if events.contains("FailedMount") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        events.contains("FailedMount: MountVolume.SetUp failed for volume \"cfg\" : configmap \"missing-too\" not found"),
+        "{events}"
+    );
 
     // An update reaches the running container's files at a later sync; env keeps the
     // value the container started with, as upstream.

@@ -202,9 +202,17 @@ pub fn make_env(
                 Kind::ConfigMap => "configMap",
                 Kind::Secret => "secret",
             };
-            tracing::warn!(pod = ?pod.metadata.name, container = %container.name, reason = "InvalidEnvironmentVariableNames",
+            let message = format!(
                 "Keys [{}] from the EnvFrom {what} {ns}/{name} were skipped since they are considered invalid environment variable names.",
-                invalid.join(", "));
+                invalid.join(", ")
+            );
+            tracing::warn!(pod = ?pod.metadata.name, container = %container.name, reason = "InvalidEnvironmentVariableNames", "{message}");
+            crate::events::recorder().event(
+                &crate::events::pod_ref(pod),
+                "Warning",
+                "InvalidEnvironmentVariableNames",
+                &message,
+            );
         }
     }
     for EnvVar {

@@ -323,6 +323,12 @@ impl KubeRuntime {
             Err(e) => {
                 result.errors.push(e.to_string());
                 self.all_waiting(pod, "ContainerCreating", &e.to_string());
+                crate::events::recorder().event(
+                    &crate::events::pod_ref(pod),
+                    "Warning",
+                    "FailedMount",
+                    &e.to_string(),
+                );
                 return Ok((result, rp));
             }
         };
