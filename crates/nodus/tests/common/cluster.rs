@@ -50,11 +50,17 @@ pub struct ControlPlane {
     netns: Arc<Netns>,
     pub dir: tempfile::TempDir,
     starts: usize,
+    extra: Vec<String>,
 }
 
 impl ControlPlane {
     /// Starts the control plane in `netns` on 127.0.0.1:[`API_PORT`].
     pub fn start(netns: Arc<Netns>) -> ControlPlane {
+        Self::start_with(netns, &[])
+    }
+
+    /// [`ControlPlane::start`] with extra `nodus control-plane` flags (shorter grace periods).
+    pub fn start_with(netns: Arc<Netns>, extra: &[&str]) -> ControlPlane {
         let dir = tempfile::Builder::new()
             .prefix("nodus-cp-")
             .tempdir()
@@ -65,6 +71,7 @@ impl ControlPlane {
             netns,
             dir,
             starts: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         cp.spawn();
         cp
@@ -77,7 +84,8 @@ impl ControlPlane {
             .arg("--data-dir")
             .arg(self.data_dir())
             .args(["--bind-address", "127.0.0.1", "--secure-port"])
-            .arg(API_PORT.to_string());
+            .arg(API_PORT.to_string())
+            .args(&self.extra);
         let log = self
             .dir
             .path()
@@ -357,6 +365,15 @@ impl NodeProcess {
             .as_ref()
             .map(|d| d.log_tail(150))
             .unwrap_or_default()
+    }
+}
+
+impl NodeProcess {
+    /// Stops the node's process (its Lease stops being renewed); cleanup stays with drop.
+    pub fn stop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.stop();
+        }
     }
 }
 
