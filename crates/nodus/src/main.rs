@@ -27,7 +27,8 @@ struct Cli {
 enum Role {
     /// Run a whole single-node cluster: control plane + node (like `k3s server`).
     Up(Unbuilt),
-    /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
+    /// Run the CRI runtime and the kubelet in one process, joining a control plane via
+    /// kubeconfig (kube-proxy joins them once it exists).
     Node(Box<node::NodeArgs>),
     /// Run the kubelet alone, driving any CRI runtime.
     Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
