@@ -415,8 +415,10 @@ fn kubelet_registers_heartbeats_and_runs_api_pods() {
     assert_eq!(owner["controller"], true);
     assert_eq!(owner["uid"], node_uid.as_str());
     let old_uid = str_of(&mirror, "/metadata/uid").to_string();
+    // --wait=false: kubectl's wait for the deletion occasionally never ends when the
+    // kubelet recreates the mirror at once (seen 1 run in ~8; see the report to the lead).
     let (ok, out, err) =
-        c.cp.kubectl(&["delete", "pod", &mirror_name, "--timeout=60s"]);
+        c.cp.kubectl(&["delete", "pod", &mirror_name, "--wait=false"]);
     assert!(ok, "kubectl delete mirror: {out}{err}");
     c.wait(&["pod", &mirror_name], "mirror pod recreated", |p| {
         str_of(p, "/metadata/uid") != old_uid && p["status"]["phase"] == "Running"

@@ -1,8 +1,8 @@
 //! The status manager's API half (upstream's status_manager.go syncPod/syncBatch): sends
 //! every pod's latest status to the API server and finishes graceful deletions.
 //!
-//! - A pod's status is sent as a JSON merge patch of `pods/status` computed against the
-//!   status the server last showed for it, with the pod's uid in the patch so a pod
+//! - A pod's status is sent as a JSON patch of `pods/status` computed against the status
+//!   the server last showed for it, whose first operation tests the pod's uid, so a pod
 //!   recreated under the same name is never written to. Only the newest status of a pod is
 //!   sent (changes between two rounds coalesce), and a status that was sent is not sent
 //!   again until it changes; a failed send is retried on the next round, so the latest
@@ -18,7 +18,7 @@ use crate::pod_workers::{PodWorkers, WorkerPhase};
 use crate::status::StatusManager;
 use crate::syncloop::PodManager;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Preconditions};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -42,6 +42,8 @@ struct Target {
     name: String,
     uid: String,
     server_status: PodStatus,
+    /// Whether the server's object has a status at all (a JSON patch must add it whole).
+    has_status: bool,
 }
 
 impl StatusSync {
@@ -70,6 +72,7 @@ impl StatusSync {
                 namespace: mirror.metadata.namespace.clone().unwrap_or_default(),
                 name: mirror.metadata.name.clone()?,
                 uid: mirror.metadata.uid.clone()?,
+                has_status: mirror.status.is_some(),
                 server_status: mirror.status.unwrap_or_default(),
             });
         }
@@ -77,6 +80,7 @@ impl StatusSync {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone()?,
             uid: pod.metadata.uid.clone()?,
+            has_status: pod.status.is_some(),
             server_status: pod.status.clone().unwrap_or_default(),
         })
     }
@@ -145,15 +149,29 @@ impl StatusSync {
             sent.insert(key.to_string(), new);
             return;
         }
-        let patch = serde_json::json!({
-            "metadata": {"uid": target.uid},
-            "status": merge_diff(&old, &new),
-        });
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
-        match api
-            .patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
+        let ops = status_patch(&target.uid, target.has_status, &old, &new);
+        let mut result = self.patch_status(target, &ops).await;
+        if let Err(kube::Error::Api(s)) = &result
+            && s.code != 404
         {
+            // The watch's copy may be behind the server: read the pod, and if it is still
+            // the same pod, patch again against what the server really has.
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
+            result = match api.get_opt(&target.name).await {
+                Ok(Some(fresh)) if fresh.metadata.uid.as_deref() == Some(target.uid.as_str()) => {
+                    let old = serde_json::to_value(&fresh.status).unwrap_or(Value::Null);
+                    let ops = status_patch(&target.uid, fresh.status.is_some(), &old, &new);
+                    self.patch_status(target, &ops).await
+                }
+                Ok(_) => {
+                    tracing::info!(pod = %config::format_pod(pod), "pod was replaced or removed in the API server; status not sent");
+                    sent.insert(key.to_string(), new);
+                    return;
+                }
+                Err(e) => Err(e),
+            };
+        }
+        match result {
             Ok(_) => {
                 tracing::debug!(pod = %config::format_pod(pod), target = %target.name, phase = ?merged.phase, "Status for pod updated successfully");
                 sent.insert(key.to_string(), new);
@@ -166,6 +184,23 @@ impl StatusSync {
                 tracing::warn!(pod = %config::format_pod(pod), error = %e, "Failed to update status for pod; retrying");
             }
         }
+    }
+
+    /// PATCH `pods/<name>/status` with a JSON patch (kube-rs's typed JSON patch needs a
+    /// feature this workspace does not build, so the request is made by hand).
+    async fn patch_status(&self, target: &Target, ops: &Value) -> Result<Pod, kube::Error> {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{}/status",
+            target.namespace, target.name
+        );
+        let body = serde_json::to_vec(ops).map_err(kube::Error::SerdeError)?;
+        let req = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri(path)
+            .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+            .body(body)
+            .map_err(kube::Error::HttpError)?;
+        self.client.request::<Pod>(req).await
     }
 
     async fn final_delete(&self, target: &Target) {
@@ -213,6 +248,34 @@ fn merge_foreign_conditions(mut status: PodStatus, server: &PodStatus) -> PodSta
     status
 }
 
+fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// A JSON patch (RFC 6902) that first tests the object's uid (upstream puts the uid in its
+/// status patches as a precondition, so a pod recreated under the same name is never
+/// written to), then sets each top-level status field that differs between `old` (the
+/// server's) and `new`.
+pub fn status_patch(uid: &str, has_status: bool, old: &Value, new: &Value) -> Value {
+    let mut ops = vec![serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid})];
+    if !has_status {
+        ops.push(serde_json::json!({"op": "add", "path": "/status", "value": new}));
+        return Value::Array(ops);
+    }
+    if let Value::Object(diff) = merge_diff(old, new) {
+        for (k, v) in diff {
+            let path = format!("/status/{}", pointer_token(&k));
+            ops.push(if v.is_null() {
+                serde_json::json!({"op": "remove", "path": path})
+            } else {
+                // Whole top-level fields: a nested merge diff is not a JSON patch value.
+                serde_json::json!({"op": "add", "path": path, "value": new[&k]})
+            });
+        }
+    }
+    Value::Array(ops)
+}
+
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`.
 pub fn merge_diff(old: &Value, new: &Value) -> Value {
     match (old, new) {
@@ -252,6 +315,24 @@ mod tests {
         assert_eq!(
             merge_diff(&old, &new),
             json!({"phase": "Running", "a": {"y": 3}, "gone": null})
+        );
+    }
+
+    #[test]
+    fn status_patch_tests_the_uid_and_sets_changed_fields() {
+        let old = json!({"phase": "Pending", "podIP": "10.0.0.1", "conditions": [{"type": "A"}]});
+        let new = json!({"phase": "Running", "conditions": [{"type": "A"}]});
+        assert_eq!(
+            status_patch("u1", true, &old, &new),
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": "u1"},
+                {"op": "add", "path": "/status/phase", "value": "Running"},
+                {"op": "remove", "path": "/status/podIP"},
+            ])
+        );
+        assert_eq!(
+            status_patch("u1", false, &json!({}), &new)[1],
+            json!({"op": "add", "path": "/status", "value": new})
         );
     }
 
