@@ -107,36 +107,7 @@ fn up_runs_a_cluster_where_kubectl_run_works() {
         .tempdir()
         .expect("tempdir");
     let d = dir.path();
-    std::fs::create_dir_all(d.join("net.d")).expect("net.d");
-    std::fs::write(
-        d.join("net.d/10-test.conflist"),
-        common::node::conflist(&d.join("ipam"), "10.99.70.0/24"),
-    )
-    .expect("conflist");
-    std::fs::write(
-        d.join("runtime.toml"),
-        format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
-            d.join("net.d").display()
-        ),
-    )
-    .expect("runtime.toml");
-    let archive = d.join("busybox.tar");
-    testkit::image::busybox()
-        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
-        .expect("archive");
-    let out = Command::new(common::nodus_bin())
-        .args(["runtime", "import"])
-        .arg(&archive)
-        .arg("--root-dir")
-        .arg(d.join("up/node/runtime"))
-        .output()
-        .expect("nodus runtime import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cluster::prepare_node_dir(d, "10.99.70.0/24", &d.join("up/node/runtime"));
     let mut cmd = netns
         .command(common::nodus_bin())
         .expect("command in netns");

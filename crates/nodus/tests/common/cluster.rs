@@ -282,6 +282,41 @@ pub fn events_for(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<(String
 
 /// `nodus node` (runtime + kubelet in one process) in `netns`, joining `cp` with
 /// credentials it issues itself from the control plane's data dir.
+/// A node's files in `d`: a CNI bridge network on `subnet` (net.d/), a runtime config
+/// using it (runtime.toml), and busybox imported into the runtime store at `runtime_root`.
+pub fn prepare_node_dir(d: &Path, subnet: &str, runtime_root: &Path) {
+    std::fs::create_dir_all(d.join("net.d")).expect("net.d");
+    std::fs::write(
+        d.join("net.d/10-test.conflist"),
+        super::node::conflist(&d.join("ipam"), subnet),
+    )
+    .expect("conflist");
+    std::fs::write(
+        d.join("runtime.toml"),
+        format!(
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+            d.join("net.d").display()
+        ),
+    )
+    .expect("runtime.toml");
+    let archive = d.join("busybox.tar");
+    testkit::image::busybox()
+        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
+        .expect("busybox archive");
+    let out = std::process::Command::new(nodus_bin())
+        .args(["runtime", "import"])
+        .arg(&archive)
+        .arg("--root-dir")
+        .arg(runtime_root)
+        .output()
+        .expect("nodus runtime import");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub struct NodeProcess {
     daemon: Option<Daemon>,
     pub dir: tempfile::TempDir,
@@ -300,36 +335,7 @@ impl NodeProcess {
             .tempdir()
             .expect("tempdir");
         let d = dir.path();
-        std::fs::create_dir_all(d.join("net.d")).unwrap();
-        std::fs::write(
-            d.join("net.d/10-test.conflist"),
-            super::node::conflist(&d.join("ipam"), subnet),
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("runtime.toml"),
-            format!(
-                "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
-                d.join("net.d").display()
-            ),
-        )
-        .unwrap();
-        let archive = d.join("busybox.tar");
-        testkit::image::busybox()
-            .write_oci_archive(&archive, "docker.io/library/busybox:latest")
-            .unwrap();
-        let out = std::process::Command::new(nodus_bin())
-            .args(["runtime", "import"])
-            .arg(&archive)
-            .arg("--root-dir")
-            .arg(d.join("data/runtime"))
-            .output()
-            .expect("nodus runtime import");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        prepare_node_dir(d, subnet, &d.join("data/runtime"));
         let mut cmd = netns.command(nodus_bin()).expect("command in netns");
         cmd.arg("node")
             .arg("--data-dir")
