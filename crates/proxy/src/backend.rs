@@ -49,6 +49,11 @@ pub trait Backend: Send {
 pub trait Runner: Send {
     /// Applies `text` as one atomic transaction (`nft -f -`, `iptables-restore --noflush`).
     fn apply(&mut self, text: &str) -> Result<(), String>;
+    /// Applies a large transaction (a full sync's chunk); a runner may send it another way
+    /// than the small ones of a partial sync.
+    fn apply_bulk(&mut self, text: &str) -> Result<(), String> {
+        self.apply(text)
+    }
     /// The kernel's current text of what this backend owns, or None if it does not exist.
     fn list(&mut self) -> Option<String>;
 }
