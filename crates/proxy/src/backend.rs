@@ -43,6 +43,9 @@ pub trait Backend: Send {
     fn show_rules(&self, snap: &Snapshot, ctx: &NodeContext) -> String;
     /// Removes everything this backend ever programmed (its table or chains).
     fn cleanup(&mut self) -> Result<(), BackendError>;
+    /// Called between syncs (while minSyncPeriod holds the next one back): a backend may
+    /// prepare there what the next partial sync would otherwise wait for.
+    fn idle(&mut self) {}
 }
 
 /// Sends rule text to the kernel; replaced in unit tests by a recorder.
@@ -56,6 +59,8 @@ pub trait Runner: Send {
     }
     /// The kernel's current text of what this backend owns, or None if it does not exist.
     fn list(&mut self) -> Option<String>;
+    /// See [`Backend::idle`].
+    fn idle(&mut self) {}
 }
 
 /// Runs a tool with `text` on stdin; `Err` carries its stderr.

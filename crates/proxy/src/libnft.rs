@@ -20,6 +20,7 @@ type CtxFree = unsafe extern "C" fn(*mut c_void);
 type CtxBuffer = unsafe extern "C" fn(*mut c_void) -> c_int;
 type CtxGetBuffer = unsafe extern "C" fn(*mut c_void) -> *const c_char;
 type RunCmd = unsafe extern "C" fn(*mut c_void, *const c_char) -> c_int;
+type SetDryRun = unsafe extern "C" fn(*mut c_void, bool);
 
 /// The entry points this module calls, resolved once per process.
 struct Api {
@@ -30,6 +31,7 @@ struct Api {
     get_output: CtxGetBuffer,
     get_error: CtxGetBuffer,
     run_cmd: RunCmd,
+    set_dry_run: SetDryRun,
 }
 
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
@@ -74,7 +76,7 @@ fn load() -> Result<Api, String> {
     // SAFETY: each type matches the prototype in nftables/libnftables.h (1.0.x):
     // nft_ctx_new(uint32_t), nft_ctx_free(ctx), nft_ctx_buffer_{output,error}(ctx) -> int,
     // nft_ctx_get_{output,error}_buffer(ctx) -> const char *, and
-    // nft_run_cmd_from_buffer(ctx, const char *) -> int.
+    // nft_run_cmd_from_buffer(ctx, const char *) -> int, nft_ctx_set_dry_run(ctx, bool).
     unsafe {
         Ok(Api {
             ctx_new: symbol(lib, c"nft_ctx_new")?,
@@ -84,6 +86,7 @@ fn load() -> Result<Api, String> {
             get_output: symbol(lib, c"nft_ctx_get_output_buffer")?,
             get_error: symbol(lib, c"nft_ctx_get_error_buffer")?,
             run_cmd: symbol(lib, c"nft_run_cmd_from_buffer")?,
+            set_dry_run: symbol(lib, c"nft_ctx_set_dry_run")?,
         })
     }
 }
@@ -160,6 +163,19 @@ impl Context {
         } else {
             Err(err.trim().to_string())
         }
+    }
+}
+
+impl Context {
+    /// Runs `cmds` as a dry run (`nft -c`): parsed, evaluated against the context's cache
+    /// (filling it) and checked by the kernel, which aborts the batch, so nothing changes.
+    pub fn check(&mut self, cmds: &str) -> Result<(), String> {
+        // SAFETY: self.ctx is live; set_dry_run only flips a flag in it.
+        unsafe { (self.api.set_dry_run)(self.ctx.as_ptr(), true) };
+        let r = self.run(cmds).map(|_| ());
+        // SAFETY: as above.
+        unsafe { (self.api.set_dry_run)(self.ctx.as_ptr(), false) };
+        r
     }
 }
 

@@ -482,6 +482,8 @@ pub struct Nftables {
 /// else by running `nft -f -` for each one.
 pub struct NftRunner {
     lib: Option<crate::libnft::Context>,
+    /// The kernel changed since the context's cache was last filled (see `idle`).
+    stale: bool,
     /// Whether the `nft` binary runs here (full syncs prefer it, see `apply_bulk`).
     exec: bool,
 }
@@ -499,16 +501,28 @@ impl NftRunner {
             .is_ok_and(|o| o.status.success());
         if std::env::var(FORCE_EXEC_ENV).is_ok_and(|v| v == "1") {
             tracing::info!("nftables: running nft -f for each transaction ({FORCE_EXEC_ENV}=1)");
-            return NftRunner { lib: None, exec };
+            return NftRunner {
+                lib: None,
+                stale: false,
+                exec,
+            };
         }
         match crate::libnft::Context::new() {
             Ok(c) => {
                 tracing::info!("nftables: using libnftables in-process for partial syncs");
-                NftRunner { lib: Some(c), exec }
+                NftRunner {
+                    lib: Some(c),
+                    stale: true,
+                    exec,
+                }
             }
             Err(e) => {
                 tracing::info!(reason = %e, "nftables: libnftables unavailable; running nft -f for each transaction");
-                NftRunner { lib: None, exec }
+                NftRunner {
+                    lib: None,
+                    stale: false,
+                    exec,
+                }
             }
         }
     }
@@ -522,15 +536,41 @@ impl Default for NftRunner {
 
 impl Runner for NftRunner {
     fn apply(&mut self, text: &str) -> Result<(), String> {
+        self.stale = true;
         match &mut self.lib {
             Some(c) => c.run(text).map(|_| ()),
             None => crate::backend::run_with_stdin("nft", &["-f", "-"], text).map(|_| ()),
+        }
+    }
+    /// Refills the context's object cache ahead of the next partial sync. libnftables 1.0.6
+    /// fetches every chain of the table before a transaction that adds a rule or touches an
+    /// element, and throws its cache away whenever the ruleset generation moved — which our
+    /// own commit always does. A dry run (the kernel checks the batch and aborts it, so
+    /// nothing changes and the generation stays) of commands needing the same cache refills
+    /// it now, while minSyncPeriod holds the next sync back; that sync then skips the fetch
+    /// unless something else changed the ruleset meanwhile, which the library detects.
+    fn idle(&mut self) {
+        if !self.stale {
+            return;
+        }
+        let Some(c) = &mut self.lib else {
+            return;
+        };
+        // A counter rule and a plain-set element need the chain and set caches but no
+        // jump-graph validation in the kernel, so the dry run stays cheap.
+        let warm = format!(
+            "add rule ip {TABLE} mark-for-masquerade counter\nadd element ip {TABLE} cluster-ips {{ 127.0.0.1 }}\n"
+        );
+        match c.check(&warm) {
+            Ok(()) => self.stale = false,
+            Err(e) => tracing::debug!(error = %e, "nftables: cache warm-up failed"),
         }
     }
     /// A full sync's chunks go through a short-lived `nft` process when there is one: the
     /// parse of a thousand services takes tens of MB that glibc would keep in the proxy's
     /// heap for good, while a process per chunk costs a few ms against seconds of sync.
     fn apply_bulk(&mut self, text: &str) -> Result<(), String> {
+        self.stale = true;
         match &mut self.lib {
             Some(c) if !self.exec => c.run(text).map(|_| ()),
             _ => crate::backend::run_with_stdin("nft", &["-f", "-"], text).map(|_| ()),
@@ -922,6 +962,10 @@ impl Backend for Nftables {
             t.push('\n');
         }
         t
+    }
+
+    fn idle(&mut self) {
+        self.runner.idle();
     }
 
     fn cleanup(&mut self) -> Result<(), BackendError> {

@@ -1,7 +1,8 @@
 //! The nftables backend through the in-process libnftables context against a real kernel,
 //! in a network namespace private to the test's thread (as root): syncs program the table,
 //! a transaction the kernel refuses comes back as that service's failure with the kernel's
-//! message, and the context keeps working afterwards.
+//! message, the idle step's cache warm-up changes nothing, and the context keeps working
+//! afterwards.
 
 mod fixture;
 
@@ -64,6 +65,12 @@ fn libnftables_programs_the_kernel_and_reports_refusals() {
         assert_eq!(out.transactions, 1);
         let table = look.run("list table ip kube-proxy").expect("list");
         assert!(table.contains("dnat to 10.244.0.20"), "{table}");
+
+        // The idle step's dry run leaves the kernel's table exactly as it was.
+        b.idle();
+        let after_idle = look.run("list table ip kube-proxy").expect("list");
+        assert_eq!(after_idle, table, "the cache warm-up changed the table");
+        assert!(!after_idle.contains("127.0.0.1"), "{after_idle}");
 
         // The kernel refuses the next change (its table is gone): the failure names the
         // service and carries the kernel's reason.
