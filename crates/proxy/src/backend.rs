@@ -43,14 +43,24 @@ pub trait Backend: Send {
     fn show_rules(&self, snap: &Snapshot, ctx: &NodeContext) -> String;
     /// Removes everything this backend ever programmed (its table or chains).
     fn cleanup(&mut self) -> Result<(), BackendError>;
+    /// Called between syncs (while minSyncPeriod holds the next one back): a backend may
+    /// prepare there what the next partial sync would otherwise wait for.
+    fn idle(&mut self) {}
 }
 
 /// Sends rule text to the kernel; replaced in unit tests by a recorder.
 pub trait Runner: Send {
     /// Applies `text` as one atomic transaction (`nft -f -`, `iptables-restore --noflush`).
     fn apply(&mut self, text: &str) -> Result<(), String>;
+    /// Applies a large transaction (a full sync's chunk); a runner may send it another way
+    /// than the small ones of a partial sync.
+    fn apply_bulk(&mut self, text: &str) -> Result<(), String> {
+        self.apply(text)
+    }
     /// The kernel's current text of what this backend owns, or None if it does not exist.
     fn list(&mut self) -> Option<String>;
+    /// See [`Backend::idle`].
+    fn idle(&mut self) {}
 }
 
 /// Runs a tool with `text` on stdin; `Err` carries its stderr.

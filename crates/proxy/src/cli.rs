@@ -269,7 +269,9 @@ impl Settings {
 /// The backend for `mode`, programming the current network namespace.
 pub fn backend(mode: Mode) -> Box<dyn Backend> {
     match mode {
-        Mode::Nftables => Box::new(nftables::Nftables::new(Box::new(nftables::NftRunner))),
+        Mode::Nftables => Box::new(nftables::Nftables::new(
+            Box::new(nftables::NftRunner::new()),
+        )),
         Mode::Iptables => Box::new(iptables::Iptables::new(Box::new(iptables::RestoreRunner))),
     }
 }

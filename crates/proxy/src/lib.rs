@@ -15,6 +15,7 @@ pub mod config;
 pub mod conntrack;
 pub mod healthcheck;
 pub mod iptables;
+pub mod libnft;
 pub mod metrics;
 pub mod model;
 pub mod nftables;

@@ -477,16 +477,116 @@ pub struct Nftables {
     base_ctx: Option<NodeContext>,
 }
 
-/// `nft -f -` in the calling process's network namespace.
-pub struct NftRunner;
+/// Sends transactions to the kernel of the calling process's network namespace: through
+/// one long-lived libnftables context when the library loads (no process per transaction),
+/// else by running `nft -f -` for each one.
+pub struct NftRunner {
+    lib: Option<crate::libnft::Context>,
+    /// The kernel changed since the context's cache was last filled (see `idle`).
+    stale: bool,
+    /// Whether the `nft` binary runs here (full syncs prefer it, see `apply_bulk`).
+    exec: bool,
+}
+
+/// Set to `1` to force the `nft -f -` path (benchmarks, debugging).
+pub const FORCE_EXEC_ENV: &str = "NODUS_PROXY_NFT_EXEC";
+
+impl NftRunner {
+    /// Opens the libnftables context now, in the caller's network namespace, and logs
+    /// which path the proxy will use.
+    pub fn new() -> NftRunner {
+        let exec = std::process::Command::new("nft")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if std::env::var(FORCE_EXEC_ENV).is_ok_and(|v| v == "1") {
+            tracing::info!("nftables: running nft -f for each transaction ({FORCE_EXEC_ENV}=1)");
+            return NftRunner {
+                lib: None,
+                stale: false,
+                exec,
+            };
+        }
+        match crate::libnft::Context::new() {
+            Ok(c) => {
+                tracing::info!("nftables: using libnftables in-process for partial syncs");
+                NftRunner {
+                    lib: Some(c),
+                    stale: true,
+                    exec,
+                }
+            }
+            Err(e) => {
+                tracing::info!(reason = %e, "nftables: libnftables unavailable; running nft -f for each transaction");
+                NftRunner {
+                    lib: None,
+                    stale: false,
+                    exec,
+                }
+            }
+        }
+    }
+}
+
+impl Default for NftRunner {
+    fn default() -> Self {
+        NftRunner::new()
+    }
+}
 
 impl Runner for NftRunner {
     fn apply(&mut self, text: &str) -> Result<(), String> {
-        crate::backend::run_with_stdin("nft", &["-f", "-"], text).map(|_| ())
+        self.stale = true;
+        match &mut self.lib {
+            Some(c) => c.run(text).map(|_| ()),
+            None => crate::backend::run_with_stdin("nft", &["-f", "-"], text).map(|_| ()),
+        }
     }
+    /// Refills the context's object cache ahead of the next partial sync. libnftables 1.0.6
+    /// fetches every chain of the table before a transaction that adds a rule or touches an
+    /// element, and throws its cache away whenever the ruleset generation moved — which our
+    /// own commit always does. A dry run (the kernel checks the batch and aborts it, so
+    /// nothing changes and the generation stays) of commands needing the same cache refills
+    /// it now, while minSyncPeriod holds the next sync back; that sync then skips the fetch
+    /// unless something else changed the ruleset meanwhile, which the library detects.
+    fn idle(&mut self) {
+        if !self.stale {
+            return;
+        }
+        let Some(c) = &mut self.lib else {
+            return;
+        };
+        // A counter rule and a plain-set element need the chain and set caches but no
+        // jump-graph validation in the kernel, so the dry run stays cheap.
+        let warm = format!(
+            "add rule ip {TABLE} mark-for-masquerade counter\nadd element ip {TABLE} cluster-ips {{ 127.0.0.1 }}\n"
+        );
+        match c.check(&warm) {
+            Ok(()) => self.stale = false,
+            Err(e) => tracing::debug!(error = %e, "nftables: cache warm-up failed"),
+        }
+    }
+    /// A full sync's chunks go through a short-lived `nft` process when there is one: the
+    /// parse of a thousand services takes tens of MB that glibc would keep in the proxy's
+    /// heap for good, while a process per chunk costs a few ms against seconds of sync.
+    fn apply_bulk(&mut self, text: &str) -> Result<(), String> {
+        self.stale = true;
+        match &mut self.lib {
+            Some(c) if !self.exec => c.run(text).map(|_| ()),
+            _ => crate::backend::run_with_stdin("nft", &["-f", "-"], text).map(|_| ()),
+        }
+    }
+    /// Through `nft` when it runs here, for the same reason as `apply_bulk`: a listing
+    /// builds the whole table in memory.
     fn list(&mut self) -> Option<String> {
+        let cmd = format!("list table ip {TABLE}");
+        if let Some(c) = &mut self.lib
+            && !self.exec
+        {
+            return c.run(&cmd).ok();
+        }
         let out = std::process::Command::new("nft")
-            .args(["list", "table", "ip", TABLE])
+            .args(cmd.split(' '))
             .output()
             .ok()?;
         out.status
@@ -702,6 +802,15 @@ impl Nftables {
         out.bytes += text.len();
         self.runner.apply(text)
     }
+
+    fn apply_bulk_counted(&mut self, text: &str, out: &mut SyncOutcome) -> Result<(), String> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        out.transactions += 1;
+        out.bytes += text.len();
+        self.runner.apply_bulk(text)
+    }
 }
 
 impl Backend for Nftables {
@@ -717,7 +826,7 @@ impl Backend for Nftables {
             .iter()
             .map(|(n, e)| (n.clone(), render_service(e, ctx)))
             .collect();
-        self.apply_counted(&base, &mut out)
+        self.apply_bulk_counted(&base, &mut out)
             .map_err(|err| BackendError::Tool {
                 tool: "nft".into(),
                 err,
@@ -731,7 +840,7 @@ impl Backend for Nftables {
             for (_, f) in chunk {
                 write_fragment_chains(&mut text, f);
             }
-            if self.apply_counted(&text, &mut out).is_ok() {
+            if self.apply_bulk_counted(&text, &mut out).is_ok() {
                 continue;
             }
             // One service the kernel refuses must not cost the others: retry one by one.
@@ -753,22 +862,14 @@ impl Backend for Nftables {
         let keep_chains: BTreeSet<&String> =
             good.iter().flat_map(|(_, f)| f.chains.keys()).collect();
         let keep_sets: BTreeSet<&String> = good.iter().flat_map(|(_, f)| f.sets.keys()).collect();
-        let (kernel_chains, kernel_sets) = match &existing {
+        // Only what the kernel listed is deleted, never what we remember programming: if the
+        // table vanished under us (someone deleted it, the refusal that brought us here),
+        // deleting a remembered chain would fail this transaction and every full sync after
+        // it. No listing means no table before this sync, so nothing is stale.
+        let (known_chains, known_sets) = match &existing {
             Some(text) => listed_objects(text),
             None => Default::default(),
         };
-        let mut known_chains: BTreeSet<String> = self
-            .programmed
-            .values()
-            .flat_map(|f| f.chains.keys().cloned())
-            .collect();
-        known_chains.extend(kernel_chains);
-        let mut known_sets: BTreeSet<String> = self
-            .programmed
-            .values()
-            .flat_map(|f| f.sets.keys().cloned())
-            .collect();
-        known_sets.extend(kernel_sets);
         // Every chain but the fixed ones belongs to some service; unwanted ones go.
         let stale: Vec<&String> = known_chains
             .iter()
@@ -786,7 +887,7 @@ impl Backend for Nftables {
         {
             let _ = writeln!(fin, "delete set ip {TABLE} {s}");
         }
-        self.apply_counted(&fin, &mut out)
+        self.apply_bulk_counted(&fin, &mut out)
             .map_err(|err| BackendError::Tool {
                 tool: "nft".into(),
                 err,
@@ -861,6 +962,10 @@ impl Backend for Nftables {
             t.push('\n');
         }
         t
+    }
+
+    fn idle(&mut self) {
+        self.runner.idle();
     }
 
     fn cleanup(&mut self) -> Result<(), BackendError> {

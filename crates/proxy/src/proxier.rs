@@ -290,5 +290,6 @@ pub fn run_loop(
         proxier.sync(false, periods.sync);
         last_sync = Some(Instant::now());
         after_sync(&proxier);
+        proxier.backend.idle();
     }
 }
