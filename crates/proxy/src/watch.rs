@@ -22,23 +22,59 @@ fn key<K: kube::Resource>(o: &K) -> NsName {
     )
 }
 
-/// Watches Services until the stream ends; `synced` turns true after the first full list.
-pub async fn services(
+/// How one watched kind feeds the change tracker.
+trait Tracked:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + 'static
+{
+    /// For log lines.
+    const WHAT: &'static str;
+    fn update(t: &mut ChangeTracker, o: &Self);
+    fn delete(t: &mut ChangeTracker, ns: &str, name: &str);
+}
+
+impl Tracked for Service {
+    const WHAT: &'static str = "services";
+    fn update(t: &mut ChangeTracker, o: &Self) {
+        t.service_update(o);
+    }
+    fn delete(t: &mut ChangeTracker, ns: &str, name: &str) {
+        t.service_delete(ns, name);
+    }
+}
+
+impl Tracked for EndpointSlice {
+    const WHAT: &'static str = "endpoint slices";
+    fn update(t: &mut ChangeTracker, o: &Self) {
+        t.slice_update(o);
+    }
+    fn delete(t: &mut ChangeTracker, ns: &str, name: &str) {
+        t.slice_delete(ns, name);
+    }
+}
+
+/// Watches every object of kind `K` until the stream ends; `synced` turns true after the
+/// first full list. A re-list deletes what vanished meanwhile.
+async fn watch_kind<K: Tracked>(
     client: Client,
     tracker: Arc<Mutex<ChangeTracker>>,
     wake: mpsc::Sender<Wake>,
     synced: Arc<AtomicBool>,
     on_change: impl Fn() + Send,
 ) {
-    let api: Api<Service> = Api::all(client);
+    let api: Api<K> = Api::all(client);
     let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
     let mut known: HashSet<NsName> = HashSet::new();
-    let mut relist: Option<Vec<Service>> = None;
+    let mut relist: Option<Vec<K>> = None;
     while let Some(ev) = stream.next().await {
         let ev = match ev {
             Ok(ev) => ev,
             Err(e) => {
-                tracing::warn!(error = %e, "watching services failed; retrying");
+                tracing::warn!(error = %e, "watching {} failed; retrying", K::WHAT);
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 continue;
             }
@@ -46,27 +82,27 @@ pub async fn services(
         let Ok(mut t) = tracker.lock() else { return };
         match ev {
             Event::Init => relist = Some(Vec::new()),
-            Event::InitApply(s) => relist.get_or_insert_with(Vec::new).push(s),
+            Event::InitApply(o) => relist.get_or_insert_with(Vec::new).push(o),
             Event::InitDone => {
                 let items = relist.take().unwrap_or_default();
                 let now: HashSet<NsName> = items.iter().map(key).collect();
                 for gone in known.difference(&now) {
-                    t.service_delete(&gone.0, &gone.1);
+                    K::delete(&mut t, &gone.0, &gone.1);
                 }
-                for s in &items {
-                    t.service_update(s);
+                for o in &items {
+                    K::update(&mut t, o);
                 }
                 known = now;
                 synced.store(true, Ordering::SeqCst);
             }
-            Event::Apply(s) => {
-                known.insert(key(&s));
-                t.service_update(&s);
+            Event::Apply(o) => {
+                known.insert(key(&o));
+                K::update(&mut t, &o);
             }
-            Event::Delete(s) => {
-                let k = key(&s);
+            Event::Delete(o) => {
+                let k = key(&o);
                 known.remove(&k);
-                t.service_delete(&k.0, &k.1);
+                K::delete(&mut t, &k.0, &k.1);
             }
         }
         let dirty = t.has_changes();
@@ -80,6 +116,17 @@ pub async fn services(
     }
 }
 
+/// Watches Services until the stream ends; `synced` turns true after the first full list.
+pub async fn services(
+    client: Client,
+    tracker: Arc<Mutex<ChangeTracker>>,
+    wake: mpsc::Sender<Wake>,
+    synced: Arc<AtomicBool>,
+    on_change: impl Fn() + Send,
+) {
+    watch_kind::<Service>(client, tracker, wake, synced, on_change).await
+}
+
 /// Watches EndpointSlices until the stream ends.
 pub async fn endpoint_slices(
     client: Client,
@@ -88,54 +135,7 @@ pub async fn endpoint_slices(
     synced: Arc<AtomicBool>,
     on_change: impl Fn() + Send,
 ) {
-    let api: Api<EndpointSlice> = Api::all(client);
-    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
-    let mut known: HashSet<NsName> = HashSet::new();
-    let mut relist: Option<Vec<EndpointSlice>> = None;
-    while let Some(ev) = stream.next().await {
-        let ev = match ev {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "watching endpoint slices failed; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let Ok(mut t) = tracker.lock() else { return };
-        match ev {
-            Event::Init => relist = Some(Vec::new()),
-            Event::InitApply(s) => relist.get_or_insert_with(Vec::new).push(s),
-            Event::InitDone => {
-                let items = relist.take().unwrap_or_default();
-                let now: HashSet<NsName> = items.iter().map(key).collect();
-                for gone in known.difference(&now) {
-                    t.slice_delete(&gone.0, &gone.1);
-                }
-                for s in &items {
-                    t.slice_update(s);
-                }
-                known = now;
-                synced.store(true, Ordering::SeqCst);
-            }
-            Event::Apply(s) => {
-                known.insert(key(&s));
-                t.slice_update(&s);
-            }
-            Event::Delete(s) => {
-                let k = key(&s);
-                known.remove(&k);
-                t.slice_delete(&k.0, &k.1);
-            }
-        }
-        let dirty = t.has_changes();
-        drop(t);
-        if dirty {
-            on_change();
-            if wake.send(Wake::Changed).is_err() {
-                return;
-            }
-        }
-    }
+    watch_kind::<EndpointSlice>(client, tracker, wake, synced, on_change).await
 }
 
 /// Watches this node's zone label; sends the new context when it changes.
