@@ -92,7 +92,9 @@ fn json_of(out: &(bool, String, String)) -> Option<Value> {
 /// `nodus up` in a private network namespace: the control plane and a node in one process;
 /// a pod created without a node is placed by the scheduler and run by the kubelet; the
 /// node's Lease renews; `kubectl get nodes` shows the runtime as `nodus://…`; a Service's
-/// ClusterIP reaches its pod through the EndpointSlice controller and kube-proxy.
+/// ClusterIP reaches its pod through the EndpointSlice controller and kube-proxy; and the
+/// lesson's lab steps 3–6: a mirror pod that comes back when deleted, QoS classes, crictl's
+/// view, a memory limit read from the container's cgroup.
 #[test]
 fn up_runs_a_cluster_where_kubectl_run_works() {
     if !common::have_root() {
@@ -266,6 +268,106 @@ fn up_runs_a_cluster_where_kubectl_run_works() {
         "ClusterIP {cluster_ip}:8080 answered {body:?}\n{}",
         daemon_log(&log)
     );
+    // The lesson's lab, steps 3–6, against `nodus up`.
+    // 3. A static pod from the manifest directory appears as a mirror pod with the node's
+    //    name; deleting the mirror brings it back (challenge 4).
+    std::fs::write(
+        d.join("up/manifests/node-agent.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: node-agent, namespace: kube-system}\nspec:\n  containers:\n  - name: agent\n    image: busybox\n    imagePullPolicy: IfNotPresent\n    command: [sleep, '3600']\n",
+    )
+    .expect("static manifest");
+    let mirror = wait(
+        &[
+            "get",
+            "pod",
+            "-n",
+            "kube-system",
+            "node-agent-up-node",
+            "-o",
+            "json",
+        ],
+        "mirror pod Running",
+        &|p| p["status"]["phase"] == "Running",
+    );
+    assert!(
+        mirror
+            .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+            .is_some(),
+        "{mirror}"
+    );
+    let old_uid = mirror["metadata"]["uid"].clone();
+    let (ok, out, err) = k(&[
+        "delete",
+        "pod",
+        "-n",
+        "kube-system",
+        "node-agent-up-node",
+        "--wait=false",
+    ]);
+    assert!(ok, "delete mirror: {out}{err}");
+    wait(
+        &[
+            "get",
+            "pod",
+            "-n",
+            "kube-system",
+            "node-agent-up-node",
+            "-o",
+            "json",
+        ],
+        "mirror pod recreated",
+        &|p| p["metadata"]["uid"] != old_uid && p["metadata"]["deletionTimestamp"].is_null(),
+    );
+    // 5. QoS classes from requests and limits.
+    let (ok, out, err) = k(&[
+        "run",
+        "guaranteed",
+        "--image=busybox",
+        "--restart=Never",
+        "--image-pull-policy=IfNotPresent",
+        "--overrides",
+        r#"{"spec":{"containers":[{"name":"guaranteed","image":"busybox","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],"resources":{"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"cpu":"100m","memory":"64Mi"}}}]}}"#,
+    ]);
+    assert!(ok, "kubectl run guaranteed: {out}{err}");
+    let g = wait(
+        &["get", "pod", "guaranteed", "-o", "json"],
+        "guaranteed Running",
+        &|p| p["status"]["phase"] == "Running",
+    );
+    assert_eq!(g["status"]["qosClass"], "Guaranteed");
+    let hello = wait(&["get", "pod", "hello", "-o", "json"], "hello", &|_| true);
+    assert_eq!(hello["status"]["qosClass"], "BestEffort");
+    // 6. The memory limit, read from the container's own cgroup.
+    let (ok, limit, err) = k(&[
+        "exec",
+        "guaranteed",
+        "--",
+        "sh",
+        "-c",
+        "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]);
+    assert!(ok, "kubectl exec: {limit}{err}");
+    assert_eq!(limit.trim(), "67108864");
+    // 4. The runtime's own view, through crictl.
+    let out = netns
+        .command(common::nodus_bin())
+        .expect("crictl in netns")
+        .arg("crictl")
+        .arg("--runtime-endpoint")
+        .arg(format!(
+            "unix://{}",
+            d.join("up/node/run/nodus.sock").display()
+        ))
+        .arg("ps")
+        .output()
+        .expect("nodus crictl ps");
+    let ps = String::from_utf8_lossy(&out.stdout);
+    for name in ["guaranteed", "hello", "agent", "web"] {
+        assert!(ps.contains(name), "crictl ps lacks {name}:\n{ps}");
+    }
+    let (ok, out, err) = k(&["delete", "pod", "guaranteed", "--timeout=60s"]);
+    assert!(ok, "kubectl delete: {out}{err}");
+
     let (ok, out, err) = k(&["delete", "pod", "hello", "--timeout=60s"]);
     assert!(ok, "kubectl delete: {out}{err}\n{}", daemon_log(&log));
     daemon.stop();
