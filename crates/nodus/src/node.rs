@@ -1,5 +1,5 @@
-//! `nodus node`: a whole worker node in one process — nodus's CRI runtime and the kubelet
-//! pointed at it — joining a control plane through a kubeconfig.
+//! `nodus node`: a whole worker node in one process — nodus's CRI runtime, the kubelet
+//! pointed at it, and kube-proxy — joining a control plane through a kubeconfig.
 //!
 //! Joining: pass `--kubeconfig FILE` (a kubeconfig whose client certificate is
 //! `system:node:<name>` in `system:nodes`), or, on the control plane's machine,
