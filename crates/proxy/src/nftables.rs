@@ -1,10 +1,20 @@
-//! The nftables backend (the default mode), structured as upstream's
+//! The nftables backend (the default mode), structured after upstream's
 //! `pkg/proxy/nftables/proxier.go`: base chains hooked into the kernel jump to a
-//! `services` chain whose one rule looks the packet's (daddr, protocol, dport) up in the
-//! `service-ips` verdict map — constant time however many services exist — and jumps to
-//! the service's chain, where `numgen random mod N == 0` rules pick an endpoint chain with
-//! equal shares, and the endpoint chain DNATs.
+//! `services` chain that finds a packet's service by (daddr, protocol, dport) in maps —
+//! constant time however many services exist.
 //!
+//! Where nodus differs from upstream: a ClusterIP of a service without session affinity
+//! needs no chain at all. Its endpoints are interval elements of `service-endpoints-<proto>`
+//! keyed by (ClusterIP, port, a `numgen random mod 65536` range), one range per endpoint,
+//! and one `dnat … map` rule per protocol picks the endpoint with equal shares. Hairpin
+//! masquerading looks (saddr, daddr) up in `endpoint-hairpin`. Adding or changing such a
+//! service is then element changes only: the kernel re-validates the table's whole jump
+//! graph on every commit that adds a rule, and with a chain (or three) per service that
+//! graph grows with the cluster; here it stays a few dozen chains. Services with session
+//! affinity, and the external paths (NodePort, externalIPs, LoadBalancer) keep upstream's
+//! shape: a `service-ips`/`service-nodeports` verdict map jumps to per-service chains, where
+//! `numgen random mod N == 0` rules pick an endpoint (with affinity, an endpoint chain that
+//! records the client).//!
 //! All of it lives in one table, `ip kube-proxy`, exactly upstream's name: nodus's proxy
 //! replaces kube-proxy on a node, and sharing the name means a node switched from one to the
 //! other never keeps two competing sets of service rules, while every other table on the
@@ -18,7 +28,7 @@
 //! atomic transaction, without listing the kernel's table.
 
 use crate::backend::{Backend, BackendError, Runner, SyncOutcome, hash_and_truncate};
-use crate::model::{Endpoint, NodeContext, ServiceEntry, ServicePortName, Snapshot};
+use crate::model::{Endpoint, NodeContext, Protocol, ServiceEntry, ServicePortName, Snapshot};
 use crate::topology::categorize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -50,38 +60,66 @@ const BASE_CHAINS: &[&str] = &[
     "services",
 ];
 
-/// The maps whose elements services own; flushed and refilled by a full sync.
+/// The maps whose elements services own (name, declaration, comment); flushed and refilled
+/// by a full sync.
 const MAPS: &[(&str, &str, &str)] = &[
     (
         "service-ips",
-        "ipv4_addr . inet_proto . inet_service : verdict",
+        "type ipv4_addr . inet_proto . inet_service : verdict",
         "ClusterIP, ExternalIP and LoadBalancer IP traffic",
     ),
     (
+        "service-endpoints-tcp",
+        "typeof ip daddr . tcp dport . numgen random mod 65536 : ip daddr . tcp dport ; flags interval",
+        "TCP ClusterIP traffic of services without session affinity: endpoint by numgen range",
+    ),
+    (
+        "service-endpoints-udp",
+        "typeof ip daddr . udp dport . numgen random mod 65536 : ip daddr . udp dport ; flags interval",
+        "UDP ClusterIP traffic of services without session affinity: endpoint by numgen range",
+    ),
+    (
+        "service-endpoints-sctp",
+        "typeof ip daddr . sctp dport . numgen random mod 65536 : ip daddr . sctp dport ; flags interval",
+        "SCTP ClusterIP traffic of services without session affinity: endpoint by numgen range",
+    ),
+    (
         "service-nodeports",
-        "inet_proto . inet_service : verdict",
+        "type inet_proto . inet_service : verdict",
         "NodePort traffic",
     ),
     (
         "no-endpoint-services",
-        "ipv4_addr . inet_proto . inet_service : verdict",
+        "type ipv4_addr . inet_proto . inet_service : verdict",
         "vmap to drop or reject packets to services with no endpoints",
     ),
     (
         "no-endpoint-nodeports",
-        "inet_proto . inet_service : verdict",
+        "type inet_proto . inet_service : verdict",
         "vmap to drop or reject packets to service nodeports with no endpoints",
     ),
     (
         "firewall-ips",
-        "ipv4_addr . inet_proto . inet_service : verdict",
+        "type ipv4_addr . inet_proto . inet_service : verdict",
         "destinations that are subject to LoadBalancerSourceRanges",
     ),
 ];
-const SETS: &[(&str, &str)] = &[
-    ("cluster-ips", "Active ClusterIPs"),
-    ("nodeport-ips", "IPs that accept NodePort traffic"),
+/// Sets (name, type, comment); those in [`SERVICE_SETS`] hold elements services own,
+/// counted by reference since services share them.
+const SETS: &[(&str, &str, &str)] = &[
+    ("cluster-ips", "ipv4_addr", "Active ClusterIPs"),
+    (
+        "nodeport-ips",
+        "ipv4_addr",
+        "IPs that accept NodePort traffic",
+    ),
+    (
+        "endpoint-hairpin",
+        "ipv4_addr . ipv4_addr",
+        "endpoint . endpoint: a pod reaching itself through a service",
+    ),
 ];
+const SERVICE_SETS: &[&str] = &["cluster-ips", "endpoint-hairpin"];
 
 /// One service port's share of the table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -114,6 +152,18 @@ fn endpoint_base(n: &ServicePortName, ep: &Endpoint) -> String {
     format!("{}__{}/{}", base_name(n), ep.ip, ep.port)
 }
 
+/// The `numgen` range a ClusterIP's endpoints divide between them in `service-endpoints`.
+const SHARES: u32 = 65536;
+
+/// The map of ClusterIP endpoints for `proto` (see [`MAPS`]).
+fn endpoints_map(proto: Protocol) -> &'static str {
+    match proto {
+        Protocol::Tcp => "service-endpoints-tcp",
+        Protocol::Udp => "service-endpoints-udp",
+        Protocol::Sctp => "service-endpoints-sctp",
+    }
+}
+
 /// Renders one service port (upstream's per-service part of syncProxyRules).
 pub fn render_service(entry: &ServiceEntry, ctx: &NodeContext) -> Fragment {
     let svc = &entry.port;
@@ -125,89 +175,27 @@ pub fn render_service(entry: &ServiceEntry, ctx: &NodeContext) -> Fragment {
     let local_chain = chain("local", &base);
     let external_chain = chain("external", &base);
     let firewall_chain = chain("firewall", &base);
+    let affinity = svc.affinity_timeout_seconds;
     let mut f = Fragment::default();
 
-    let endpoint_chains = |f: &mut Fragment, eps: &[Endpoint]| -> Vec<String> {
-        eps.iter()
-            .map(|ep| {
-                let eb = endpoint_base(n, ep);
-                let name = chain("endpoint", &eb);
-                let mut rules = vec![format!("ip saddr {} jump mark-for-masquerade", ep.ip)];
-                if let Some(t) = svc.affinity_timeout_seconds {
-                    let set = chain("affinity", &eb);
-                    f.sets.insert(
-                        set.clone(),
-                        format!("type ipv4_addr ; flags dynamic,timeout ; timeout {t}s ;"),
-                    );
-                    rules.push(format!("update @{set} {{ ip saddr }}"));
-                }
-                rules.push(format!(
-                    "meta l4proto {proto} dnat to {}:{}",
-                    ep.ip, ep.port
-                ));
-                f.chains.insert(name.clone(), rules);
-                name
-            })
-            .collect()
-    };
-    let balance = |f: &Fragment, eps: &[Endpoint], names: &[String]| -> Vec<String> {
-        let mut rules = Vec::new();
-        if svc.affinity_timeout_seconds.is_some() {
-            for (ep, name) in eps.iter().zip(names) {
-                let set = chain("affinity", &endpoint_base(n, ep));
-                if f.sets.contains_key(&set) {
-                    rules.push(format!("ip saddr @{set} goto {name}"));
-                }
-            }
-        }
-        // Equal shares without an anonymous verdict map: rule i of N takes the flow with
-        // probability 1/(N-i). upstream writes `numgen random mod N vmap { … }`, but each
-        // such rule creates an anonymous set, and the kernel allocates anonymous set names
-        // (and looks sets up) by scanning every set of the table: 10k services cost 18 s of
-        // kernel time in one transaction here, against 2 s with these rules. Only a new
-        // flow's first packet walks them, and only its own service's endpoints.
-        let total = names.len();
-        for (i, c) in names.iter().enumerate() {
-            let left = total - i;
-            if left == 1 {
-                rules.push(format!("goto {c}"));
-            } else {
-                rules.push(format!("numgen random mod {left} == 0 goto {c}"));
-            }
-        }
-        rules
-    };
+    // Hairpin (a pod reaching itself through its own service) is masqueraded by one rule
+    // in `masquerading` that looks (saddr, daddr) up in this set, instead of a rule per
+    // endpoint chain as upstream writes it: no endpoint then needs a chain of its own.
+    for ep in cat.cluster.iter().chain(&cat.local) {
+        f.set_elements
+            .insert(("endpoint-hairpin", format!("{} . {}", ep.ip, ep.ip)));
+    }
 
     let has_cluster = !cat.cluster.is_empty();
     let has_local = !cat.local.is_empty();
-    if has_cluster {
-        let names = endpoint_chains(&mut f, &cat.cluster);
-        let mut rules = Vec::new();
-        let dst = format!("ip daddr {} {proto} dport {}", svc.cluster_ip, svc.port);
-        if ctx.masquerade_all {
-            rules.push(format!("{dst} jump mark-for-masquerade"));
-        } else if let Some(cidr) = ctx.cluster_cidr {
-            rules.push(format!("{dst} ip saddr != {cidr} jump mark-for-masquerade"));
-        }
-        rules.extend(balance(&f, &cat.cluster, &names));
-        f.chains.insert(cluster_chain.clone(), rules);
-    }
-    if has_local {
-        let names = endpoint_chains(&mut f, &cat.local);
-        let rules = balance(&f, &cat.local, &names);
-        f.chains.insert(local_chain.clone(), rules);
-    }
-
-    let internal = if svc.internal_policy_local {
-        has_local.then(|| local_chain.clone())
+    let internal_eps = if svc.internal_policy_local {
+        &cat.local
     } else {
-        has_cluster.then(|| cluster_chain.clone())
+        &cat.cluster
     };
-    let external = if svc.external_policy_local {
-        has_local.then(|| local_chain.clone())
-    } else {
-        has_cluster.then(|| cluster_chain.clone())
-    };
+    // Chains exist only while something jumps to them; with no session affinity the
+    // ClusterIP path needs none (see `service-endpoints-*` below).
+    let mut referenced: BTreeSet<String> = BTreeSet::new();
     let no_endpoints = |usable: bool| -> &'static str {
         if cat.has_any && !usable {
             "drop"
@@ -217,20 +205,45 @@ pub fn render_service(entry: &ServiceEntry, ctx: &NodeContext) -> Fragment {
     };
 
     let vip_key = format!("{} . {proto} . {}", svc.cluster_ip, svc.port);
+    let vip_port = format!("{} . {}", svc.cluster_ip, svc.port);
     f.set_elements
         .insert(("cluster-ips", svc.cluster_ip.to_string()));
-    match &internal {
-        Some(c) => {
-            f.map_elements
-                .insert(("service-ips", vip_key), format!("goto {c}"));
-        }
-        None => {
+    if internal_eps.is_empty() {
+        f.map_elements.insert(
+            ("no-endpoint-services", vip_key),
+            no_endpoints(false).into(),
+        );
+    } else if affinity.is_some() {
+        let c = if svc.internal_policy_local {
+            &local_chain
+        } else {
+            &cluster_chain
+        };
+        referenced.insert(c.clone());
+        f.map_elements
+            .insert(("service-ips", vip_key), format!("goto {c}"));
+    } else {
+        // Equal shares of the numgen range, one interval element per endpoint: the
+        // ClusterIP path is then data in one map per protocol, with no rule and no chain per service,
+        // so adding or changing a service never grows the jump graph the kernel
+        // re-validates on every commit that adds a rule.
+        let count = internal_eps.len() as u32;
+        for (i, ep) in internal_eps.iter().enumerate() {
+            let i = i as u32;
+            let lo = i * SHARES / count;
+            let hi = (i + 1) * SHARES / count - 1;
             f.map_elements.insert(
-                ("no-endpoint-services", vip_key),
-                no_endpoints(false).into(),
+                (endpoints_map(n.protocol), format!("{vip_port} . {lo}-{hi}")),
+                format!("{} . {}", ep.ip, ep.port),
             );
         }
     }
+
+    let external = if svc.external_policy_local {
+        has_local.then(|| local_chain.clone())
+    } else {
+        has_cluster.then(|| cluster_chain.clone())
+    };
 
     if svc.has_external_destinations() {
         if let Some(target) = &external {
@@ -246,10 +259,12 @@ pub fn render_service(entry: &ServiceEntry, ctx: &NodeContext) -> Fragment {
                 rules.push("fib saddr type local jump mark-for-masquerade".into());
                 rules.push(format!("fib saddr type local goto {short}"));
                 rules.push(format!("goto {target}"));
+                referenced.insert(short.clone());
             } else {
                 rules.push("jump mark-for-masquerade".into());
                 rules.push(format!("goto {target}"));
             }
+            referenced.insert(target.clone());
             f.chains.insert(external_chain.clone(), rules);
         }
         let ext_verdict = match &external {
@@ -290,7 +305,72 @@ pub fn render_service(entry: &ServiceEntry, ctx: &NodeContext) -> Fragment {
             }
         }
     }
+
+    for (name, eps) in [(&cluster_chain, &cat.cluster), (&local_chain, &cat.local)] {
+        if referenced.contains(name) {
+            let rules = balance(&mut f, n, proto, affinity, eps);
+            f.chains.insert(name.clone(), rules);
+        }
+    }
     f
+}
+
+/// The rules of a service's cluster or local chain: an equal-share choice of one of `eps`.
+/// Without session affinity each choice DNATs directly; with it, each endpoint gets a
+/// chain that records the client in the endpoint's affinity set, and clients found in a
+/// set go straight back to that endpoint.
+fn balance(
+    f: &mut Fragment,
+    n: &ServicePortName,
+    proto: &str,
+    affinity: Option<u32>,
+    eps: &[Endpoint],
+) -> Vec<String> {
+    let mut rules = Vec::new();
+    let targets: Vec<String> = match affinity {
+        None => eps
+            .iter()
+            .map(|ep| format!("meta l4proto {proto} dnat to {}:{}", ep.ip, ep.port))
+            .collect(),
+        Some(t) => {
+            let mut targets = Vec::new();
+            for ep in eps {
+                let eb = endpoint_base(n, ep);
+                let name = chain("endpoint", &eb);
+                let set = chain("affinity", &eb);
+                f.sets.insert(
+                    set.clone(),
+                    format!("type ipv4_addr ; flags dynamic,timeout ; timeout {t}s ;"),
+                );
+                f.chains.insert(
+                    name.clone(),
+                    vec![
+                        format!("update @{set} {{ ip saddr }}"),
+                        format!("meta l4proto {proto} dnat to {}:{}", ep.ip, ep.port),
+                    ],
+                );
+                rules.push(format!("ip saddr @{set} goto {name}"));
+                targets.push(format!("goto {name}"));
+            }
+            targets
+        }
+    };
+    // Equal shares without an anonymous verdict map: rule i of N takes the flow with
+    // probability 1/(N-i). upstream writes `numgen random mod N vmap { … }`, but each such
+    // rule creates an anonymous set, and the kernel allocates anonymous set names (and looks
+    // sets up) by scanning every set of the table: 10k services cost 18 s of kernel time in
+    // one transaction here. Only a new flow's first packet walks them, and only its own
+    // service's endpoints.
+    let total = targets.len();
+    for (i, t) in targets.into_iter().enumerate() {
+        let left = total - i;
+        if left == 1 {
+            rules.push(t);
+        } else {
+            rules.push(format!("numgen random mod {left} == 0 {t}"));
+        }
+    }
+    rules
 }
 
 /// The table's fixed part: declarations of base chains, maps and sets, and the base
@@ -320,13 +400,13 @@ pub fn render_base(ctx: &NodeContext) -> String {
     for (name, typ, comment) in MAPS {
         let _ = writeln!(
             t,
-            "add map ip {TABLE} {name} {{ type {typ} ; comment \"{comment}\" ; }}"
+            "add map ip {TABLE} {name} {{ {typ} ; comment \"{comment}\" ; }}"
         );
     }
-    for (name, comment) in SETS {
+    for (name, typ, comment) in SETS {
         let _ = writeln!(
             t,
-            "add set ip {TABLE} {name} {{ type ipv4_addr ; comment \"{comment}\" ; }}"
+            "add set ip {TABLE} {name} {{ type {typ} ; comment \"{comment}\" ; }}"
         );
     }
     let nodeport_match = if ctx.nodeport_ips.is_empty() {
@@ -334,6 +414,29 @@ pub fn render_base(ctx: &NodeContext) -> String {
     } else {
         "ip daddr @nodeport-ips"
     };
+    // Traffic to a ClusterIP from outside the cluster CIDR is masqueraded (upstream writes
+    // this rule into every service chain; one rule over the ClusterIP set does the same).
+    let mut services = Vec::new();
+    if ctx.masquerade_all {
+        services.push("ip daddr @cluster-ips jump mark-for-masquerade".to_string());
+    } else if let Some(cidr) = ctx.cluster_cidr {
+        services.push(format!(
+            "ip daddr @cluster-ips ip saddr != {cidr} jump mark-for-masquerade"
+        ));
+    }
+    services.push("ip daddr . meta l4proto . th dport vmap @service-ips".into());
+    for p in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+        let proto = p.as_str();
+        // One map per protocol: nft 1.0.6 cannot add a rule naming a map it read back
+        // from the kernel whose key is typed `th dport` (it reports conflicting protocols).
+        services.push(format!(
+            "meta l4proto {proto} dnat ip to ip daddr . {proto} dport . numgen random mod {SHARES} map @{}",
+            endpoints_map(p)
+        ));
+    }
+    services.push(format!(
+        "{nodeport_match} meta l4proto . th dport vmap @service-nodeports"
+    ));
     let chains: Vec<(&str, Vec<String>)> = vec![
         (
             "filter-prerouting",
@@ -386,6 +489,8 @@ pub fn render_base(ctx: &NodeContext) -> String {
         (
             "masquerading",
             vec![
+                "ct status dnat ip saddr . ip daddr @endpoint-hairpin jump mark-for-masquerade"
+                    .into(),
                 format!("meta mark & {MASQ_MARK} == 0 return"),
                 format!("meta mark set meta mark ^ {MASQ_MARK}"),
                 "masquerade fully-random".into(),
@@ -401,13 +506,7 @@ pub fn render_base(ctx: &NodeContext) -> String {
             "service-endpoints-check",
             vec!["ip daddr . meta l4proto . th dport vmap @no-endpoint-services".into()],
         ),
-        (
-            "services",
-            vec![
-                "ip daddr . meta l4proto . th dport vmap @service-ips".into(),
-                format!("{nodeport_match} meta l4proto . th dport vmap @service-nodeports"),
-            ],
-        ),
+        ("services", services),
     ];
     // Declare every chain before any rule refers to it.
     for (name, _) in &chains {
@@ -784,13 +883,16 @@ impl Nftables {
                 .collect();
             write_elements(&mut t, "add", map, items.iter().map(|s| s.as_str()));
         }
-        let _ = writeln!(t, "flush set ip {TABLE} cluster-ips");
-        let ips: BTreeSet<&str> = frags
-            .flat_map(|f| f.set_elements.iter())
-            .filter(|(s, _)| *s == "cluster-ips")
-            .map(|(_, e)| e.as_str())
-            .collect();
-        write_elements(&mut t, "add", "cluster-ips", ips.into_iter());
+        for set in SERVICE_SETS {
+            let _ = writeln!(t, "flush set ip {TABLE} {set}");
+            let elems: BTreeSet<&str> = frags
+                .clone()
+                .flat_map(|f| f.set_elements.iter())
+                .filter(|(s, _)| s == set)
+                .map(|(_, e)| e.as_str())
+                .collect();
+            write_elements(&mut t, "add", set, elems.into_iter());
+        }
         t
     }
 

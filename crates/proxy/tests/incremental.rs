@@ -62,19 +62,48 @@ fn one_changed_endpoint_rewrites_only_that_service() {
         .expect("partial");
     assert_eq!(out.transactions, 1);
     let t = last(&fake);
-    assert!(t.contains("10.244.0.20"), "{t}");
-    for other in ["/np/", "/lb/", "/sticky/", "/dns/", "service-ips"] {
-        if other == "service-ips" {
-            // The VIP's verdict stays the same chain: no map element changes.
-            assert!(!t.contains(other), "map touched needlessly:\n{t}");
-        } else {
-            assert!(!t.contains(other), "{other} touched:\n{t}");
-        }
+    // Without session affinity a ClusterIP's endpoints are elements of one map: the change
+    // is one element out, one in, and the new endpoint's hairpin pair; no rule, no chain.
+    assert!(
+        t.contains(
+            "delete element ip kube-proxy service-endpoints-tcp { 10.96.0.10 . 80 . 32768-65535 }"
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "add element ip kube-proxy service-endpoints-tcp { 10.96.0.10 . 80 . 32768-65535 : 10.244.0.20 . 8080 }"
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains("add element ip kube-proxy endpoint-hairpin { 10.244.0.20 . 10.244.0.20 }"),
+        "{t}"
+    );
+    for other in [
+        "/np/",
+        "/lb/",
+        "/sticky/",
+        "/dns/",
+        "service-ips",
+        "rule",
+        "chain",
+    ] {
+        assert!(!t.contains(other), "{other} touched:\n{t}");
     }
+    // A service with session affinity keeps a chain per endpoint: the old one goes.
+    let sticky = name("sticky", "http", Protocol::Tcp);
+    if let Some(e) = snap.get_mut(&sticky) {
+        e.endpoints[1] = ep(21, false);
+    }
+    b.partial_sync(&snap, &ctx(), &BTreeSet::from([sticky]))
+        .expect("partial");
+    let t = last(&fake);
     assert!(
         t.contains("delete chain ip kube-proxy endpoint-"),
         "old endpoint chain deleted:\n{t}"
     );
+    assert!(t.contains("dnat to 10.244.0.21:8080"), "{t}");
     assert_eq!(
         *fake.lists.lock().expect("lock"),
         lists_after_full,
@@ -106,9 +135,12 @@ fn added_and_removed_service_change_only_their_elements() {
         .expect("add");
     let t = last(&fake);
     assert!(
-        t.contains("add element ip kube-proxy service-ips { 10.96.0.99 . tcp . 80 : goto service-"),
+        t.contains(
+            "add element ip kube-proxy service-endpoints-tcp { 10.96.0.99 . 80 . 0-65535 : 10.244.0.30 . 8080 }"
+        ),
         "{t}"
     );
+    assert!(!t.contains("rule") && !t.contains("chain"), "{t}");
     assert!(
         t.contains("add element ip kube-proxy cluster-ips { 10.96.0.99 }"),
         "{t}"
@@ -119,7 +151,9 @@ fn added_and_removed_service_change_only_their_elements() {
         .expect("remove");
     let t = last(&fake);
     assert!(
-        t.contains("delete element ip kube-proxy service-ips { 10.96.0.99 . tcp . 80 }"),
+        t.contains(
+            "delete element ip kube-proxy service-endpoints-tcp { 10.96.0.99 . 80 . 0-65535 }"
+        ),
         "{t}"
     );
     assert!(
@@ -143,7 +177,7 @@ fn a_refused_service_does_not_cost_the_others() {
     assert_eq!(out.failed[0].0.name, "sticky");
     let t = last(&fake);
     assert!(
-        t.contains("10.96.0.10 . tcp . 80 : goto service-"),
+        t.contains("10.96.0.10 . 80 . 0-32767 : 10.244.0.11 . 8080"),
         "web programmed:\n{t}"
     );
     assert!(

@@ -64,7 +64,7 @@ fn libnftables_programs_the_kernel_and_reports_refusals() {
         assert!(out.failed.is_empty(), "{:?}", out.failed);
         assert_eq!(out.transactions, 1);
         let table = look.run("list table ip kube-proxy").expect("list");
-        assert!(table.contains("dnat to 10.244.0.20"), "{table}");
+        assert!(table.contains(": 10.244.0.20 . 8080"), "{table}");
 
         // The idle step's dry run leaves the kernel's table exactly as it was.
         b.idle();
@@ -95,7 +95,7 @@ fn libnftables_programs_the_kernel_and_reports_refusals() {
         let out = b.full_sync(&snap, &ctx()).expect("full sync after refusal");
         assert!(out.failed.is_empty(), "{:?}", out.failed);
         let table = look.run("list table ip kube-proxy").expect("list");
-        assert!(table.contains("dnat to 10.244.0.21"), "{table}");
+        assert!(table.contains(": 10.244.0.21 . 8080"), "{table}");
         assert!(!table.contains("Error"), "{table}");
     });
 }
