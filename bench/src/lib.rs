@@ -1,6 +1,7 @@
 //! Shared pieces of nodus's benchmarks: writing a result section into docs/PERFORMANCE.md.
 
 pub mod controlplane;
+pub mod floor;
 pub mod targets;
 
 use std::path::{Path, PathBuf};

@@ -283,6 +283,8 @@ async fn main() -> Result<()> {
             .map(|n| n.get())
             .unwrap_or(0)
     );
+    eprintln!("timing runc and the CNI plugins alone");
+    let floors = nodus_bench::floor::measure(SINGLE_RUNS)?;
     let (n, c) = (&results[0].1, &results[1].1);
     for mode in ["1 pod", "50 in a row", "50 in parallel"] {
         for (p, name) in PHASES.iter().enumerate() {
@@ -299,6 +301,35 @@ async fn main() -> Result<()> {
                 a50 / b50
             ));
         }
+    }
+    // The floor: the parts both runtimes call, timed alone, against the single-pod phases.
+    body.push_str(
+        "\nThe floor under those phases: the parts both runtimes call, timed alone in the same run \
+         (`bench/src/floor.rs`: `runc create` + `runc start` of the same container, the CNI chain's \
+         ADD and DEL with the same configuration); \"own\" = a runtime's single-pod p50 minus the \
+         floor's p50, the work that is the runtime's own.\n\n\
+         | part, timed alone | p50 | p99 | phase it sits under | half of containerd's p50 | nodus own | containerd own |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let single = |r: &Results, p: usize| {
+        let mut v = r.lat["1 pod"][p].clone();
+        pct(&mut v, 50.0)
+    };
+    for (part, samples, phase_ix) in [
+        ("runc create + start", &floors.runc_create_start, 1),
+        ("CNI ADD (loopback, bridge + host-local, portmap)", &floors.cni_add, 0),
+        ("CNI DEL", &floors.cni_del, 3),
+    ] {
+        let mut v = samples.clone();
+        let (f50, f99) = (pct(&mut v, 50.0), pct(&mut v, 99.0));
+        let (np, cp) = (single(n, phase_ix), single(c, phase_ix));
+        body.push_str(&format!(
+            "| {part} | {f50:.1} | {f99:.1} | {} | {:.1} | {:.1} | {:.1} |\n",
+            PHASES[phase_ix],
+            cp / 2.0,
+            np - f50,
+            cp - f50
+        ));
     }
     body.push_str(&format!(
         "\nMemory at {pods} running containers (one per pod):\n\n\

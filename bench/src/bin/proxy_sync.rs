@@ -309,9 +309,9 @@ fn main() -> std::process::ExitCode {
             let cpu = v["change_cpu_ms"].as_f64().unwrap_or(0.0);
             let idle = v["idle_cpu_ms"].as_f64().unwrap_or(0.0);
             row.push(if add > 0.0 && idle >= 0.5 {
-                format!("{add:.0} / {ch:.0} ms ({cpu:.0} ms CPU + {idle:.0} ms after)")
+                format!("{add:.1} / {ch:.1} ms ({cpu:.1} ms CPU + {idle:.1} ms after)")
             } else if add > 0.0 {
-                format!("{add:.0} / {ch:.0} ms ({cpu:.0} ms CPU)")
+                format!("{add:.1} / {ch:.1} ms ({cpu:.1} ms CPU)")
             } else {
                 "–".into()
             });

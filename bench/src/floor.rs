@@ -1,0 +1,145 @@
+//! What the parts every CRI runtime on this node shares cost when timed alone: `runc create`
+//! + `runc start` of the same busybox container the CRI benchmark runs, and the CNI plugin
+//! chain's ADD and DEL with the same network configuration. Both runtimes under test call
+//! exactly these (containerd through its shim, nodus directly), so a CRI phase built on them
+//! cannot be faster than they are: this is the floor under the per-phase comparison.
+
+use anyhow::{Context, Result, bail};
+use nodus_runtime::sandbox::cni::{Cni, CniConfig, PodNetworkInfo};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+use testkit::{CgroupParent, Netns};
+
+/// Samples in milliseconds.
+#[derive(Debug, Default)]
+pub struct Floors {
+    pub runc_create_start: Vec<f64>,
+    pub cni_add: Vec<f64>,
+    pub cni_del: Vec<f64>,
+}
+
+/// Times `runs` rounds of each part, in a private network namespace and cgroup parent.
+pub fn measure(runs: usize) -> Result<Floors> {
+    let node = Netns::new("floor")?;
+    let cg = CgroupParent::new("floor");
+    cg.create();
+    let dir = tempfile::Builder::new().prefix("bench-floor-").tempdir()?;
+    let mut f = Floors::default();
+    runc(&node, &cg, dir.path(), runs, &mut f)?;
+    cni(&node, dir.path(), runs, &mut f)?;
+    Ok(f)
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// A bundle whose rootfs is the host's static busybox, running `sleep 3600` in the namespaces
+/// `runc spec` asks for (a new network namespace among them), under `cg`.
+fn bundle(dir: &Path, cg: &CgroupParent, id: &str) -> Result<PathBuf> {
+    let b = dir.join(id);
+    std::fs::create_dir_all(b.join("rootfs/bin"))?;
+    std::fs::copy(
+        testkit::image::busybox::HOST_BUSYBOX,
+        b.join("rootfs/bin/busybox"),
+    )?;
+    run(Command::new("runc").arg("spec").arg("--bundle").arg(&b))?;
+    let path = b.join("config.json");
+    let mut spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+    spec["process"]["terminal"] = false.into();
+    spec["process"]["args"] = serde_json::json!(["/bin/busybox", "sleep", "3600"]);
+    spec["linux"]["cgroupsPath"] = format!("{}/{id}", cg.path()).into();
+    std::fs::write(&path, serde_json::to_vec(&spec)?)?;
+    Ok(b)
+}
+
+fn runc(node: &Netns, cg: &CgroupParent, dir: &Path, runs: usize, f: &mut Floors) -> Result<()> {
+    let state = dir.join("runc-state");
+    for i in 0..=runs {
+        let id = format!("floor-{i}");
+        let b = bundle(dir, cg, &id)?;
+        let runc = |args: &[&str]| -> Result<Command> {
+            let mut c = node.command("runc")?;
+            c.arg("--root").arg(&state).args(args);
+            Ok(c)
+        };
+        let t = Instant::now();
+        let r = run(runc(&["create", "--bundle"])?.arg(&b).arg(&id))
+            .and_then(|()| run(&mut runc(&["start", &id])?));
+        let took = ms(t);
+        let _ = runc(&["delete", "--force", &id])?.output();
+        r?;
+        // The first round pays for page-cache misses only: left out, as the CRI
+        // benchmark's warm-up pod is.
+        if i > 0 {
+            f.runc_create_start.push(took);
+        }
+    }
+    Ok(())
+}
+
+fn cni(node: &Netns, dir: &Path, runs: usize, f: &mut Floors) -> Result<()> {
+    let conf = dir.join("net.d");
+    std::fs::create_dir_all(&conf)?;
+    std::fs::write(
+        conf.join("10-bench.conflist"),
+        crate::targets::conflist(&dir.join("ipam")),
+    )?;
+    let cfg = CniConfig::new(
+        vec!["/usr/lib/cni".into(), "/opt/cni/bin".into()],
+        &conf,
+        dir.join("cni-cache"),
+    );
+    let ns = node.path();
+    let pods: Vec<Netns> = (0..=runs)
+        .map(|_| Netns::new("floor-pod"))
+        .collect::<Result<_>>()?;
+    // The plugins create the bridge and veths in the namespace they run in: a thread that
+    // entered the node's namespace starts them, so the host's own network is never touched.
+    let out = std::thread::scope(|s| {
+        s.spawn(|| -> Result<Floors> {
+            let file = std::fs::File::open(&ns)?;
+            // SAFETY: setns on this thread only, with a valid namespace fd.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns: {}", std::io::Error::last_os_error());
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let cni = Cni::new(cfg);
+                let mut f = Floors::default();
+                for (i, pod) in pods.iter().enumerate() {
+                    let id = format!("floor{i:04}");
+                    let info = PodNetworkInfo::new(format!("floor-{i}"), "bench", id.clone());
+                    let t = Instant::now();
+                    cni.setup(&id, &pod.path(), &info).await?;
+                    let add = ms(t);
+                    let t = Instant::now();
+                    cni.teardown(&id, Some(&pod.path()), &info).await?;
+                    let del = ms(t);
+                    if i > 0 {
+                        f.cni_add.push(add);
+                        f.cni_del.push(del);
+                    }
+                }
+                Ok(f)
+            })
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("CNI thread panicked"))?
+    })?;
+    f.cni_add = out.cni_add;
+    f.cni_del = out.cni_del;
+    Ok(())
+}
