@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use nodus_runtime::sandbox::cni::{Cni, CniConfig, PodNetworkInfo};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 use testkit::{CgroupParent, Netns};
 
@@ -18,6 +18,22 @@ pub struct Floors {
     pub runc_create_start: Vec<f64>,
     pub cni_add: Vec<f64>,
     pub cni_del: Vec<f64>,
+    /// CPU time (user + system) of the processes each round ran: what a burst of pods must
+    /// share between the machine's cores.
+    pub runc_cpu: Vec<f64>,
+    pub cni_add_cpu: Vec<f64>,
+}
+
+/// CPU time (ms) of every child process this process has waited for so far.
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage for the call's duration.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Times `runs` rounds of each part, in a private network namespace and cgroup parent.
@@ -73,16 +89,35 @@ fn runc(node: &Netns, cg: &CgroupParent, dir: &Path, runs: usize, f: &mut Floors
             c.arg("--root").arg(&state).args(args);
             Ok(c)
         };
+        // The container inherits runc's stdio, so `create` gets none (a captured pipe would
+        // stay open for as long as the container lives); its errors go to --log.
+        let log = dir.join(format!("{id}.log"));
+        let mut create = runc(&["--log", &log.display().to_string(), "create", "--bundle"])?;
+        create
+            .arg(&b)
+            .arg(&id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         let t = Instant::now();
-        let r = run(runc(&["create", "--bundle"])?.arg(&b).arg(&id))
-            .and_then(|()| run(&mut runc(&["start", &id])?));
+        let cpu = children_cpu();
+        let r = match create.status() {
+            Ok(s) if s.success() => run(&mut runc(&["start", &id])?),
+            Ok(s) => Err(anyhow::anyhow!(
+                "runc create: {s}: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )),
+            Err(e) => Err(anyhow::anyhow!("runc create: {e}")),
+        };
         let took = ms(t);
+        let cpu = children_cpu() - cpu;
         let _ = runc(&["delete", "--force", &id])?.output();
         r?;
         // The first round pays for page-cache misses only: left out, as the CRI
         // benchmark's warm-up pod is.
         if i > 0 {
             f.runc_create_start.push(took);
+            f.runc_cpu.push(cpu);
         }
     }
     Ok(())
@@ -123,14 +158,17 @@ fn cni(node: &Netns, dir: &Path, runs: usize, f: &mut Floors) -> Result<()> {
                     let id = format!("floor{i:04}");
                     let info = PodNetworkInfo::new(format!("floor-{i}"), "bench", id.clone());
                     let t = Instant::now();
+                    let cpu = children_cpu();
                     cni.setup(&id, &pod.path(), &info).await?;
                     let add = ms(t);
+                    let add_cpu = children_cpu() - cpu;
                     let t = Instant::now();
                     cni.teardown(&id, Some(&pod.path()), &info).await?;
                     let del = ms(t);
                     if i > 0 {
                         f.cni_add.push(add);
                         f.cni_del.push(del);
+                        f.cni_add_cpu.push(add_cpu);
                     }
                 }
                 Ok(f)
@@ -141,5 +179,6 @@ fn cni(node: &Netns, dir: &Path, runs: usize, f: &mut Floors) -> Result<()> {
     })?;
     f.cni_add = out.cni_add;
     f.cni_del = out.cni_del;
+    f.cni_add_cpu = out.cni_add_cpu;
     Ok(())
 }

@@ -155,6 +155,14 @@ fn per_pod_memory(t: &Target) -> (usize, u64, u64) {
         if std::env::var_os("BENCH_VERBOSE").is_some() {
             eprintln!("per-pod process {pid}: {cmdline}");
         }
+        // BENCH_SMAPS=DIR keeps each per-pod process's /proc/PID/smaps there, to see where
+        // its memory goes.
+        if let Some(dir) = std::env::var_os("BENCH_SMAPS") {
+            let _ = std::fs::copy(
+                format!("/proc/{pid}/smaps"),
+                PathBuf::from(dir).join(format!("{pid}.smaps")),
+            );
+        }
         pss += kib(
             &std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default(),
             "Pss:",
@@ -248,6 +256,11 @@ async fn main() -> Result<()> {
     let bin =
         PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
     let pods = pod_count();
+    // BENCH_FLOOR_ONLY=1: just time runc and the CNI chain alone (a quick look).
+    if std::env::var("BENCH_FLOOR_ONLY").is_ok_and(|v| v == "1") {
+        println!("{:?}", nodus_bench::floor::measure(SINGLE_RUNS)?);
+        return Ok(());
+    }
     let mut results = Vec::new();
     for which in ["nodus", "containerd"] {
         let t = if which == "nodus" {
@@ -331,6 +344,18 @@ async fn main() -> Result<()> {
             cp - f50
         ));
     }
+    let (mut rc, mut ac) = (floors.runc_cpu.clone(), floors.cni_add_cpu.clone());
+    let (rc50, ac50) = (pct(&mut rc, 50.0), pct(&mut ac, 50.0));
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64;
+    body.push_str(&format!(
+        "\nCPU time (user + system, p50) of those processes: runc create + start {rc50:.1} ms, CNI ADD \
+         {ac50:.1} ms — {:.1} ms per pod, so a burst of 100 pods needs at least {:.2} s of this \
+         machine's {cores} cores for them alone.\n",
+        rc50 + ac50,
+        (rc50 + ac50) * 100.0 / cores / 1e3
+    ));
     body.push_str(&format!(
         "\nMemory at {pods} running containers (one per pod):\n\n\
          | runtime | daemon RSS idle → at {pods} | per-pod processes | their PSS (sum) | their RSS (sum) | overhead per container (Δdaemon RSS + per-pod PSS) / {pods} |\n\
