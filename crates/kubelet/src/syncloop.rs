@@ -138,7 +138,12 @@ impl SyncLoop {
                         .into_iter()
                         .filter(|p| uid(p) != uid(&pod) && self.core.is_active(p))
                         .collect();
-                    if let Err(r) = self.core.kr.cm.admit(&pod, &others) {
+                    // The eviction manager's handler runs before the resource fit, as
+                    // upstream registers them.
+                    let pressure = self.core.pressure.conditions();
+                    if let Err(r) = crate::cm::admission::admit_pressure(&pod, &pressure)
+                        .and_then(|()| self.core.kr.cm.admit(&pod, &others))
+                    {
                         self.pods.set(&pod);
                         self.core.reject(&pod, r);
                         continue;
