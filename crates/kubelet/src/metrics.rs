@@ -168,7 +168,8 @@ impl ProberMetrics {
         // The text format appends `_total` to a counter's name.
         registry.register(
             "prober_probe",
-            "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            // prometheus-client ends every help text with a period.
+            "Cumulative number of a liveness, readiness or startup probe for a container by result",
             results.clone(),
         );
         let duration = Family::<ProbeDurationLabels, Histogram>::new_with_constructor(|| {
@@ -176,7 +177,7 @@ impl ProberMetrics {
         });
         registry.register(
             "prober_probe_duration_seconds",
-            "Duration in seconds for a probe response.",
+            "Duration in seconds for a probe response",
             duration.clone(),
         );
         ProberMetrics {
