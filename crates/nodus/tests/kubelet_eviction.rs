@@ -319,3 +319,94 @@ async fn probe_results_are_counted_on_metrics_probes() {
         "{text}"
     );
 }
+
+/// MemoryPressure from the node's real root memory cgroup: a hard threshold above the
+/// machine's memory (read at test time) is met whatever the load, without using any. A
+/// BestEffort pod is refused at admission, a Burstable one is admitted and then evicted for
+/// memory; the static pod is critical and stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_pressure_refuses_best_effort_pods_and_evicts_the_others() {
+    if !common::have_root() {
+        return;
+    }
+    let mem_total: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .expect("MemTotal")
+        * 1024;
+    let threshold_gi = mem_total.div_ceil(1 << 30) + 1;
+    let node = BareNode::new("10.89.49.0/24");
+    node.cgroup.create();
+    let cp = ControlPlane::start(node.netns.clone());
+    let mut flags = cp.kubelet_flags(NODE_NAME);
+    flags.extend([
+        "--eviction-hard".to_string(),
+        format!("memory.available<{threshold_gi}Gi"),
+        "--eviction-monitoring-interval".into(),
+        "1s".into(),
+        "--node-status-update-frequency".into(),
+        "1s".into(),
+        // Allocatable memory is zero under such a threshold: nothing to cap kubepods at.
+        "--enforce-node-allocatable".into(),
+        "none".into(),
+    ]);
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let k = Kubelet::start(
+        node.netns.clone(),
+        &node.rt.endpoint(),
+        &node.cgroup.path(),
+        &flag_refs,
+    );
+    k.write_manifest(
+        "guard.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: guard\n  namespace: default\nspec:\n  containers:\n  - name: guard\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"exec sleep 3600\"]\n"
+        ),
+    );
+    let guard = format!("guard-{NODE_NAME}");
+    k.wait_pod(&guard, T, "guard running", |p| is_running(p, "guard"));
+
+    let c = wait_for(&k, "MemoryPressure=True reported", || {
+        node_condition(&cp, "MemoryPressure").filter(|c| c["status"] == "True")
+    });
+    assert_eq!(c["reason"], "KubeletHasInsufficientMemory");
+    assert_eq!(c["message"], "kubelet has insufficient memory available");
+
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&api_pod("be", "")));
+    let be = wait_for(&k, "BestEffort pod rejected", || {
+        get_json(&cp, &["pod", "be"]).filter(|p| p["status"]["phase"] == "Failed")
+    });
+    assert_eq!(be["status"]["reason"], "Evicted", "{be:#}");
+    assert_eq!(
+        be["status"]["message"], "The node had condition: [MemoryPressure]. ",
+        "{be:#}"
+    );
+
+    // A CPU request alone makes it Burstable and fits the zero memory Allocatable.
+    let requests = "    resources:\n      requests:\n        cpu: 10m\n";
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&api_pod("bu", requests)));
+    let bu = wait_for(&k, "Burstable pod evicted", || {
+        get_json(&cp, &["pod", "bu"]).filter(|p| p["status"]["reason"] == "Evicted")
+    });
+    assert_eq!(bu["status"]["phase"], "Failed", "{bu:#}");
+    assert_eq!(bu["status"]["qosClass"], "Burstable", "{bu:#}");
+    let message = bu["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "The node was low on resource: memory. Threshold quantity: {threshold_gi}Gi, available: "
+        )),
+        "{message}"
+    );
+    wait_for(&k, "Evicted event for bu", || {
+        has_event(&cp, "bu", "Warning", "Evicted")
+    });
+    let g = k.pod(&guard).expect("static pod");
+    assert!(is_running(&g, "guard"), "{g:#}");
+    let (_, metrics) = k.get("/metrics");
+    assert!(
+        metrics.contains("kubelet_evictions_total{eviction_signal=\"memory.available\"}"),
+        "{metrics}"
+    );
+}
