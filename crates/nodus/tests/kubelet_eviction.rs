@@ -361,9 +361,7 @@ async fn memory_pressure_refuses_best_effort_pods_and_evicts_the_others() {
     );
     k.write_manifest(
         "guard.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: guard\n  namespace: default\nspec:\n  containers:\n  - name: guard\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"exec sleep 3600\"]\n"
-        ),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: guard\n  namespace: default\nspec:\n  containers:\n  - name: guard\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"exec sleep 3600\"]\n",
     );
     let guard = format!("guard-{NODE_NAME}");
     k.wait_pod(&guard, T, "guard running", |p| is_running(p, "guard"));
