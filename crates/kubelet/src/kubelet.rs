@@ -112,6 +112,18 @@ impl Core {
         self.status.set(&uid, status);
     }
 
+    /// Takes in a pod the API reports finished, without running it: like a rejected pod,
+    /// it has no worker and keeps the status the server has.
+    pub fn adopt_finished(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        tracing::info!(pod = %pod_name(pod), phase = ?pod.status.as_ref().and_then(|s| s.phase.clone()), "pod already finished; not starting it");
+        if let Ok(mut s) = self.rejected.lock() {
+            s.insert(uid.clone());
+        }
+        self.status
+            .set(&uid, pod.status.clone().unwrap_or_default());
+    }
+
     pub fn forget_rejected(&self, uid: &str) {
         if let Ok(mut s) = self.rejected.lock() {
             s.remove(uid);

@@ -164,7 +164,7 @@ async fn disk_pressure_evicts_a_best_effort_pod_spares_the_static_one_and_refuse
         .map(String::from),
     );
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let k = Kubelet::start_in(
+    let mut k = Kubelet::start_in(
         dir,
         node.netns.clone(),
         &node.rt.endpoint(),
@@ -248,6 +248,11 @@ async fn disk_pressure_evicts_a_best_effort_pod_spares_the_static_one_and_refuse
         "{metrics}"
     );
 
+    // A restarted kubelet takes the finished pods in as they are: nothing starts again.
+    k.kill();
+    k.start_again();
+    let h = k.wait_pod(&hog, T, "static pod adopted", |p| is_running(p, "hog"));
+
     // Free the space: the pressure clears and, after the transition period, the node
     // reports no disk pressure again and admits pods.
     let out = common::kubelet::exec(&node.rt.endpoint(), &h, "hog", &["rm", "/data/fill"]).await;
@@ -260,6 +265,16 @@ async fn disk_pressure_evicts_a_best_effort_pod_spares_the_static_one_and_refuse
     k.wait_pod("after", T, "app running", |p| is_running(p, "app"));
     let h = k.pod(&hog).expect("static pod");
     assert!(is_running(&h, "hog"), "{h:#}");
+    // Long after the restart the finished pods are still finished, here and in the API.
+    for name in ["victim", "late"] {
+        let p = k.pod(name).expect("finished pod still known");
+        assert_eq!(p["status"]["phase"], "Failed", "{p:#}");
+        assert_eq!(p["status"]["reason"], "Evicted", "{p:#}");
+        assert!(!is_running(&p, "app"), "{p:#}");
+        let p = get_json(&cp, &["pod", name]).expect("pod in the API");
+        assert_eq!(p["status"]["phase"], "Failed", "{p:#}");
+        assert_eq!(p["status"]["reason"], "Evicted", "{p:#}");
+    }
     drop(k);
     drop(root);
 }
