@@ -1140,6 +1140,69 @@ mod tests {
     }
 
     #[test]
+    fn eviction_settings_from_flags_and_file() {
+        let c = KubeletConfiguration::default();
+        let a = args(&[]);
+        let e = resolve_eviction(&a, &c, &resolve_cm(&a, &c).unwrap()).unwrap();
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(300));
+        assert_eq!(e.monitoring_interval, Duration::from_secs(10));
+        let mut signals: Vec<&str> = e.thresholds.iter().map(|t| t.signal.as_str()).collect();
+        signals.sort();
+        assert_eq!(
+            signals,
+            [
+                "allocatableMemory.available",
+                "imagefs.available",
+                "memory.available",
+                "nodefs.available",
+                "nodefs.inodesFree"
+            ]
+        );
+        let a = args(&[
+            "--eviction-soft",
+            "memory.available<1Gi",
+            "--eviction-soft-grace-period",
+            "memory.available=1m30s",
+            "--eviction-pressure-transition-period",
+            "30s",
+            "--eviction-max-pod-grace-period",
+            "20",
+        ]);
+        let e = resolve_eviction(&a, &c, &resolve_cm(&a, &c).unwrap()).unwrap();
+        let soft = e.thresholds.iter().find(|t| !t.is_hard()).unwrap();
+        assert_eq!(soft.grace_period, Duration::from_secs(90));
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(30));
+        assert_eq!(e.max_pod_grace_period_seconds, 20);
+        let a = args(&["--eviction-soft", "memory.available<1Gi"]);
+        let err = resolve_eviction(&a, &c, &resolve_cm(&a, &c).unwrap())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains(
+                "grace period must be specified for the soft eviction threshold memory.available"
+            ),
+            "{err}"
+        );
+        let a = args(&["--eviction-hard", "memory.available>1Gi"]);
+        let err = resolve_cm(&a, &c).err().unwrap().to_string();
+        assert!(err.contains("unsupported operator \">\""), "{err}");
+        let file = KubeletConfiguration::parse(
+            std::path::Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard: {memory.available: 200Mi}\nevictionSoft: {nodefs.available: 15%}\nevictionSoftGracePeriod: {nodefs.available: 2m}\nevictionMinimumReclaim: {nodefs.available: 1Gi}\nevictionPressureTransitionPeriod: 1m\nevictionMaxPodGracePeriod: 60\n",
+        )
+        .unwrap();
+        let a = args(&[]);
+        let e = resolve_eviction(&a, &file, &resolve_cm(&a, &file).unwrap()).unwrap();
+        let soft = e.thresholds.iter().find(|t| !t.is_hard()).unwrap();
+        assert_eq!(soft.signal.as_str(), "nodefs.available");
+        assert_eq!(soft.grace_period, Duration::from_secs(120));
+        assert!(soft.min_reclaim.is_some());
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(60));
+        assert_eq!(e.max_pod_grace_period_seconds, 60);
+    }
+
+    #[test]
     fn feature_gates_are_checked() {
         assert!(feature(&["EventedPLEG=true".into()], "EventedPLEG").unwrap());
         assert!(!feature(&[], "EventedPLEG").unwrap());

@@ -32,6 +32,8 @@ pub const DEFAULT_MONITORING_INTERVAL: Duration = Duration::from_secs(10);
 /// The grace period of a pod evicted for a hard threshold (upstream's
 /// immediateEvictionGracePeriodSeconds).
 pub const IMMEDIATE_GRACE_SECONDS: i64 = 1;
+/// How long the first round waits for every pod source to have been seen.
+const SOURCES_WAIT: Duration = Duration::from_secs(60);
 /// How long the manager waits for an evicted pod to be torn down before looking again
 /// (upstream's podCleanupTimeout).
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -177,8 +179,8 @@ pub struct Manager {
     pub workers: PodWorkers,
     pub node: String,
     pub pod_logs_dir: PathBuf,
-    /// True once every pod source has been seen, so pods that ran before a restart are
-    /// taken in before pressure is judged.
+    /// True once every pod source has been seen and its pods taken in, so pods that ran
+    /// before a restart are admitted as before rather than judged under fresh pressure.
     pub sources_seen: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
@@ -192,7 +194,10 @@ impl Manager {
             tracing::info!("Eviction manager: no thresholds configured; not monitoring");
             return;
         }
-        while !(self.sources_seen)() {
+        // A source that never answers (an unreachable manifest URL) must not switch
+        // eviction off: after a while the manager starts regardless.
+        let give_up = Instant::now() + SOURCES_WAIT;
+        while !(self.sources_seen)() && Instant::now() < give_up {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         tracing::info!(thresholds = ?self.config.thresholds.iter().map(|t| t.signal.as_str()).collect::<Vec<_>>(), interval = ?self.config.monitoring_interval, "Eviction manager: starting control loop");
