@@ -423,3 +423,51 @@ async fn memory_pressure_refuses_best_effort_pods_and_evicts_the_others() {
         "{metrics}"
     );
 }
+
+/// PIDPressure from the machine's process table: a threshold above pid capacity (the
+/// smaller of pid_max and threads-max, read at test time) is always met. Every
+/// non-critical pod is refused, with the condition named.
+#[tokio::test(flavor = "multi_thread")]
+async fn pid_pressure_is_reported_and_refuses_pods() {
+    if !common::have_root() {
+        return;
+    }
+    let read = |p: &str| -> u64 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
+    let capacity = read("/proc/sys/kernel/pid_max").min(read("/proc/sys/kernel/threads-max"));
+    let node = BareNode::new("10.89.50.0/24");
+    node.cgroup.create();
+    let cp = ControlPlane::start(node.netns.clone());
+    let mut flags = cp.kubelet_flags(NODE_NAME);
+    flags.extend([
+        "--eviction-hard".to_string(),
+        format!("pid.available<{}", capacity + 1000),
+        "--eviction-monitoring-interval".into(),
+        "1s".into(),
+        "--node-status-update-frequency".into(),
+        "1s".into(),
+    ]);
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let k = Kubelet::start(
+        node.netns.clone(),
+        &node.rt.endpoint(),
+        &node.cgroup.path(),
+        &flag_refs,
+    );
+    let c = wait_for(&k, "PIDPressure=True reported", || {
+        node_condition(&cp, "PIDPressure").filter(|c| c["status"] == "True")
+    });
+    assert_eq!(c["reason"], "KubeletHasInsufficientPID");
+    assert_eq!(c["message"], "kubelet has insufficient PID available");
+    let other = node_condition(&cp, "DiskPressure").expect("DiskPressure");
+    assert_eq!(other["status"], "False", "{other:#}");
+    let requests = "    resources:\n      requests:\n        cpu: 10m\n";
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&api_pod("refused", requests)));
+    let p = wait_for(&k, "pod refused", || {
+        get_json(&cp, &["pod", "refused"]).filter(|p| p["status"]["phase"] == "Failed")
+    });
+    assert_eq!(p["status"]["reason"], "Evicted", "{p:#}");
+    assert_eq!(
+        p["status"]["message"], "The node had condition: [PIDPressure]. ",
+        "{p:#}"
+    );
+}

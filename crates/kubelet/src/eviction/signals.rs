@@ -16,10 +16,8 @@ pub fn memory(capacity: i64, working_set: i64) -> Observation {
     }
 }
 
-fn meminfo() -> HashMap<String, i64> {
-    std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
+fn meminfo(text: &str) -> HashMap<String, i64> {
+    text.lines()
         .filter_map(|l| {
             let (k, rest) = l.split_once(':')?;
             let kb: i64 = rest.split_whitespace().next()?.parse().ok()?;
@@ -28,26 +26,30 @@ fn meminfo() -> HashMap<String, i64> {
         .collect()
 }
 
+/// cgroup v2's node working set from `/proc/meminfo` and the root's `memory.stat`
+/// (the root cgroup has no `memory.current`): MemTotal − MemFree − inactive_file.
+pub fn v2_working_set(meminfo_text: &str, root_memory_stat: &str) -> Option<i64> {
+    let m = meminfo(meminfo_text);
+    let usage = m.get("MemTotal")? - m.get("MemFree")?;
+    let inactive: i64 = root_memory_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("inactive_file "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Some((usage - inactive).max(0))
+}
+
 /// The node's memory working set: on cgroup v1 the root memory cgroup's usage minus
-/// `total_inactive_file`; on v2 (where the root has no `memory.current`) MemTotal − MemFree
-/// minus the root's `inactive_file`.
+/// `total_inactive_file`; on v2 [`v2_working_set`].
 pub fn node_working_set(h: &nodus_cgroups::Hierarchy) -> Option<i64> {
     if !h.is_v2() {
         return nodus_cgroups::stats::read_stats(h, "/")
             .ok()
             .map(|s| s.memory.working_set_bytes as i64);
     }
-    let m = meminfo();
-    let usage = m.get("MemTotal")? - m.get("MemFree")?;
-    let inactive: i64 = std::fs::read_to_string(h.dir("", "/").join("memory.stat"))
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("inactive_file "))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0);
-    Some((usage - inactive).max(0))
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let stat = std::fs::read_to_string(h.dir("", "/").join("memory.stat")).unwrap_or_default();
+    v2_working_set(&info, &stat)
 }
 
 /// Bytes and inodes of the filesystem holding `path`: (available, capacity) each.
@@ -257,6 +259,14 @@ mod tests {
         assert!(inodes.available <= inodes.capacity);
         let p = pids().unwrap();
         assert!(p.available > 0 && p.available < p.capacity);
+    }
+
+    #[test]
+    fn v2_working_set_is_used_memory_minus_inactive_file() {
+        let info = "MemTotal:       1000 kB\nMemFree:         200 kB\nMemAvailable:    500 kB\n";
+        let stat = "anon 1000\ninactive_file 102400\nactive_file 5\n";
+        assert_eq!(v2_working_set(info, stat), Some(800 * 1024 - 102400));
+        assert_eq!(v2_working_set("MemFree: 1 kB\n", stat), None);
     }
 
     #[test]
