@@ -2,11 +2,13 @@
 //! observes the node's signals ([`signals`]), compares them with the configured
 //! thresholds ([`thresholds`]), reports MemoryPressure / DiskPressure / PIDPressure (held
 //! for the pressure transition period after a threshold clears), and, when a hard
-//! threshold is met or a soft one has been met for its grace period, evicts at most one pod
-//! ranked first for the starved resource ([`rank`]). The conditions also drive admission
+//! threshold is met or a soft one has been met for its grace period, first frees what the
+//! node itself holds ([`reclaim`]: unused images), then evicts at most one pod ranked first
+//! for the starved resource ([`rank`]). The conditions also drive admission
 //! ([`crate::cm::admission::admit_pressure`]).
 
 pub mod rank;
+pub mod reclaim;
 pub mod signals;
 pub mod thresholds;
 
@@ -259,14 +261,15 @@ impl Manager {
             .then(|| cm.config.layout.kubepods());
         let image_fs = self.image_fs().await;
         let root_dir = self.core.kr.settings.root_dir.clone();
-        let obs = signals::observe(&signals::Sources {
+        let sources = signals::Sources {
             hierarchy,
             memory_capacity: cm.capacity.memory_bytes,
             allocatable_memory: cm.allocatable.memory_bytes,
             kubepods: kubepods.as_deref(),
             root_dir: &root_dir,
             image_fs: image_fs.as_deref(),
-        });
+        };
+        let obs = signals::observe(&sources);
         tracing::debug!(observations = ?obs, "Eviction manager: observations");
         let (conditions, mut met) = tracker.step(
             &self.config.thresholds,
@@ -293,6 +296,14 @@ impl Manager {
             "EvictionThresholdMet",
             &format!("Attempting to reclaim {resource}"),
         );
+        if self.reclaim_node_level(&to_reclaim, &sources).await {
+            tracing::info!(
+                resource,
+                "Eviction manager: able to reduce resource pressure without evicting pods."
+            );
+            return None;
+        }
+        tracing::info!(resource, "Eviction manager: must evict pod(s) to reclaim");
         let mut active = self.active_pods();
         if active.is_empty() {
             tracing::error!(
@@ -334,6 +345,32 @@ impl Manager {
         }
         tracing::info!("Eviction manager: unable to evict any pods from the node");
         None
+    }
+
+    /// upstream's reclaimNodeLevelResources: frees what the node holds for the starved
+    /// resource (unused images, for disk), then tells whether every threshold, with its
+    /// minimum reclaim, is now clear.
+    async fn reclaim_node_level(&self, t: &Threshold, sources: &signals::Sources<'_>) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let dev = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| m.dev());
+        let dedicated = sources
+            .image_fs
+            .is_some_and(|p| dev(p) != dev(sources.root_dir));
+        if !reclaim::images_help(t.signal, dedicated) {
+            return false;
+        }
+        match reclaim::delete_unused_images(&self.core.kr.rt).await {
+            Ok(0) => false,
+            Ok(freed) => {
+                tracing::info!(freed, "Eviction manager: unused images removed");
+                let obs = signals::observe(sources);
+                thresholds_met(&self.config.thresholds, &obs, true).is_empty()
+            }
+            Err(e) => {
+                tracing::info!(error = %e.message(), "Eviction manager: unexpected error when attempting to reduce resource pressure");
+                false
+            }
+        }
     }
 
     /// Records the eviction and hands the kill to the pod's worker, which fails the pod
