@@ -197,18 +197,11 @@ mod tests {
             ephemeral_bytes: Some(v),
             inodes: Some(v),
             processes: Some(v),
-            containers: vec![ContainerUsageFor::c(v)],
-        }
-    }
-
-    struct ContainerUsageFor;
-    impl ContainerUsageFor {
-        fn c(v: i64) -> super::super::signals::ContainerUsage {
-            super::super::signals::ContainerUsage {
+            containers: vec![super::super::signals::ContainerUsage {
                 name: "c".into(),
                 memory_working_set: Some(v),
                 ephemeral_bytes: Some(v),
-            }
+            }],
         }
     }
 
