@@ -56,6 +56,12 @@ fn start_kubelet(bin: &Path, t: &Target) -> Result<Kubelet> {
         .args(["--hostname-override", "bench", "--healthz-port", "0"])
         .args(["--read-only-port", &PORT.to_string()])
         .args(["--feature-gates", "EventedPLEG=true"])
+        // Disk-based eviction off, as kind's nodes: a nearly full build disk must not
+        // put the measured node under DiskPressure.
+        .args([
+            "--eviction-hard",
+            "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%",
+        ])
         .env("NODUS_LOG", "warn");
     let mut daemon = Daemon::spawn(
         "nodus-kubelet",

@@ -100,6 +100,12 @@ fn start_cluster(bin: &Path, t: &nodus_bench::targets::Target) -> Result<Cluster
         .arg(&node_kc)
         .args(["--hostname-override", NODE, "--healthz-port", "10248"])
         .args(["--feature-gates", "EventedPLEG=true"])
+        // Disk-based eviction off, as kind's nodes: a nearly full build disk must not
+        // put the measured node under DiskPressure.
+        .args([
+            "--eviction-hard",
+            "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%",
+        ])
         .env("NODUS_LOG", "warn");
     let mut kubelet = Daemon::spawn(
         "nodus-kubelet",

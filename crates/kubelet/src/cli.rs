@@ -108,6 +108,26 @@ pub struct KubeletArgs {
     /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%].
     #[arg(long)]
     pub eviction_hard: Option<String>,
+    /// Soft eviction thresholds, e.g. memory.available<1.5Gi; each needs a grace period.
+    #[arg(long)]
+    pub eviction_soft: Option<String>,
+    /// How long a soft threshold must hold before a pod is evicted, e.g. memory.available=1m30s.
+    #[arg(long)]
+    pub eviction_soft_grace_period: Option<String>,
+    /// How long a pressure condition stays after its threshold cleared [default: 5m].
+    #[arg(long)]
+    pub eviction_pressure_transition_period: Option<String>,
+    /// The most seconds a pod evicted for a soft threshold gets to stop [default: 0, the
+    /// pod's own].
+    #[arg(long, allow_hyphen_values = true)]
+    pub eviction_max_pod_grace_period: Option<i32>,
+    /// The least an eviction must reclaim beyond the threshold, e.g. memory.available=0Mi,nodefs.available=500Mi.
+    #[arg(long)]
+    pub eviction_minimum_reclaim: Option<String>,
+    /// How often the eviction manager observes the signals (upstream's fixed 10s housekeeping;
+    /// settable here for tests).
+    #[arg(long, hide = true, default_value = "10s")]
+    pub eviction_monitoring_interval: String,
     /// Which reservations to enforce with cgroups: pods, kube-reserved, system-reserved, none [default: pods].
     #[arg(long, value_delimiter = ',')]
     pub enforce_node_allocatable: Vec<String>,
@@ -325,6 +345,7 @@ struct Resolved {
     evented_pleg: bool,
     cm: crate::cm::Config,
     node: NodeSettings,
+    eviction: crate::eviction::Config,
 }
 
 /// The settings of the node status, lease and registration.
@@ -408,6 +429,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     gates.extend(args.feature_gates.iter().cloned());
     let cm = resolve_cm(args, &c)?;
     let node = resolve_node(args, &c)?;
+    let eviction = resolve_eviction(args, &c, &cm)?;
     Ok(Resolved {
         endpoint: args
             .container_runtime_endpoint
@@ -470,6 +492,66 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         evented_pleg: feature(&gates, "EventedPLEG")?,
         cm,
         node,
+        eviction,
+    })
+}
+
+/// The eviction thresholds and periods, flags over the config file over upstream's defaults.
+fn resolve_eviction(
+    args: &KubeletArgs,
+    c: &KubeletConfiguration,
+    cm: &crate::cm::Config,
+) -> Result<crate::eviction::Config, RunError> {
+    use crate::eviction::thresholds::{parse_config, parse_statements};
+    let flag_err = |e: crate::eviction::thresholds::ThresholdError| RunError::Flag(e.0);
+    let map = |flag: &str,
+               sep: char,
+               a: &Option<String>,
+               f: &Option<std::collections::BTreeMap<String, String>>|
+     -> Result<std::collections::BTreeMap<String, String>, RunError> {
+        match a {
+            Some(s) if sep == '<' => parse_statements(flag, s).map_err(flag_err),
+            Some(s) => parse_map(flag, s, sep),
+            None => Ok(f.clone().unwrap_or_default()),
+        }
+    };
+    let soft = map("eviction-soft", '<', &args.eviction_soft, &c.eviction_soft)?;
+    let grace = map(
+        "eviction-soft-grace-period",
+        '=',
+        &args.eviction_soft_grace_period,
+        &c.eviction_soft_grace_period,
+    )?;
+    let reclaim = map(
+        "eviction-minimum-reclaim",
+        '=',
+        &args.eviction_minimum_reclaim,
+        &c.eviction_minimum_reclaim,
+    )?;
+    let enforce_pods = cm.enforce_node_allocatable.iter().any(|e| e == "pods");
+    let thresholds = parse_config(&cm.eviction_hard, &soft, &grace, &reclaim, enforce_pods)
+        .map_err(|e| RunError::Flag(format!("eviction thresholds: {e}")))?;
+    let monitoring_interval = parse_duration(&args.eviction_monitoring_interval)
+        .map_err(|e| RunError::Flag(format!("--eviction-monitoring-interval: {e}")))?;
+    if monitoring_interval.is_zero() {
+        return Err(RunError::Flag(
+            "--eviction-monitoring-interval must be positive".into(),
+        ));
+    }
+    Ok(crate::eviction::Config {
+        thresholds,
+        pressure_transition_period: dur(
+            &args.eviction_pressure_transition_period,
+            &c.eviction_pressure_transition_period,
+            "5m",
+            "eviction-pressure-transition-period",
+        )?,
+        max_pod_grace_period_seconds: i64::from(
+            args.eviction_max_pod_grace_period
+                .or(c.eviction_max_pod_grace_period)
+                .unwrap_or(0),
+        ),
+        monitoring_interval,
     })
 }
 
@@ -553,8 +635,14 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
             .system_reserved_cgroup
             .clone()
             .or(c.system_reserved_cgroup.clone()),
-        eviction_hard: map("eviction-hard", '<', &args.eviction_hard, &c.eviction_hard)?
-            .unwrap_or_else(crate::cm::allocatable::default_eviction_hard),
+        eviction_hard: match &args.eviction_hard {
+            Some(s) => crate::eviction::thresholds::parse_statements("eviction-hard", s)
+                .map_err(|e| RunError::Flag(e.0))?,
+            None => c
+                .eviction_hard
+                .clone()
+                .unwrap_or_else(crate::cm::allocatable::default_eviction_hard),
+        },
         enforce_node_allocatable: enforce,
         max_pods,
         pod_pids_limit: (pids > 0).then_some(pids),
@@ -670,6 +758,7 @@ struct ApiParts {
     workers: PodWorkers,
     mirrors: config::MirrorPods,
     core: Arc<Core>,
+    pressure: Arc<crate::eviction::Pressure>,
 }
 
 /// Node registration and status, the Lease, the status sync and mirror pods.
@@ -697,6 +786,7 @@ fn spawn_api_parts(p: ApiParts) {
         pleg: p.pleg,
         runtime,
         node_uid: uid_tx,
+        pressure: p.pressure,
     };
     tokio::spawn(manager.run());
     tokio::spawn(
@@ -882,7 +972,33 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             workers: workers.clone(),
             mirrors,
             core: Arc::clone(&core),
+            pressure: Arc::clone(&core.pressure),
         });
+    }
+    {
+        let cfg = pod_config.clone();
+        let srcs = sources.clone();
+        let known = pods.clone();
+        tokio::spawn(
+            crate::eviction::Manager {
+                config: r.eviction.clone(),
+                pressure: Arc::clone(&core.pressure),
+                core: Arc::clone(&core),
+                pods: pods.clone(),
+                workers: workers.clone(),
+                node: node.clone(),
+                pod_logs_dir: r.pod_logs_dir.clone(),
+                sources_seen: Box::new(move || {
+                    cfg.seen_all_sources(&srcs)
+                        && cfg.pods().iter().all(|p| {
+                            known
+                                .get(p.metadata.uid.as_deref().unwrap_or_default())
+                                .is_some()
+                        })
+                }),
+            }
+            .run(),
+        );
     }
     let last_iteration = Arc::new(Mutex::new(Instant::now()));
     let state = ServerState {
@@ -1021,6 +1137,69 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("AlwaysAllow or Webhook"), "{e}");
+    }
+
+    #[test]
+    fn eviction_settings_from_flags_and_file() {
+        let c = KubeletConfiguration::default();
+        let a = args(&[]);
+        let e = resolve_eviction(&a, &c, &resolve_cm(&a, &c).unwrap()).unwrap();
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(300));
+        assert_eq!(e.monitoring_interval, Duration::from_secs(10));
+        let mut signals: Vec<&str> = e.thresholds.iter().map(|t| t.signal.as_str()).collect();
+        signals.sort();
+        assert_eq!(
+            signals,
+            [
+                "allocatableMemory.available",
+                "imagefs.available",
+                "memory.available",
+                "nodefs.available",
+                "nodefs.inodesFree"
+            ]
+        );
+        let a = args(&[
+            "--eviction-soft",
+            "memory.available<1Gi",
+            "--eviction-soft-grace-period",
+            "memory.available=1m30s",
+            "--eviction-pressure-transition-period",
+            "30s",
+            "--eviction-max-pod-grace-period",
+            "20",
+        ]);
+        let e = resolve_eviction(&a, &c, &resolve_cm(&a, &c).unwrap()).unwrap();
+        let soft = e.thresholds.iter().find(|t| !t.is_hard()).unwrap();
+        assert_eq!(soft.grace_period, Duration::from_secs(90));
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(30));
+        assert_eq!(e.max_pod_grace_period_seconds, 20);
+        let a = args(&["--eviction-soft", "memory.available<1Gi"]);
+        let err = resolve_eviction(&a, &c, &resolve_cm(&a, &c).unwrap())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains(
+                "grace period must be specified for the soft eviction threshold memory.available"
+            ),
+            "{err}"
+        );
+        let a = args(&["--eviction-hard", "memory.available>1Gi"]);
+        let err = resolve_cm(&a, &c).err().unwrap().to_string();
+        assert!(err.contains("unsupported operator \">\""), "{err}");
+        let file = KubeletConfiguration::parse(
+            std::path::Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard: {memory.available: 200Mi}\nevictionSoft: {nodefs.available: 15%}\nevictionSoftGracePeriod: {nodefs.available: 2m}\nevictionMinimumReclaim: {nodefs.available: 1Gi}\nevictionPressureTransitionPeriod: 1m\nevictionMaxPodGracePeriod: 60\n",
+        )
+        .unwrap();
+        let a = args(&[]);
+        let e = resolve_eviction(&a, &file, &resolve_cm(&a, &file).unwrap()).unwrap();
+        let soft = e.thresholds.iter().find(|t| !t.is_hard()).unwrap();
+        assert_eq!(soft.signal.as_str(), "nodefs.available");
+        assert_eq!(soft.grace_period, Duration::from_secs(120));
+        assert!(soft.min_reclaim.is_some());
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(60));
+        assert_eq!(e.max_pod_grace_period_seconds, 60);
     }
 
     #[test]

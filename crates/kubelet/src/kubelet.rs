@@ -27,6 +27,10 @@ pub struct Core {
     sync_frequency: Duration,
     /// Pods refused at admission: they never run, their status says why.
     rejected: Mutex<std::collections::HashSet<String>>,
+    /// The node's pressure conditions, as the eviction manager last judged them.
+    pub pressure: Arc<crate::eviction::Pressure>,
+    /// Pods the eviction manager is killing, with the message their status gets.
+    evicted: Mutex<HashMap<String, String>>,
 }
 
 impl Core {
@@ -44,7 +48,22 @@ impl Core {
             next_sync: Mutex::new(HashMap::new()),
             sync_frequency,
             rejected: Mutex::new(Default::default()),
+            pressure: Arc::default(),
+            evicted: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Marks a pod as evicted: once its worker stopped it, it ends Failed with reason
+    /// Evicted, `message` and a DisruptionTarget condition, and its containers and volumes
+    /// are removed so what it used is reclaimed.
+    pub fn mark_evicted(&self, uid: &str, message: &str) {
+        if let Ok(mut m) = self.evicted.lock() {
+            m.insert(uid.to_string(), message.to_string());
+        }
+    }
+
+    fn eviction_message(&self, uid: &str) -> Option<String> {
+        self.evicted.lock().ok().and_then(|m| m.get(uid).cloned())
     }
 
     pub fn is_rejected(&self, uid: &str) -> bool {
@@ -91,6 +110,18 @@ impl Core {
             ..Default::default()
         };
         self.status.set(&uid, status);
+    }
+
+    /// Takes in a pod the API reports finished, without running it: like a rejected pod,
+    /// it has no worker and keeps the status the server has.
+    pub fn adopt_finished(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        tracing::info!(pod = %pod_name(pod), phase = ?pod.status.as_ref().and_then(|s| s.phase.clone()), "pod already finished; not starting it");
+        if let Ok(mut s) = self.rejected.lock() {
+            s.insert(uid.clone());
+        }
+        self.status
+            .set(&uid, pod.status.clone().unwrap_or_default());
     }
 
     pub fn forget_rejected(&self, uid: &str) {
@@ -294,7 +325,14 @@ impl Core {
                             status.phase = Some(if ok { "Succeeded" } else { "Failed" }.into());
                         }
                     }
+                    let evicted = self.eviction_message(&uid);
+                    if let Some(message) = &evicted {
+                        set_evicted(&mut status, message);
+                    }
                     self.status.set(&uid, status);
+                    if evicted.is_some() {
+                        self.reclaim_evicted(&pod).await;
+                    }
                 }
             }
             Err(e) => {
@@ -320,12 +358,48 @@ impl Core {
         }
         self.kr.cm.remove_pod(&uid);
         self.status.remove(&uid);
+        if let Ok(mut m) = self.evicted.lock() {
+            m.remove(&uid);
+        }
         self.kr.forget(&uid);
         if let Ok(mut m) = self.first_seen.lock() {
             m.remove(&uid);
         }
         tracing::info!(pod = %pod_name(&pod), "pod cleaned up");
     }
+}
+
+impl Core {
+    /// upstream removes an evicted pod's containers and volumes right after it stopped
+    /// (ShouldPodContentBeRemoved), so the pressure that evicted it goes away.
+    async fn reclaim_evicted(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Err(e) = self.kr.remove_pod(&uid).await {
+            tracing::warn!(pod = %pod_name(pod), error = %e.message(), "cannot remove the evicted pod's containers");
+        }
+        if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
+            tracing::warn!(pod = %pod_name(pod), error = %e, "cannot remove the evicted pod's volumes");
+        }
+    }
+}
+
+/// An evicted pod's terminal status (upstream's TerminatePodAbnormally with Evict).
+pub fn set_evicted(status: &mut PodStatus, message: &str) {
+    status.phase = Some("Failed".into());
+    status.reason = Some(crate::eviction::REASON.into());
+    status.message = Some(message.to_string());
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "DisruptionTarget");
+    conditions.push(k8s_openapi::api::core::v1::PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("TerminationByKubelet".into()),
+        message: Some(message.to_string()),
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            crate::config::now_timestamp(),
+        )),
+        ..Default::default()
+    });
 }
 
 /// The pod workers' view of the core.

@@ -39,6 +39,11 @@ pub struct KubeletConfiguration {
     pub kube_reserved_cgroup: Option<String>,
     pub system_reserved_cgroup: Option<String>,
     pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub eviction_pressure_transition_period: Option<String>,
+    pub eviction_max_pod_grace_period: Option<i32>,
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
     pub enforce_node_allocatable: Option<Vec<String>>,
     pub max_pods: Option<i64>,
     pub pod_pids_limit: Option<i64>,
@@ -151,6 +156,10 @@ impl KubeletConfiguration {
         }
         for (name, v) in [
             ("cpuCFSQuotaPeriod", &cfg.cpu_cfs_quota_period),
+            (
+                "evictionPressureTransitionPeriod",
+                &cfg.eviction_pressure_transition_period,
+            ),
             ("fileCheckFrequency", &cfg.file_check_frequency),
             ("httpCheckFrequency", &cfg.http_check_frequency),
             (

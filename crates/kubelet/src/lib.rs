@@ -4,7 +4,7 @@
 //! Talks to containers only through the CRI ([`cri`]), so it drives nodus's own runtime
 //! and containerd alike. Module names follow upstream's packages: [`config`] (pod sources),
 //! [`syncloop`], [`pleg`], [`pod_workers`], [`kuberuntime`] (SyncPod), [`status`],
-//! [`prober`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`]; with a
+//! [`prober`], [`eviction`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`]; with a
 //! kubeconfig also [`nodestatus`], [`nodelease`], the API pod source, [`status::sync`],
 //! [`mirror`] pods and [`events`].
 
@@ -14,6 +14,7 @@ pub mod cm;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod eviction;
 pub mod kubelet;
 pub mod kubeletconfig;
 pub mod kuberuntime;

@@ -19,6 +19,11 @@ pub struct ContainerStateLabel {
     pub container_state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionSignalLabel {
+    pub eviction_signal: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub pleg_relist_duration: Histogram,
@@ -28,6 +33,8 @@ pub struct Metrics {
     pub running_pods: Gauge,
     pub running_containers: Family<ContainerStateLabel, Gauge>,
     pub restarted_pods: Family<Vec<(String, String)>, Counter>,
+    /// upstream's kubelet_evictions (the text format names the counter `…_total`).
+    pub evictions: Family<EvictionSignalLabel, Counter>,
 }
 
 fn seconds_buckets() -> impl Iterator<Item = f64> {
@@ -82,8 +89,15 @@ impl Metrics {
             "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them (common for static pods, extremely uncommon for API pods)",
             restarted_pods.clone(),
         );
+        let evictions = Family::<EvictionSignalLabel, Counter>::default();
+        registry.register(
+            "kubelet_evictions",
+            "Cumulative number of pod evictions by eviction signal",
+            evictions.clone(),
+        );
         Metrics {
             registry,
+            evictions,
             pleg_relist_duration,
             pleg_last_seen,
             pod_start_duration,
@@ -118,6 +132,74 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeResultLabels {
+    pub probe_type: String,
+    pub result: String,
+    pub container: String,
+    pub pod: String,
+    pub namespace: String,
+    pub pod_uid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeDurationLabels {
+    pub probe_type: String,
+    pub container: String,
+    pub pod: String,
+    pub namespace: String,
+}
+
+/// The prober's metrics, served apart on `/metrics/probes` as upstream's
+/// (`prober_probe_total`, `prober_probe_duration_seconds`).
+pub struct ProberMetrics {
+    registry: Registry,
+    pub results: Family<ProbeResultLabels, Counter>,
+    pub duration: Family<ProbeDurationLabels, Histogram>,
+}
+
+impl ProberMetrics {
+    pub fn new() -> ProberMetrics {
+        let mut registry = Registry::default();
+        let results = Family::<ProbeResultLabels, Counter>::default();
+        // The text format appends `_total` to a counter's name.
+        registry.register(
+            "prober_probe",
+            // prometheus-client ends every help text with a period.
+            "Cumulative number of a liveness, readiness or startup probe for a container by result",
+            results.clone(),
+        );
+        let duration = Family::<ProbeDurationLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(seconds_buckets())
+        });
+        registry.register(
+            "prober_probe_duration_seconds",
+            "Duration in seconds for a probe response",
+            duration.clone(),
+        );
+        ProberMetrics {
+            registry,
+            results,
+            duration,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for ProberMetrics {
+    fn default() -> Self {
+        ProberMetrics::new()
     }
 }
 

@@ -132,13 +132,33 @@ impl SyncLoop {
             match u.op {
                 PodOperation::Add => {
                     tracing::debug!(pod = %name, source = %u.source, "SyncLoop ADD");
+                    // upstream's podWorkers.UpdatePod: a pod the API already reports
+                    // finished (evicted or completed before a kubelet restart) is not
+                    // started again; it keeps the status it has.
+                    let finished = matches!(
+                        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded") | Some("Failed")
+                    );
+                    if u.source == crate::config::API_SOURCE
+                        && finished
+                        && !self.workers.is_known(&uid(&pod))
+                    {
+                        self.pods.set(&pod);
+                        self.core.adopt_finished(&pod);
+                        continue;
+                    }
                     let others: Vec<Pod> = self
                         .pods
                         .all()
                         .into_iter()
                         .filter(|p| uid(p) != uid(&pod) && self.core.is_active(p))
                         .collect();
-                    if let Err(r) = self.core.kr.cm.admit(&pod, &others) {
+                    // The eviction manager's handler runs before the resource fit, as
+                    // upstream registers them.
+                    let pressure = self.core.pressure.conditions();
+                    if let Err(r) = crate::cm::admission::admit_pressure(&pod, &pressure)
+                        .and_then(|()| self.core.kr.cm.admit(&pod, &others))
+                    {
                         self.pods.set(&pod);
                         self.core.reject(&pod, r);
                         continue;

@@ -29,6 +29,10 @@ pub struct UpArgs {
     pub node_args: Vec<String>,
 }
 
+/// The hard eviction thresholds of the node `nodus up` runs, unless given after `--`.
+pub const UP_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%";
+
 /// `nodus node` flags for the node `nodus up` runs: the user's, plus the data dirs under
 /// `--data-dir` unless the user named them.
 fn node_args(args: &UpArgs, cp_dir: &std::path::Path) -> anyhow::Result<crate::node::NodeArgs> {
@@ -64,6 +68,12 @@ fn node_args(args: &UpArgs, cp_dir: &std::path::Path) -> anyhow::Result<crate::n
             argv.push(flag.into());
             argv.push(value.into());
         }
+    }
+    // A development cluster on a workstation, as kind's nodes: disk-based eviction off
+    // (0%), so a nearly full disk does not refuse every pod; memory keeps upstream's 100Mi.
+    if !given("--eviction-hard") {
+        argv.push("--eviction-hard".into());
+        argv.push(UP_EVICTION_HARD.into());
     }
     argv.extend(args.node_args.iter().map(Into::into));
     use clap::Parser as _;

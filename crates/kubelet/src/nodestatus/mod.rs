@@ -210,6 +210,8 @@ pub struct NodeStatusManager {
     pub runtime: Arc<RuntimeState>,
     /// The Node's uid once registered (mirror pods and the Lease point at it).
     pub node_uid: tokio::sync::watch::Sender<Option<String>>,
+    /// The pressure conditions the eviction manager reports.
+    pub pressure: Arc<crate::eviction::Pressure>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +259,12 @@ impl NodeStatusManager {
     /// The full status the node should have now, and the condition verdicts behind it.
     async fn build_status(&self, current: &Node) -> (NodeStatus, Vec<Verdict>) {
         let old = current.status.clone().unwrap_or_default();
-        let mut verdicts: Vec<Verdict> = setters::pressure(false, false, false).to_vec();
+        let mut verdicts: Vec<Verdict> = setters::pressure(
+            self.pressure.memory(),
+            self.pressure.disk(),
+            self.pressure.pid(),
+        )
+        .to_vec();
         verdicts.push(setters::ready(&self.runtime.errors(&self.pleg)));
         let now = Time(crate::config::now_timestamp());
         let images = match self

@@ -205,8 +205,8 @@ pub fn ready(errors: &[String]) -> Verdict {
     }
 }
 
-/// The pressure conditions. nodus has no eviction manager yet, so pressure is never
-/// observed and they report upstream's "sufficient" reasons.
+/// The pressure conditions, as the eviction manager judges them, with upstream's reasons
+/// and messages.
 pub fn pressure(memory: bool, disk: bool, pid: bool) -> [Verdict; 3] {
     let v = |type_, on: bool, yes, no, yes_msg: &str, no_msg: &str| Verdict {
         type_,

@@ -119,6 +119,7 @@ struct Inner {
     pods: Mutex<HashMap<String, Arc<Pod>>>,
     start: Instant,
     next_id: AtomicU64,
+    metrics: crate::metrics::ProberMetrics,
 }
 
 /// Runs the probe workers. Cheap to clone; clones share the workers and results.
@@ -147,6 +148,7 @@ impl ProbeManager {
             pods: Mutex::new(HashMap::new()),
             start: Instant::now(),
             next_id: AtomicU64::new(1),
+            metrics: crate::metrics::ProberMetrics::new(),
         };
         (
             ProbeManager {
@@ -262,6 +264,11 @@ impl ProbeManager {
     /// upstream's event: `Liveness probe failed: HTTP probe failed with statuscode: 500`.
     pub fn last_message(&self, probe: ProbeType, container_id: &str) -> Option<String> {
         self.inner.results.message(probe, container_id)
+    }
+
+    /// `/metrics/probes`: every probe run so far, by result, in the text exposition format.
+    pub fn metrics_text(&self) -> String {
+        self.inner.metrics.encode()
     }
 
     /// How many probe workers run (for metrics and tests); stopped ones are not counted.

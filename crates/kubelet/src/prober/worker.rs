@@ -177,6 +177,7 @@ impl Worker {
             return true;
         }
 
+        let started_at = std::time::Instant::now();
         let result = match self
             .inner
             .probe(self.key.probe, &pod, &status, &self.container, &cid)
@@ -186,6 +187,7 @@ impl Worker {
             // A probe error is thrown away, as upstream.
             Err(_) => return true,
         };
+        self.record(&pod, result, started_at.elapsed());
 
         if self.last_result == Some(result) {
             self.result_run += 1;
@@ -209,6 +211,39 @@ impl Worker {
             self.result_run = 0;
         }
         true
+    }
+}
+
+impl Worker {
+    /// Counts the probe in `prober_probe_total` and times it in
+    /// `prober_probe_duration_seconds`, labelled as upstream's worker does.
+    fn record(&self, pod: &Pod, result: ProbeResult, took: Duration) {
+        let m = &self.inner.metrics;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        m.results
+            .get_or_create(&crate::metrics::ProbeResultLabels {
+                probe_type: self.key.probe.name().into(),
+                result: match result {
+                    ProbeResult::Success => "successful",
+                    ProbeResult::Failure => "failed",
+                    ProbeResult::Unknown => "unknown",
+                }
+                .into(),
+                container: self.container.name.clone(),
+                pod: name.clone(),
+                namespace: namespace.clone(),
+                pod_uid: self.key.pod_uid.clone(),
+            })
+            .inc();
+        m.duration
+            .get_or_create(&crate::metrics::ProbeDurationLabels {
+                probe_type: self.key.probe.name().into(),
+                container: self.container.name.clone(),
+                pod: name,
+                namespace,
+            })
+            .observe(took.as_secs_f64());
     }
 }
 

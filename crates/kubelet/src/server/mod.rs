@@ -211,15 +211,15 @@ async fn running_pods(State(s): State<ServerState>) -> axum::response::Response 
     .into_response()
 }
 
-/// `/metrics/probes`: upstream's prober metrics. The probers keep no counters yet, so this
-/// is the family's header with no samples.
-async fn metrics_probes() -> impl IntoResponse {
+/// `/metrics/probes`: upstream's prober metrics (`prober_probe_total`,
+/// `prober_probe_duration_seconds`), counted by the probe workers.
+async fn metrics_probes(State(s): State<ServerState>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        "# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe_total counter\n",
+        s.kr.probes.metrics_text(),
     )
 }
 

@@ -121,7 +121,7 @@ fn statfs(path: &std::path::Path) -> Value {
 }
 
 /// Bytes and inodes used by the files under `dir` (not following symlinks).
-fn dir_usage(dir: &std::path::Path) -> (u64, u64) {
+pub(crate) fn dir_usage(dir: &std::path::Path) -> (u64, u64) {
     let (mut bytes, mut inodes) = (0u64, 0u64);
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -350,6 +350,7 @@ impl NodeProcess {
             .arg("--pod-logs-dir")
             .arg(d.join("logs"))
             .args(["--cgroup-root", cgroup_root])
+            .args(["--eviction-hard", super::EVICTION_HARD_DISK_OFF])
             .env("NODUS_LOG", "nodus_kubelet=debug,info");
         let log = d.join("node.log");
         let mut daemon = Daemon::spawn("nodus-node", cmd, &log, Duration::from_secs(10))

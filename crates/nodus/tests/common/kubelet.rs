@@ -32,10 +32,26 @@ pub fn http_get(netns: &Netns, port: u16, path: &str) -> std::io::Result<(u16, S
 impl Kubelet {
     /// Starts a kubelet on `endpoint` (a CRI socket) with `extra` flags.
     pub fn start(netns: Arc<Netns>, endpoint: &str, cgroup_root: &str, extra: &[&str]) -> Kubelet {
-        let dir = tempfile::Builder::new()
+        Kubelet::start_in(Kubelet::new_dir(), netns, endpoint, cgroup_root, extra)
+    }
+
+    /// A directory for [`Kubelet::start_in`]; its `root` subdirectory becomes --root-dir.
+    pub fn new_dir() -> tempfile::TempDir {
+        tempfile::Builder::new()
             .prefix("nodus-kubelet-")
             .tempdir()
-            .expect("tempdir");
+            .expect("tempdir")
+    }
+
+    /// [`Kubelet::start`] in a directory prepared by the caller (e.g. with a small
+    /// filesystem mounted on `root`); mounts under it are detached when the kubelet drops.
+    pub fn start_in(
+        dir: tempfile::TempDir,
+        netns: Arc<Netns>,
+        endpoint: &str,
+        cgroup_root: &str,
+        extra: &[&str],
+    ) -> Kubelet {
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
         let mut k = Kubelet {
             daemon: None,
@@ -94,6 +110,9 @@ impl Kubelet {
             .arg(READ_ONLY_PORT.to_string())
             .args(&self.extra)
             .env("NODUS_LOG", "nodus_kubelet=debug,info");
+        if !self.extra.iter().any(|a| a.starts_with("--eviction-hard")) {
+            cmd.args(["--eviction-hard", super::EVICTION_HARD_DISK_OFF]);
+        }
         let log = self.dir.path().join(format!("kubelet-{}.log", self.starts));
         let netns = Arc::clone(&self.netns);
         let mut d = Daemon::spawn("nodus-kubelet", cmd, &log, Duration::from_secs(5))

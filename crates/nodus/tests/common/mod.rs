@@ -30,6 +30,12 @@ pub fn have_root() -> bool {
     root
 }
 
+/// Hard eviction thresholds for test nodes: upstream's memory threshold, disk signals off
+/// (0%), as kind configures its nodes, so a build machine's nearly full disk does not put
+/// every test node under DiskPressure and refuse its pods. Tests of eviction set their own.
+pub const EVICTION_HARD_DISK_OFF: &str =
+    "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%";
+
 pub fn nodus_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_nodus"))
 }
