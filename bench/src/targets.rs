@@ -25,7 +25,7 @@ pub struct Target {
     /// The CRI endpoint, `unix://…`.
     pub endpoint: String,
     /// Matches the per-pod processes of this runtime (shims, pause), by /proc cmdline.
-    pub per_pod: Box<dyn Fn(&str) -> bool>,
+    pub per_pod: Box<dyn Fn(&str) -> bool + Send + Sync>,
     pub cgroup: CgroupParent,
     pub logs: PathBuf,
     /// The node's network namespace (for processes that must run inside it).
@@ -175,6 +175,41 @@ pub fn rss_kib(pid: u32) -> u64 {
         &std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default(),
         "VmRSS:",
     )
+}
+
+/// (count, sum of PSS KiB, sum of RSS KiB) of the processes whose command line `matches`
+/// (a runtime's per-pod processes: shims, pause containers). `BENCH_SMAPS=DIR` keeps each
+/// one's /proc/PID/smaps there, to see where its memory goes.
+pub fn processes_memory(matches: &(dyn Fn(&str) -> bool + Sync)) -> (usize, u64, u64) {
+    let mut n = 0;
+    let (mut pss, mut rss) = (0, 0);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        if cmdline.is_empty() || !matches(&cmdline) {
+            continue;
+        }
+        n += 1;
+        if std::env::var_os("BENCH_VERBOSE").is_some() {
+            eprintln!("per-pod process {pid}: {cmdline}");
+        }
+        if let Some(dir) = std::env::var_os("BENCH_SMAPS") {
+            let _ = std::fs::copy(
+                format!("/proc/{pid}/smaps"),
+                PathBuf::from(dir).join(format!("{pid}.smaps")),
+            );
+        }
+        pss += kib(
+            &std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default(),
+            "Pss:",
+        );
+        rss += rss_kib(pid);
+    }
+    (n, pss, rss)
 }
 
 pub fn pct(v: &mut [f64], p: f64) -> f64 {

@@ -10,7 +10,7 @@
 
 use anyhow::{Context, Result};
 use cri::runtime::v1 as pb;
-use nodus_bench::targets::{Target, containerd, kib, nodus, pct, rss_kib};
+use nodus_bench::targets::{Target, containerd, nodus, pct, processes_memory, rss_kib};
 use nodus_crictl::Clients;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -137,41 +137,6 @@ async fn phase(c: &Clients, p: usize, pod: &mut Pod) -> Result<Duration> {
     Ok(t0.elapsed())
 }
 
-/// (count, sum of PSS KiB, sum of RSS KiB) of the runtime's per-pod processes.
-fn per_pod_memory(t: &Target) -> (usize, u64, u64) {
-    let mut n = 0;
-    let (mut pss, mut rss) = (0, 0);
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        if cmdline.is_empty() || !(t.per_pod)(&cmdline) {
-            continue;
-        }
-        n += 1;
-        if std::env::var_os("BENCH_VERBOSE").is_some() {
-            eprintln!("per-pod process {pid}: {cmdline}");
-        }
-        // BENCH_SMAPS=DIR keeps each per-pod process's /proc/PID/smaps there, to see where
-        // its memory goes.
-        if let Some(dir) = std::env::var_os("BENCH_SMAPS") {
-            let _ = std::fs::copy(
-                format!("/proc/{pid}/smaps"),
-                PathBuf::from(dir).join(format!("{pid}.smaps")),
-            );
-        }
-        pss += kib(
-            &std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default(),
-            "Pss:",
-        );
-        rss += rss_kib(pid);
-    }
-    (n, pss, rss)
-}
-
 struct Results {
     /// mode → phase → samples (ms)
     lat: HashMap<&'static str, Vec<Vec<f64>>>,
@@ -220,7 +185,7 @@ async fn measure(t: &Target) -> Result<Results> {
         if p == 1 {
             tokio::time::sleep(Duration::from_secs(1)).await;
             daemon_50_kib = rss_kib(t.daemon_pid);
-            per_pod = per_pod_memory(t);
+            per_pod = processes_memory(&*t.per_pod);
         }
     }
     lat.insert("50 in a row", row);

@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
-use nodus_bench::targets::{containerd, nodus, pct, rss_kib};
+use nodus_bench::targets::{containerd, nodus, pct, processes_memory, rss_kib};
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
@@ -183,9 +183,21 @@ struct Results {
     many: Vec<f64>,
     many_total: Duration,
     rss_kib: u64,
+    /// The runtime daemon's RSS with the pods running.
+    runtime_rss_kib: u64,
+    /// (count, PSS, RSS) of the runtime's per-pod processes with the pods running.
+    per_pod: (usize, u64, u64),
 }
 
-async fn measure(admin: &Path, kubelet_pid: u32) -> Result<Results> {
+/// Whose memory makes up the node besides the kubelet: the runtime daemon and its per-pod
+/// processes (shims; containerd's pause containers too).
+struct NodeProcs<'a> {
+    kubelet: u32,
+    runtime: u32,
+    per_pod: &'a (dyn Fn(&str) -> bool + Send + Sync),
+}
+
+async fn measure(admin: &Path, procs: &NodeProcs<'_>) -> Result<Results> {
     let kc = kube::config::Kubeconfig::read_from(admin)?;
     let config =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
@@ -222,28 +234,34 @@ async fn measure(admin: &Path, kubelet_pid: u32) -> Result<Results> {
     let names: Vec<String> = (0..many()).map(|i| format!("many-{i}")).collect();
     let (many_lat, total) = start_pods(&api, &names).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss = rss_kib(kubelet_pid);
+    let rss = rss_kib(procs.kubelet);
+    let runtime_rss_kib = rss_kib(procs.runtime);
+    let per_pod = processes_memory(procs.per_pod);
     delete_all(&api).await?;
     Ok(Results {
         single,
         many: many_lat,
         many_total: total,
         rss_kib: rss,
+        runtime_rss_kib,
+        per_pod,
     })
 }
 
 /// Runs [`measure`] on a thread inside the network namespace at `netns`.
-fn measure_in(netns: PathBuf, admin: PathBuf, kubelet_pid: u32) -> Result<Results> {
-    std::thread::spawn(move || -> Result<Results> {
-        let f = std::fs::File::open(&netns)?;
-        nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)?;
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(measure(&admin, kubelet_pid))
+fn measure_in(netns: PathBuf, admin: PathBuf, procs: &NodeProcs<'_>) -> Result<Results> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<Results> {
+            let f = std::fs::File::open(&netns)?;
+            nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(measure(&admin, procs))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("measuring thread panicked"))?
     })
-    .join()
-    .map_err(|_| anyhow::anyhow!("measuring thread panicked"))?
 }
 
 #[tokio::main]
@@ -253,6 +271,7 @@ async fn main() -> Result<()> {
         PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
     let n = many();
     let mut rows = Vec::new();
+    let mut mem_rows = Vec::new();
     for which in ["nodus", "containerd"] {
         let t = if which == "nodus" {
             nodus(&bin).await?
@@ -261,8 +280,15 @@ async fn main() -> Result<()> {
         };
         eprintln!("measuring pod startup through the API on {}", t.name);
         let c = start_cluster(&bin, &t)?;
-        let mut r = measure_in(t.netns.path(), c.admin.clone(), c.kubelet.pid())
+        let procs = NodeProcs {
+            kubelet: c.kubelet.pid(),
+            runtime: t.daemon_pid,
+            per_pod: &*t.per_pod,
+        };
+        let mut r = measure_in(t.netns.path(), c.admin.clone(), &procs)
             .with_context(|| format!("on {}", t.name))?;
+        let mib = |k: u64| k as f64 / 1024.0;
+        let (count, pss, prss) = r.per_pod;
         rows.push(format!(
             "| nodus kubelet on {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} s | {:.1} MiB |\n",
             t.name,
@@ -271,7 +297,17 @@ async fn main() -> Result<()> {
             pct(&mut r.many, 50.0),
             pct(&mut r.many, 99.0),
             r.many_total.as_secs_f64(),
-            r.rss_kib as f64 / 1024.0,
+            mib(r.rss_kib),
+        ));
+        mem_rows.push(format!(
+            "| {} | {:.1} MiB | {:.1} MiB | {count} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} MiB |\n",
+            t.name,
+            mib(r.rss_kib),
+            mib(r.runtime_rss_kib),
+            mib(pss),
+            mib(prss),
+            mib(r.rss_kib + r.runtime_rss_kib + pss),
+            mib(r.rss_kib + r.runtime_rss_kib + prss),
         ));
         drop(c);
         drop(t);
@@ -290,6 +326,18 @@ async fn main() -> Result<()> {
             .unwrap_or(0)
     );
     for r in rows {
+        body.push_str(&r);
+    }
+    body.push_str(&format!(
+        "\nNode memory with the {n} pods running (kube-proxy is not part of this setup; its own \
+         figures are in the proxy section): per-pod processes are the runtime's shims (and \
+         containerd's pause containers); \"node\" = kubelet + runtime daemon + per-pod processes, \
+         counting those by PSS (shared pages split between them) and by RSS (every page counted in \
+         every process).\n\n\
+         | runtime | kubelet RSS | runtime daemon RSS | per-pod processes | their PSS | their RSS | node (PSS) | node (RSS) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    ));
+    for r in mem_rows {
         body.push_str(&r);
     }
     body.push_str(
