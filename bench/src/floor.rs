@@ -1,5 +1,5 @@
 //! What the parts every CRI runtime on this node shares cost when timed alone: `runc create`
-//! + `runc start` of the same busybox container the CRI benchmark runs, and the CNI plugin
+//! and `runc start` of the same busybox container the CRI benchmark runs, and the CNI plugin
 //! chain's ADD and DEL with the same network configuration. Both runtimes under test call
 //! exactly these (containerd through its shim, nodus directly), so a CRI phase built on them
 //! cannot be faster than they are: this is the floor under the per-phase comparison.

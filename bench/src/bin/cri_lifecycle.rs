@@ -295,7 +295,11 @@ async fn main() -> Result<()> {
     };
     for (part, samples, phase_ix) in [
         ("runc create + start", &floors.runc_create_start, 1),
-        ("CNI ADD (loopback, bridge + host-local, portmap)", &floors.cni_add, 0),
+        (
+            "CNI ADD (loopback, bridge + host-local, portmap)",
+            &floors.cni_add,
+            0,
+        ),
         ("CNI DEL", &floors.cni_del, 3),
     ] {
         let mut v = samples.clone();
