@@ -216,11 +216,15 @@ disabled_plugins = [
 
     /// Kills shims started for this containerd: processes whose command line names our
     /// socket after `-address`.
-    fn kill_shims(&self) {
+    /// Kills this containerd's shims; returns the network namespaces (nsfs inodes) their
+    /// children (the pod sandboxes' pause processes) were in.
+    fn kill_shims(&self) -> Vec<u64> {
+        use std::os::unix::fs::MetadataExt as _;
         let sock = self.socket();
         let Ok(procs) = std::fs::read_dir("/proc") else {
-            return;
+            return Vec::new();
         };
+        let mut shims = Vec::new();
         for p in procs.flatten() {
             let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
                 continue;
@@ -238,12 +242,29 @@ disabled_plugins = [
                 .windows(2)
                 .any(|w| w[0] == b"-address" && w[1] == sock.as_os_str().as_bytes());
             if is_shim && ours {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
+                shims.push(pid);
             }
         }
+        let mut netns = Vec::new();
+        for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let status = std::fs::read_to_string(p.path().join("status")).unwrap_or_default();
+            let ppid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:"))
+                .and_then(|v| v.trim().parse::<i32>().ok());
+            if ppid.is_some_and(|pp| shims.contains(&pp))
+                && let Ok(m) = std::fs::metadata(p.path().join("ns/net"))
+            {
+                netns.push(m.ino());
+            }
+        }
+        for pid in shims {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        netns
     }
 }
 
@@ -287,7 +308,25 @@ impl Drop for Containerd {
         if let Some(mut d) = self.daemon.take() {
             d.stop();
         }
-        self.kill_shims();
+        let netns = self.kill_shims();
+        // containerd 1.6 pins each sandbox's network namespace at /run/netns/cni-<uuid>
+        // (it ignores netns_mounts_under) and only a StopPodSandbox releases it: remove the
+        // ones its sandboxes were in, so a test that ends with pods running leaks none.
+        if !netns.is_empty() {
+            use std::os::unix::fs::MetadataExt as _;
+            for e in std::fs::read_dir("/run/netns")
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let path = e.path();
+                let named_cni = e.file_name().to_string_lossy().starts_with("cni-");
+                if named_cni && std::fs::metadata(&path).is_ok_and(|m| netns.contains(&m.ino())) {
+                    let _ = nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH);
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
         let dir = self.dir.path().to_path_buf();
         for _ in 0..3 {
             let mounts = mounts_under(&dir);
