@@ -61,14 +61,7 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     let node = BareNode::new("10.89.7.0/24");
     node.cgroup.create();
     let cp = ControlPlane::start(node.netns.clone());
-    let flags = cp.kubelet_flags(NODE_NAME);
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let k = Kubelet::start(
-        node.netns.clone(),
-        &node.rt.endpoint(),
-        &node.cgroup.path(),
-        &flag_refs,
-    );
+    let k = cp.join_kubelet(&node, &[]);
     k.write_manifest("web.yaml", &static_manifest());
     let name = format!("web-{NODE_NAME}");
     k.wait_pod(&name, T, "all containers running", |p| {
@@ -775,15 +768,7 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
     ] {
         cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml(n, spec)));
     }
-    let mut flags = cp.kubelet_flags(NODE_NAME);
-    flags.extend(["--sync-frequency".to_string(), "2s".to_string()]);
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let k = Kubelet::start(
-        node.netns.clone(),
-        &node.rt.endpoint(),
-        &node.cgroup.path(),
-        &flag_refs,
-    );
+    let k = cp.join_kubelet(&node, &["--sync-frequency".into(), "2s".into()]);
     let vol = "vol".to_string();
     k.wait_pod(&vol, T, "app running", |p| is_running(p, "app"));
     let exec = |cmd: &str| cp.kubectl_ok(&["exec", &vol, "-c", "app", "--", "sh", "-c", cmd], None);

@@ -288,14 +288,7 @@ async fn probe_results_are_counted_on_metrics_probes() {
     let node = BareNode::new("10.89.48.0/24");
     node.cgroup.create();
     let cp = ControlPlane::start(node.netns.clone());
-    let flags = cp.kubelet_flags(NODE_NAME);
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let k = Kubelet::start(
-        node.netns.clone(),
-        &node.rt.endpoint(),
-        &node.cgroup.path(),
-        &flag_refs,
-    );
+    let k = cp.join_kubelet(&node, &[]);
     let probe = r#"    readinessProbe:
       exec:
         command: ["true"]
@@ -355,24 +348,19 @@ async fn memory_pressure_refuses_best_effort_pods_and_evicts_the_others() {
     let node = BareNode::new("10.89.49.0/24");
     node.cgroup.create();
     let cp = ControlPlane::start(node.netns.clone());
-    let mut flags = cp.kubelet_flags(NODE_NAME);
-    flags.extend([
-        "--eviction-hard".to_string(),
-        format!("memory.available<{threshold_gi}Gi"),
-        "--eviction-monitoring-interval".into(),
-        "1s".into(),
-        "--node-status-update-frequency".into(),
-        "1s".into(),
-        // Allocatable memory is zero under such a threshold: nothing to cap kubepods at.
-        "--enforce-node-allocatable".into(),
-        "none".into(),
-    ]);
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let k = Kubelet::start(
-        node.netns.clone(),
-        &node.rt.endpoint(),
-        &node.cgroup.path(),
-        &flag_refs,
+    let k = cp.join_kubelet(
+        &node,
+        &[
+            "--eviction-hard".to_string(),
+            format!("memory.available<{threshold_gi}Gi"),
+            "--eviction-monitoring-interval".into(),
+            "1s".into(),
+            "--node-status-update-frequency".into(),
+            "1s".into(),
+            // Allocatable memory is zero under such a threshold: nothing to cap kubepods at.
+            "--enforce-node-allocatable".into(),
+            "none".into(),
+        ],
     );
     k.write_manifest(
         "guard.yaml",
@@ -437,21 +425,16 @@ async fn pid_pressure_is_reported_and_refuses_pods() {
     let node = BareNode::new("10.89.50.0/24");
     node.cgroup.create();
     let cp = ControlPlane::start(node.netns.clone());
-    let mut flags = cp.kubelet_flags(NODE_NAME);
-    flags.extend([
-        "--eviction-hard".to_string(),
-        format!("pid.available<{}", capacity + 1000),
-        "--eviction-monitoring-interval".into(),
-        "1s".into(),
-        "--node-status-update-frequency".into(),
-        "1s".into(),
-    ]);
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let k = Kubelet::start(
-        node.netns.clone(),
-        &node.rt.endpoint(),
-        &node.cgroup.path(),
-        &flag_refs,
+    let k = cp.join_kubelet(
+        &node,
+        &[
+            "--eviction-hard".to_string(),
+            format!("pid.available<{}", capacity + 1000),
+            "--eviction-monitoring-interval".into(),
+            "1s".into(),
+            "--node-status-update-frequency".into(),
+            "1s".into(),
+        ],
     );
     let c = wait_for(&k, "PIDPressure=True reported", || {
         node_condition(&cp, "PIDPressure").filter(|c| c["status"] == "True")

@@ -3,6 +3,8 @@
 //! kubeconfig and kubelet serving certificate issued from its CA, and helpers that run
 //! kubectl and curl inside the namespace as a user on that node would.
 
+use super::BareNode;
+use super::kubelet::{Kubelet, NODE_NAME};
 use super::nodus_bin;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -85,6 +87,20 @@ impl ControlPlane {
         (
             self.data().join("pki/admin.crt"),
             self.data().join("pki/admin.key"),
+        )
+    }
+
+    /// A kubelet on `node` joined to this control plane as [`NODE_NAME`] with
+    /// [`Self::kubelet_flags`], plus `extra` flags.
+    pub fn join_kubelet(&self, node: &BareNode, extra: &[String]) -> Kubelet {
+        let mut flags = self.kubelet_flags(NODE_NAME);
+        flags.extend(extra.iter().cloned());
+        let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Kubelet::start(
+            node.netns.clone(),
+            &node.rt.endpoint(),
+            &node.cgroup.path(),
+            &refs,
         )
     }
 
