@@ -171,6 +171,45 @@ spec:
         "{err}"
     );
 
+    // metadata.uid is immutable: a patch naming another uid (a client that means an object
+    // since deleted and recreated) is refused and changes nothing; the right uid applies.
+    let wrong = c
+        .kubectl(&[
+            "patch",
+            "configmap",
+            "cm",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"uid":"00000000-0000-0000-0000-000000000000"},"data":{"a":"2"}}"#,
+        ])
+        .await;
+    let err = wrong.fails();
+    assert!(
+        err.contains("The ConfigMap \"cm\" is invalid: metadata.uid: Invalid value: \"00000000-0000-0000-0000-000000000000\": field is immutable"),
+        "{err}"
+    );
+    let uid = c
+        .kubectl(&["get", "configmap", "cm", "-o", "jsonpath={.metadata.uid}"])
+        .await
+        .ok()
+        .to_string();
+    let data = c
+        .kubectl(&["get", "configmap", "cm", "-o", "jsonpath={.data.a}"])
+        .await;
+    assert_eq!(data.ok().trim(), "1", "the refused patch changed nothing");
+    let patch = format!(
+        r#"{{"metadata":{{"uid":"{}"}},"data":{{"a":"3"}}}}"#,
+        uid.trim()
+    );
+    c.kubectl(&["patch", "configmap", "cm", "--type", "merge", "-p", &patch])
+        .await
+        .ok();
+    let data = c
+        .kubectl(&["get", "configmap", "cm", "-o", "jsonpath={.data.a}"])
+        .await;
+    assert_eq!(data.ok().trim(), "3");
+
     let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n";
     let intoms = c
         .kubectl_stdin(&["create", "-n", "nowhere", "-f", "-"], Some(other))

@@ -162,6 +162,22 @@ pub fn write(
                 ))));
             }
             meta_mut(&mut new).insert("name".into(), json!(name));
+            // metadata.uid is immutable (upstream's ValidateObjectMetaUpdate): an update or
+            // patch naming another uid — a client that means an object since deleted and
+            // recreated under the same name — is refused, never applied to the new one.
+            if let Some(uid) = meta_str(&new, "uid").filter(|u| !u.is_empty())
+                && meta_str(&cur_view, "uid").is_some_and(|cur| cur != uid)
+            {
+                return Err(ApiError(status::invalid(
+                    &t.gvk().kind,
+                    name,
+                    &[nodus_k8s::validation::FieldError::invalid(
+                        "metadata.uid",
+                        json!(uid),
+                        "field is immutable",
+                    )],
+                )));
+            }
             prepare_for_update(t, &cur_view, &mut new, part);
             if part == Part::Main {
                 nodus_k8s::defaults::default_object(&t.gvk(), &mut new);
