@@ -255,8 +255,8 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         lines(&prev),
         want.iter().map(String::as_str).collect::<Vec<_>>()
     );
-    // A container that never restarted has no previous log: the kubelet says so (the API
-    // server passes the refusal on; kubectl only shows its own wording for it today).
+    // A container that never restarted has no previous log: the kubelet says so, and the
+    // API server hands the refusal on as a Status, printed as upstream's kubectl prints it.
     let (code, body) = cp.curl(&[
         "--cert",
         &crt,
@@ -273,6 +273,12 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     );
     let o = cp.kubectl(&["logs", "--previous", &name, "-c", "main"]);
     assert!(!o.status.success(), "{:?}", out(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        format!(
+            "Error from server (BadRequest): previous terminated container \"main\" in pod \"{name}\" not found"
+        )
+    );
     let (code, _) = cp.curl(&[
         "--cert",
         &crt,

@@ -288,6 +288,24 @@ pub async fn handle(mut req: Req, method: &Method, sub: &str) -> ApiResult<Respo
             .map_err(|e| failure(500, "InternalError", e.to_string()));
     }
     let (parts, incoming) = resp.into_parts();
+    // As upstream's pods/log response checker: a refusal from the kubelet becomes a Status,
+    // so clients print "Error from server (BadRequest): <the kubelet's words>".
+    if sub == "log" && !(200..=206).contains(&parts.status.as_u16()) {
+        let text = axum::body::to_bytes(Body::new(incoming), 64 * 1024)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .unwrap_or_default();
+        return Err(match parts.status.as_u16() {
+            400 => bad(text),
+            500 => failure(
+                500,
+                "InternalError",
+                format!("Internal error occurred: {text}"),
+            ),
+            404 => failure(404, "NotFound", text),
+            code => failure(code, "", text),
+        });
+    }
     let mut reply = Response::new(Body::new(incoming));
     *reply.status_mut() = parts.status;
     let mut headers = HeaderMap::new();
