@@ -401,7 +401,15 @@ fn suite(mode: &str) {
         "service-proxy-name service shown: {text}"
     );
     match mode {
-        "nftables" => assert!(text.contains("numgen random mod 3"), "{text}"),
+        "nftables" => {
+            assert!(text.contains("numgen random mod 3"), "{text}");
+            // The ClusterIP path without affinity: an interval element per endpoint (a
+            // single endpoint owns the whole numgen range).
+            assert!(
+                text.contains("map service-endpoints-tcp: ") && text.contains(" . 0-65535 : "),
+                "{text}"
+            );
+        }
         _ => assert!(text.contains("--probability 0.3333333333"), "{text}"),
     }
 

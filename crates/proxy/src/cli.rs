@@ -465,15 +465,19 @@ pub async fn snapshot(client: &kube::Client, hostname: &str) -> Result<Snapshot,
 
 const NFT_WALK: &str = "\
 # How a packet to a Service meets these rules (nftables mode, table ip kube-proxy):
-#  1. nat-prerouting / nat-output jump to `services`, which looks (daddr . proto . dport)
-#     up in the verdict map `service-ips` (NodePorts: `service-nodeports`) — one hash
-#     lookup however many services exist — and goes to the service's chain.
-#  2. service-… picks one endpoint chain with `numgen random mod N == 0` rules: the
-#     first takes 1/N of new flows, the next 1/(N-1) of the rest, … (equal shares);
-#     with sessionAffinity the client's address in an affinity set goes first.
-#  3. endpoint-… marks hairpin traffic for masquerade and DNATs to the pod IP:port.
+#  1. nat-prerouting / nat-output jump to `services`. Traffic to a ClusterIP from outside
+#     the cluster CIDR is marked for masquerade.
+#  2. A ClusterIP without session affinity: `dnat … map @service-endpoints-<proto>` looks
+#     (ClusterIP . port . numgen random mod 65536) up — one lookup however many services
+#     exist — and each endpoint owns an equal range of the random number (equal shares).
+#  3. Anything else (sessionAffinity, NodePorts, externalIPs, LoadBalancer IPs) goes through
+#     the verdict maps `service-ips` / `service-nodeports` to the service's chain, where
+#     `numgen random mod N == 0` rules pick an endpoint (the first takes 1/N of new flows,
+#     the next 1/(N-1) of the rest, …); with sessionAffinity the client's address in an
+#     affinity set goes first, to an endpoint chain that DNATs to the pod IP:port.
 #  4. conntrack pins the flow; replies are un-DNATed; nat-postrouting masquerades marked
-#     packets. No endpoints: `no-endpoint-services` sends the packet to reject-chain.
+#     packets and hairpin flows (a pod reaching itself: `endpoint-hairpin`). No endpoints:
+#     `no-endpoint-services` sends the packet to reject-chain.
 ";
 
 const IPT_WALK: &str = "\
