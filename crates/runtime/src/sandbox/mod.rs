@@ -16,6 +16,7 @@
 pub mod cni;
 pub mod files;
 pub mod namespaces;
+pub mod userns;
 
 pub use namespaces::{PinOptions, PinnedNamespaces, pin, pin_pid_namespace, unpin};
 
