@@ -249,6 +249,24 @@ fn create_ns_file(path: &Path) -> Result<(), SandboxError> {
     }
 }
 
+/// Pins the namespace at `source` (a `/proc/…/ns/<kind>` file) by bind-mounting it onto
+/// `target`, an existing file.
+pub(crate) fn bind_namespace(source: &str, target: &Path) -> Result<(), SandboxError> {
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        SandboxError::sys(
+            format!("bind-mounting {source} onto {}", target.display()),
+            e,
+        )
+    })
+}
+
 /// Unshares `flags` in a dedicated thread, sets the hostname, bind-mounts the thread's
 /// namespaces onto `targets`. The thread then exits: its namespaces differ from the process's,
 /// so it must never run anything else (never a pooled thread).
@@ -272,20 +290,7 @@ fn pin_in_thread(
                 }
             }
             for (name, target) in &targets {
-                let source = format!("/proc/thread-self/ns/{name}");
-                mount(
-                    Some(source.as_str()),
-                    target,
-                    None::<&str>,
-                    MsFlags::MS_BIND,
-                    None::<&str>,
-                )
-                .map_err(|e| {
-                    SandboxError::sys(
-                        format!("bind-mounting {source} onto {}", target.display()),
-                        e,
-                    )
-                })?;
+                bind_namespace(&format!("/proc/thread-self/ns/{name}"), target)?;
             }
             Ok(())
         })
@@ -385,22 +390,12 @@ pub fn pin_pid_namespace(target: &Path) -> Result<u32, SandboxError> {
             ));
         }
     };
-    let source = format!("/proc/{pid}/ns/pid");
-    if let Err(e) = mount(
-        Some(source.as_str()),
-        target,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    ) {
+    if let Err(e) = bind_namespace(&format!("/proc/{pid}/ns/pid"), target) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
         );
-        return Err(SandboxError::sys(
-            format!("bind-mounting {source} onto {}", target.display()),
-            e,
-        ));
+        return Err(e);
     }
     Ok(pid as u32)
 }

@@ -17,7 +17,6 @@
 
 use super::SandboxError;
 use nix::errno::Errno;
-use nix::mount::{MsFlags, mount};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -257,20 +256,7 @@ fn drive(
     ];
     for (name, target) in all {
         let Some(target) = target else { continue };
-        let source = format!("/proc/{child}/ns/{name}");
-        mount(
-            Some(source.as_str()),
-            target,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| {
-            SandboxError::sys(
-                format!("bind-mounting {source} onto {}", target.display()),
-                e,
-            )
-        })?;
+        super::namespaces::bind_namespace(&format!("/proc/{child}/ns/{name}"), target)?;
     }
     Ok(())
 }
