@@ -670,3 +670,210 @@ async fn security_context_mounts_and_image_volumes() {
 async fn sh(n: &TestNode, id: &str, cmd: &str) -> pb::ExecSyncResponse {
     n.exec(id, &["sh", "-c", cmd], 10).await.expect("ExecSync")
 }
+
+/// A pod with its own user namespace (CRI userns mode POD, Kubernetes' `hostUsers: false`):
+/// root in the pod is an unprivileged host uid, yet sees its image, its rootfs and its
+/// volumes as its own through idmapped mounts.
+#[tokio::test(flavor = "multi_thread")]
+async fn user_namespaces_map_ids_of_processes_layers_and_volumes() {
+    if !have_root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    const HOST_ID: u32 = 0x7000_0000;
+    let n = node().await;
+    let userns = pb::UserNamespace {
+        mode: pb::NamespaceMode::Pod as i32,
+        uids: vec![pb::IdMapping {
+            host_id: HOST_ID,
+            container_id: 0,
+            length: 65536,
+        }],
+        gids: vec![pb::IdMapping {
+            host_id: HOST_ID,
+            container_id: 0,
+            length: 65536,
+        }],
+    };
+    let namespaces = |userns: &pb::UserNamespace, pid: pb::NamespaceMode, net| {
+        Some(pb::NamespaceOption {
+            network: net as i32,
+            pid: pid as i32,
+            ipc: pb::NamespaceMode::Pod as i32,
+            userns_options: Some(userns.clone()),
+            ..Default::default()
+        })
+    };
+    let mut sb_cfg = n.sandbox_config("userns");
+    if let Some(l) = sb_cfg.linux.as_mut() {
+        l.security_context = Some(pb::LinuxSandboxSecurityContext {
+            namespace_options: namespaces(&userns, pb::NamespaceMode::Pod, pb::NamespaceMode::Pod),
+            ..Default::default()
+        });
+    }
+
+    // Bad requests first: each is refused and leaves nothing behind.
+    let refused = |mut cfg: pb::PodSandboxConfig, what: &'static str| {
+        let rt = n.c.runtime.clone();
+        async move {
+            cfg.metadata.as_mut().unwrap().uid = format!("bad-{what}");
+            let err = rt
+                .clone()
+                .run_pod_sandbox(pb::RunPodSandboxRequest {
+                    config: Some(cfg),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{what}: {err:?}");
+            err.message().to_string()
+        }
+    };
+    let mut no_maps = sb_cfg.clone();
+    fn opts(c: &mut pb::PodSandboxConfig) -> &mut pb::NamespaceOption {
+        c.linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .namespace_options
+            .as_mut()
+            .unwrap()
+    }
+    opts(&mut no_maps)
+        .userns_options
+        .as_mut()
+        .unwrap()
+        .gids
+        .clear();
+    assert!(
+        refused(no_maps, "no-gids")
+            .await
+            .contains("mode POD needs both uid and gid mappings")
+    );
+    let mut host_net = sb_cfg.clone();
+    opts(&mut host_net).network = pb::NamespaceMode::Node as i32;
+    assert!(
+        refused(host_net, "host-net")
+            .await
+            .contains("cannot use the host's network namespace")
+    );
+    let sandboxes_dir = n.rt.dir.path().join("state/sandboxes");
+    let left: Vec<_> = std::fs::read_dir(&sandboxes_dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "refused sandboxes left {left:?}");
+
+    let sb = n.run_sandbox(&sb_cfg).await;
+    // A volume owned by the host's root, as the kubelet makes them.
+    let vol = tempfile::tempdir().unwrap();
+    std::fs::write(vol.path().join("data.txt"), "from-the-host\n").unwrap();
+    let mut cfg = n.container_config("main", &["sleep", "3600"]);
+    cfg.mounts = vec![
+        pb::Mount {
+            container_path: "/vol".into(),
+            host_path: vol.path().display().to_string(),
+            ..Default::default()
+        },
+        pb::Mount {
+            container_path: "/img".into(),
+            image: spec("busybox"),
+            readonly: true,
+            ..Default::default()
+        },
+    ];
+    cfg.linux = Some(pb::LinuxContainerConfig {
+        security_context: Some(pb::LinuxContainerSecurityContext {
+            namespace_options: namespaces(&userns, pb::NamespaceMode::Pod, pb::NamespaceMode::Pod),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = n.create(&sb, &sb_cfg, cfg.clone()).await.expect("create");
+    n.start(&id).await;
+    let out = |r: pb::ExecSyncResponse| {
+        assert_eq!(
+            r.exit_code,
+            0,
+            "{}",
+            String::from_utf8_lossy(&r.stderr).trim()
+        );
+        String::from_utf8_lossy(&r.stdout).trim().to_string()
+    };
+    let uid_map = out(sh(&n, &id, "cat /proc/self/uid_map").await);
+    assert_eq!(
+        uid_map.split_whitespace().collect::<Vec<_>>(),
+        ["0", &HOST_ID.to_string(), "65536"]
+    );
+    assert_eq!(out(sh(&n, &id, "id -u; id -g").await), "0\n0");
+    assert_eq!(
+        out(sh(
+            &n,
+            &id,
+            "stat -c %u:%g / /bin/busybox /img/bin/busybox /vol/data.txt"
+        )
+        .await),
+        "0:0\n0:0\n0:0\n0:0",
+        "the image, the rootfs and the volume show as the pod's root's"
+    );
+    out(sh(&n, &id, "echo hi > /new && echo made > /vol/made-in-pod").await);
+    assert_eq!(out(sh(&n, &id, "hostname").await), "userns");
+    // Seen from the host, what the pod's root made in its rootfs belongs to the mapped host
+    // uid; in the idmapped volume it keeps the ids the pod sees, as upstream's idmapped
+    // volumes do (so pods with different maps can share it).
+    let upper_new = std::fs::read_dir(n.rt.root().join("layers"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("upper/new"))
+        .find(|p| p.exists())
+        .expect("the rootfs's new file in the writable layer");
+    let made = std::fs::metadata(&upper_new).unwrap();
+    assert_eq!((made.uid(), made.gid()), (HOST_ID, HOST_ID));
+    let made = std::fs::metadata(vol.path().join("made-in-pod")).unwrap();
+    assert_eq!((made.uid(), made.gid()), (0, 0));
+    // Host root's powers are not the pod's: no mount of the host's filesystems, no
+    // loading of modules, no raw access to /dev/mem.
+    assert_ne!(
+        sh(&n, &id, "cat /proc/1/environ >/dev/null; mknod /m c 1 1")
+            .await
+            .exit_code,
+        0
+    );
+    assert_ne!(
+        sh(&n, &id, "echo 1 > /proc/sys/kernel/panic")
+            .await
+            .exit_code,
+        0,
+        "a host sysctl is not writable from the pod"
+    );
+
+    // A container that asks for the node's user namespace in this pod is refused.
+    let mut bad = cfg.clone();
+    bad.metadata.as_mut().unwrap().name = "bad".into();
+    bad.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .namespace_options
+        .as_mut()
+        .unwrap()
+        .userns_options = Some(pb::UserNamespace {
+        mode: pb::NamespaceMode::Node as i32,
+        ..Default::default()
+    });
+    let err = n.create(&sb, &sb_cfg, bad).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("must use it (mode POD)"), "{err:?}");
+
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(mounts_under(n.rt.dir.path()).is_empty());
+    // Removing the container went through no idmapped mount into the volume.
+    assert_eq!(
+        std::fs::read_to_string(vol.path().join("data.txt")).unwrap(),
+        "from-the-host\n"
+    );
+    assert!(vol.path().join("made-in-pod").exists());
+}

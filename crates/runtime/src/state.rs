@@ -73,6 +73,11 @@ pub struct SandboxRecord {
     pub uts_ns: Option<PathBuf>,
     pub pid_ns: Option<PathBuf>,
     pub pid_init: Option<u32>,
+    /// The pod's user namespace (`hostUsers: false`) and its maps.
+    #[serde(default)]
+    pub user_ns: Option<PathBuf>,
+    #[serde(default)]
+    pub user_mappings: Option<crate::sandbox::UserMappings>,
     pub ip: Option<String>,
     pub additional_ips: Vec<String>,
     /// Whether CNI ADD succeeded, so stop knows a DEL is owed.
@@ -255,6 +260,8 @@ mod tests {
             uts_ns: None,
             pid_ns: None,
             pid_init: None,
+            user_ns: None,
+            user_mappings: None,
             ip: Some("10.0.0.2".into()),
             additional_ips: vec![],
             network_ready: true,

@@ -425,7 +425,7 @@ fn sandbox_pid_namespace_init_reaps_and_is_killed_by_unpin() {
 
     // SIGTERM ends an init (pause semantics); checked on a second one.
     let extra = tmp_path.join("extra-pid");
-    let init2 = pin_pid_namespace(&extra).unwrap();
+    let init2 = pin_pid_namespace(&extra, None).unwrap();
     assert!(is_namespace_file(&extra));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(init2 as i32),

@@ -2,4 +2,5 @@
 //! lifecycle and persisted state.
 
 pub mod monitor;
+pub mod rootfs;
 pub mod spec;

@@ -229,7 +229,7 @@ impl Snapshotter {
     }
 
     /// [`lowerdirs`](Self::lowerdirs), failing with `NotFound` for the first missing one.
-    fn existing_lowerdirs(&self, chain_ids: &[Digest]) -> Result<Vec<PathBuf>, SnapshotError> {
+    pub fn existing_lowerdirs(&self, chain_ids: &[Digest]) -> Result<Vec<PathBuf>, SnapshotError> {
         if let Some(missing) = chain_ids.iter().find(|c| !self.exists(c)) {
             return Err(SnapshotError::NotFound(missing.clone()));
         }
@@ -328,6 +328,14 @@ pub struct MountGuard {
 }
 
 impl MountGuard {
+    /// Takes charge of a mount made elsewhere at `target`.
+    pub fn adopt(target: &Path) -> MountGuard {
+        MountGuard {
+            target: target.to_path_buf(),
+            active: true,
+        }
+    }
+
     pub fn target(&self) -> &Path {
         &self.target
     }

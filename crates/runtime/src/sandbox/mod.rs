@@ -18,7 +18,7 @@ pub mod files;
 pub mod namespaces;
 pub mod userns;
 
-pub use namespaces::{PinOptions, PinnedNamespaces, pin, pin_pid_namespace, unpin};
+pub use namespaces::{PinOptions, PinnedNamespaces, UserMappings, pin, pin_pid_namespace, unpin};
 
 use std::path::PathBuf;
 

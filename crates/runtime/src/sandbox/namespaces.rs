@@ -20,6 +20,7 @@
 //! and does not keep the pod's network namespace alive behind our back.
 
 use super::SandboxError;
+use super::userns::IdMap;
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -36,6 +38,8 @@ pub const NET: &str = "net";
 pub const IPC: &str = "ipc";
 pub const UTS: &str = "uts";
 pub const PID: &str = "pid";
+/// The pod's user namespace, when it has one (`hostUsers: false`).
+pub const USER: &str = "user";
 /// Holds the host pid of the PID namespace's init.
 pub const PID_INIT_FILE: &str = "pid-init";
 /// The init's process name (`/proc/<pid>/comm`).
@@ -58,6 +62,28 @@ pub struct PinOptions {
     /// A new PID namespace shared by the pod's containers (`shareProcessNamespace`,
     /// CRI `NamespaceMode::POD` for pid), owned by a tiny init process.
     pub pid: bool,
+    /// A user namespace of the pod's own with these maps, owning every namespace above
+    /// (CRI `NamespaceMode::POD` for userns).
+    pub user: Option<UserMappings>,
+}
+
+/// The uid and gid maps of a pod's user namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserMappings {
+    pub uids: Vec<IdMap>,
+    pub gids: Vec<IdMap>,
+}
+
+impl UserMappings {
+    /// The host uid and gid the namespace's root is: what owns a pod's writable files.
+    pub fn host_root(&self) -> Option<(u32, u32)> {
+        let root = |maps: &[IdMap]| {
+            maps.iter()
+                .find(|m| m.container_id == 0 && m.size > 0)
+                .map(|m| m.host_id)
+        };
+        Some((root(&self.uids)?, root(&self.gids)?))
+    }
 }
 
 impl PinOptions {
@@ -69,6 +95,7 @@ impl PinOptions {
             uts: true,
             hostname: Some(hostname.into()),
             pid: false,
+            user: None,
         }
     }
 }
@@ -82,6 +109,9 @@ pub struct PinnedNamespaces {
     pub pid: Option<PathBuf>,
     /// Host pid of the init owning the pinned PID namespace.
     pub pid_init: Option<u32>,
+    /// The pod's user namespace, owner of all the others.
+    #[serde(default)]
+    pub user: Option<PathBuf>,
 }
 
 impl PinnedNamespaces {
@@ -94,6 +124,7 @@ impl PinnedNamespaces {
             (IPC, &mut pinned.ipc),
             (UTS, &mut pinned.uts),
             (PID, &mut pinned.pid),
+            (USER, &mut pinned.user),
         ] {
             let path = dir.join(name);
             if is_namespace_file(&path) {
@@ -110,7 +141,11 @@ impl PinnedNamespaces {
 
     /// Nothing pinned at all.
     pub fn is_empty(&self) -> bool {
-        self.net.is_none() && self.ipc.is_none() && self.uts.is_none() && self.pid.is_none()
+        self.net.is_none()
+            && self.ipc.is_none()
+            && self.uts.is_none()
+            && self.pid.is_none()
+            && self.user.is_none()
     }
 }
 
@@ -184,8 +219,28 @@ fn pin_inner(
             targets.push((name, target));
         }
     }
-    if !targets.is_empty() {
+    if let Some(user) = &opts.user {
+        // The others must be created inside the user namespace, which takes a process.
+        let target = |name: &str| {
+            targets
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, t)| t.clone())
+        };
+        let user_file = dir.join(USER);
+        create_ns_file(&user_file)?;
+        let t = super::userns::Targets {
+            user: user_file.clone(),
+            net: target(NET),
+            ipc: target(IPC),
+            uts: target(UTS),
+        };
+        super::userns::pin(&user.uids, &user.gids, hostname.as_deref(), &t)?;
+        pinned.user = Some(user_file);
+    } else if !targets.is_empty() {
         pin_in_thread(flags, hostname, targets.clone())?;
+    }
+    if !targets.is_empty() {
         for (name, target) in targets {
             match name {
                 NET => pinned.net = Some(target),
@@ -196,7 +251,7 @@ fn pin_inner(
     }
     if opts.pid {
         let target = dir.join(PID);
-        let pid = pin_pid_namespace(&target)?;
+        let pid = pin_pid_namespace(&target, pinned.user.as_deref())?;
         pinned.pid = Some(target);
         pinned.pid_init = Some(pid);
         let file = dir.join(PID_INIT_FILE);
@@ -305,15 +360,21 @@ fn pin_in_thread(
 }
 
 /// Starts the init of a new PID namespace and bind-mounts that namespace onto `target`
-/// (created if missing). Returns the init's host pid.
+/// (created if missing). Returns the init's host pid. With `userns` (a pinned user
+/// namespace) the init joins it first, so that the PID namespace belongs to the pod's user
+/// namespace and its containers, root there, may join it.
 ///
 /// The init is detached (own session, reparented away from the caller, stdio on /dev/null,
 /// no inherited descriptors, cwd `/`), so it outlives the runtime daemon. It blocks every
 /// signal and takes them with `sigwaitinfo`: SIGTERM/SIGINT make it exit (and the kernel then
 /// kills the whole namespace), SIGCHLD makes it reap. It stays in the caller's cgroup: move
 /// it into the pod's cgroup if it must be accounted there.
-pub fn pin_pid_namespace(target: &Path) -> Result<u32, SandboxError> {
+pub fn pin_pid_namespace(target: &Path, userns: Option<&Path>) -> Result<u32, SandboxError> {
     create_ns_file(target)?;
+    let userns = userns
+        .map(|p| fs::File::open(p).map_err(|e| SandboxError::io("opening", p, e)))
+        .transpose()?;
+    let userns_fd = userns.as_ref().map_or(-1, |f| f.as_raw_fd());
     let devnull = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -329,7 +390,6 @@ pub fn pin_pid_namespace(target: &Path) -> Result<u32, SandboxError> {
         return Err(SandboxError::sys("pipe2", Errno::last()));
     }
     let (rfd, wfd) = (fds[0], fds[1]);
-    use std::os::fd::AsRawFd;
     let devnull_fd = devnull.as_raw_fd();
     // SAFETY: the child only makes async-signal-safe calls (see pid_helper_child) before
     // `_exit`; everything it needs was prepared above.
@@ -345,7 +405,7 @@ pub fn pin_pid_namespace(target: &Path) -> Result<u32, SandboxError> {
     }
     if child == 0 {
         // SAFETY: in the forked child; never returns.
-        unsafe { pid_helper_child(rfd, wfd, devnull_fd, comm.as_ptr()) }
+        unsafe { pid_helper_child(rfd, wfd, devnull_fd, userns_fd, comm.as_ptr()) }
     }
     // SAFETY: closing our copy of the write end.
     unsafe { libc::close(wfd) };
@@ -367,6 +427,7 @@ pub fn pin_pid_namespace(target: &Path) -> Result<u32, SandboxError> {
         while libc::waitpid(child, &mut status, 0) < 0 && Errno::last() == Errno::EINTR {}
     }
     drop(devnull);
+    drop(userns);
     if got < buf.len() {
         return Err(SandboxError::Helper {
             ns: "pid",
@@ -380,6 +441,12 @@ pub fn pin_pid_namespace(target: &Path) -> Result<u32, SandboxError> {
         1 => {
             return Err(SandboxError::sys(
                 "unshare(CLONE_NEWPID) in the helper process",
+                Errno::from_raw(value),
+            ));
+        }
+        3 => {
+            return Err(SandboxError::sys(
+                "joining the pod's user namespace in the helper process",
                 Errno::from_raw(value),
             ));
         }
@@ -400,16 +467,22 @@ pub fn pin_pid_namespace(target: &Path) -> Result<u32, SandboxError> {
     Ok(pid as u32)
 }
 
-/// The forked helper: unshare the PID namespace, fork its init, report the init's pid
-/// (tag 0) or an errno (tag 1: unshare, tag 2: fork) on the pipe, exit.
+/// The forked helper: join the user namespace (if any), unshare the PID namespace, fork its
+/// init, report the init's pid (tag 0) or an errno (tag 1: unshare, tag 2: fork, tag 3:
+/// setns) on the pipe, exit.
 unsafe fn pid_helper_child(
     rfd: libc::c_int,
     wfd: libc::c_int,
     devnull: libc::c_int,
+    userns: libc::c_int,
     comm: *const libc::c_char,
 ) -> ! {
     unsafe {
         libc::close(rfd);
+        if userns >= 0 && libc::setns(userns, libc::CLONE_NEWUSER) != 0 {
+            report(wfd, 3, *libc::__errno_location());
+            libc::_exit(1);
+        }
         if libc::unshare(libc::CLONE_NEWPID) != 0 {
             report(wfd, 1, *libc::__errno_location());
             libc::_exit(1);

@@ -1,5 +1,5 @@
 //! User namespaces for pods (CRI `NamespaceMode::POD` user namespaces, Kubernetes'
-//! `hostUsers: false`): the groundwork, not yet wired into RunPodSandbox.
+//! `hostUsers: false`).
 //!
 //! A pod's user namespace must own its network, IPC and UTS namespaces, or root in the pod
 //! would hold no capability over them (no sysfs, no mqueue, no sethostname). So they are
@@ -22,7 +22,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// One line of a uid or gid map: `size` ids from `container_id` inside map to `host_id` up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IdMap {
     pub container_id: u32,
     pub host_id: u32,
@@ -270,14 +270,22 @@ struct MountAttr {
     userns_fd: u64,
 }
 
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
-/// Mounts at `target` (an existing directory) a copy of the mount of `source` whose ids are
-/// mapped through the user namespace pinned at `userns`: a file the host's root owns shows
-/// as owned by the namespace's root.
-pub fn idmapped_mount(source: &Path, target: &Path, userns: &Path) -> Result<(), SandboxError> {
+/// Mounts at `target` (an existing directory, or file for a file `source`) a copy of the
+/// mount of `source` whose ids are mapped through the user namespace pinned at `userns`: a
+/// file the host's root owns shows as owned by the namespace's root. `recursive` copies the
+/// mounts below `source` too (an `rbind`), each idmapped.
+pub fn idmapped_mount(
+    source: &Path,
+    target: &Path,
+    userns: &Path,
+    read_only: bool,
+    recursive: bool,
+) -> Result<(), SandboxError> {
     let cpath = |p: &Path| {
         CString::new(p.as_os_str().as_encoded_bytes())
             .map_err(|_| helper_error(format!("{} contains a NUL byte", p.display())))
@@ -290,7 +298,13 @@ pub fn idmapped_mount(source: &Path, target: &Path, userns: &Path) -> Result<(),
             libc::SYS_open_tree,
             libc::AT_FDCWD,
             src.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+            OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as libc::c_uint
+                | if recursive {
+                    libc::AT_RECURSIVE as libc::c_uint
+                } else {
+                    0
+                },
         )
     };
     if tree < 0 {
@@ -302,7 +316,7 @@ pub fn idmapped_mount(source: &Path, target: &Path, userns: &Path) -> Result<(),
     // SAFETY: a descriptor open_tree just returned, owned by nobody else.
     let tree = unsafe { OwnedFd::from_raw_fd(tree as libc::c_int) };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP,
+        attr_set: MOUNT_ATTR_IDMAP | if read_only { MOUNT_ATTR_RDONLY } else { 0 },
         attr_clr: 0,
         propagation: 0,
         userns_fd: ns.as_raw_fd() as u64,
@@ -313,7 +327,7 @@ pub fn idmapped_mount(source: &Path, target: &Path, userns: &Path) -> Result<(),
             libc::SYS_mount_setattr,
             tree.as_raw_fd(),
             c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
+            libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 },
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
@@ -413,7 +427,7 @@ mod tests {
         std::fs::create_dir(&layer).unwrap();
         std::fs::create_dir(&mapped).unwrap();
         std::fs::write(layer.join("f"), "x").unwrap();
-        idmapped_mount(&layer, &mapped, &t.user).expect("idmapped mount");
+        idmapped_mount(&layer, &mapped, &t.user, false, false).expect("idmapped mount");
         let seen = std::fs::metadata(mapped.join("f")).unwrap();
         let _ = nix::mount::umount2(&mapped, nix::mount::MntFlags::MNT_DETACH);
         for p in [

@@ -93,6 +93,16 @@ pub struct SandboxNamespaces {
     pub host_ipc: bool,
     /// The pod uses the node's PID namespace.
     pub host_pid: bool,
+    /// The pod's own user namespace (`hostUsers: false`), which containers join.
+    pub user: Option<PodUserNamespace>,
+}
+
+/// A pod's pinned user namespace and the maps it was made with (which runc wants in the
+/// spec too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodUserNamespace {
+    pub path: PathBuf,
+    pub mappings: crate::sandbox::UserMappings,
 }
 
 /// A namespace to join: a pinned file, or the namespace of a running process.
@@ -194,7 +204,7 @@ pub fn build_with(input: &SpecInput, host: &HostFacts) -> Result<Spec, SpecError
             input.sandbox_id
         )));
     }
-    namespaces::check_userns(sc)?;
+    namespaces::check_userns(sc, &input.namespaces)?;
     check_apparmor(sc)?;
 
     // Process.
@@ -256,8 +266,9 @@ pub fn build_with(input: &SpecInput, host: &HostFacts) -> Result<Spec, SpecError
     };
 
     let mut linux = Linux::default();
-    linux.set_uid_mappings(None);
-    linux.set_gid_mappings(None);
+    let (uid_maps, gid_maps) = namespaces::id_mappings(&input.namespaces);
+    linux.set_uid_mappings(uid_maps);
+    linux.set_gid_mappings(gid_maps);
     linux.set_sysctl(namespaces::sysctls(input)?);
     linux.set_resources(Some(res));
     linux.set_cgroups_path(Some(PathBuf::from(resources::cgroups_path(

@@ -1,16 +1,20 @@
 //! Linux namespaces of a container (containerd's `WithPodNamespaces`): network, IPC and UTS
 //! are the sandbox's; PID is the sandbox's, the container's own, the node's or a target
 //! container's; the mount namespace is always new; a cgroup namespace on cgroup v2 for
-//! unprivileged containers. Also the sandbox's namespaced sysctls, which only make sense
+//! unprivileged containers; the pod's user namespace when it has one (`hostUsers: false`),
+//! with its uid and gid maps. Also the sandbox's namespaced sysctls, which only make sense
 //! together with the namespaces they belong to.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use cri::runtime::v1::{LinuxContainerSecurityContext, NamespaceMode};
-use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
+use oci_spec::runtime::{
+    LinuxIdMapping, LinuxIdMappingBuilder, LinuxNamespace, LinuxNamespaceType,
+};
 
-use super::{HostFacts, SpecError, SpecInput};
+use super::{HostFacts, SandboxNamespaces, SpecError, SpecInput};
+use crate::sandbox::userns::IdMap;
 
 fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> LinuxNamespace {
     let mut n = LinuxNamespace::default();
@@ -27,23 +31,88 @@ fn mode(value: i32, field: &str) -> Result<NamespaceMode, SpecError> {
     })
 }
 
-/// Refuse user namespaces, which nodus does not support yet.
-pub(crate) fn check_userns(sc: Option<&LinuxContainerSecurityContext>) -> Result<(), SpecError> {
+/// The container's user namespace must be its pod's: mode POD (or unset) with the pod's maps
+/// in a pod that has one, NODE (or unset) in a pod that has none. A container cannot have a
+/// user namespace of its own, as in containerd.
+pub(crate) fn check_userns(
+    sc: Option<&LinuxContainerSecurityContext>,
+    sandbox: &SandboxNamespaces,
+) -> Result<(), SpecError> {
     let userns = sc
         .and_then(|s| s.namespace_options.as_ref())
         .and_then(|n| n.userns_options.as_ref());
-    if let Some(u) = userns {
-        match mode(u.mode, "userns_options.mode")? {
-            NamespaceMode::Node => {}
-            other => {
+    let field = "linux.security_context.namespace_options.userns_options";
+    let Some(u) = userns else { return Ok(()) };
+    match (mode(u.mode, "userns_options.mode")?, &sandbox.user) {
+        (NamespaceMode::Node, None) => {
+            if !u.uids.is_empty() || !u.gids.is_empty() {
                 return Err(SpecError::InvalidArgument(format!(
-                    "user namespaces are not supported: linux.security_context.namespace_options.userns_options.mode is {} (only NODE is)",
-                    other.as_str_name()
+                    "{field}: mode NODE takes no uid or gid mappings"
                 )));
             }
         }
+        (NamespaceMode::Node, Some(_)) => {
+            return Err(SpecError::InvalidArgument(format!(
+                "{field}: mode is NODE but the sandbox has a user namespace of its own; its containers must use it (mode POD)"
+            )));
+        }
+        (NamespaceMode::Pod, None) => {
+            return Err(SpecError::InvalidArgument(format!(
+                "{field}: mode is POD but the sandbox was created without a user namespace"
+            )));
+        }
+        (NamespaceMode::Pod, Some(pod)) => {
+            let given = |maps: &[cri::runtime::v1::IdMapping]| -> Vec<IdMap> {
+                maps.iter()
+                    .map(|m| IdMap {
+                        container_id: m.container_id,
+                        host_id: m.host_id,
+                        size: m.length,
+                    })
+                    .collect()
+            };
+            let (uids, gids) = (given(&u.uids), given(&u.gids));
+            if (!uids.is_empty() && uids != pod.mappings.uids)
+                || (!gids.is_empty() && gids != pod.mappings.gids)
+            {
+                return Err(SpecError::InvalidArgument(format!(
+                    "{field}: the uid/gid mappings differ from the sandbox's; a container shares its pod's user namespace"
+                )));
+            }
+        }
+        (other, _) => {
+            return Err(SpecError::InvalidArgument(format!(
+                "{field}: unsupported user namespace mode {} (only NODE and POD are)",
+                other.as_str_name()
+            )));
+        }
     }
     Ok(())
+}
+
+/// The spec's `linux.uidMappings` and `linux.gidMappings`: the pod's user namespace maps.
+pub(crate) fn id_mappings(
+    sandbox: &SandboxNamespaces,
+) -> (Option<Vec<LinuxIdMapping>>, Option<Vec<LinuxIdMapping>>) {
+    let Some(user) = &sandbox.user else {
+        return (None, None);
+    };
+    let conv = |maps: &[IdMap]| {
+        maps.iter()
+            .filter_map(|m| {
+                LinuxIdMappingBuilder::default()
+                    .container_id(m.container_id)
+                    .host_id(m.host_id)
+                    .size(m.size)
+                    .build()
+                    .ok()
+            })
+            .collect::<Vec<_>>()
+    };
+    (
+        Some(conv(&user.mappings.uids)),
+        Some(conv(&user.mappings.gids)),
+    )
 }
 
 /// The namespaces, in containerd's order: pid, ipc, uts, mount, network, then cgroup.
@@ -64,6 +133,10 @@ pub(crate) fn build(
     };
 
     let mut out = Vec::new();
+    // The user namespace first: runc joins the others with the capabilities root has in it.
+    if let Some(user) = &sandbox.user {
+        out.push(ns(LinuxNamespaceType::User, Some(user.path.clone())));
+    }
     match pid_mode {
         NamespaceMode::Container => out.push(ns(LinuxNamespaceType::Pid, None)),
         NamespaceMode::Node => {}

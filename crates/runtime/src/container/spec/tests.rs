@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use cri::runtime::v1::{
-    Capability as CriCaps, ContainerConfig, ContainerMetadata, Device, ImageSpec, Int64Value,
-    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    Capability as CriCaps, ContainerConfig, ContainerMetadata, Device, IdMapping, ImageSpec,
+    Int64Value, LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
     LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount as CriMount, MountPropagation,
     NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, SecurityProfile,
     UserNamespace, security_profile::ProfileType,
@@ -701,6 +701,7 @@ fn namespaces_per_mode() {
             host_network: hn,
             host_ipc: hi,
             host_pid: hp,
+            user: None,
         };
         f.facts.cgroup_v2 = v2;
         f.sc().namespace_options.as_mut().unwrap().pid = pid as i32;
@@ -739,24 +740,94 @@ fn namespaces_per_mode() {
 }
 
 #[test]
-fn user_namespaces_are_refused() {
-    let mut f = Fixture::new();
-    f.sc().namespace_options.as_mut().unwrap().userns_options = Some(UserNamespace {
+fn user_namespaces_join_the_pods_and_carry_its_maps() {
+    use crate::sandbox::UserMappings;
+    use crate::sandbox::userns::IdMap;
+    let maps = UserMappings {
+        uids: vec![IdMap {
+            container_id: 0,
+            host_id: 65536,
+            size: 65536,
+        }],
+        gids: vec![IdMap {
+            container_id: 0,
+            host_id: 131072,
+            size: 65536,
+        }],
+    };
+    let cri_maps = |host_id| {
+        vec![IdMapping {
+            host_id,
+            container_id: 0,
+            length: 65536,
+        }]
+    };
+    let pod_mode = |uids, gids| UserNamespace {
         mode: NamespaceMode::Pod as i32,
-        ..Default::default()
-    });
-    let err = f.build().unwrap_err();
-    assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(
-        err.to_string()
-            .contains("user namespaces are not supported"),
-        "{err}"
-    );
+        uids,
+        gids,
+    };
+
+    // A pod without a user namespace: NODE (or nothing) is fine, POD is not.
+    let mut f = Fixture::new();
     f.sc().namespace_options.as_mut().unwrap().userns_options = Some(UserNamespace {
         mode: NamespaceMode::Node as i32,
         ..Default::default()
     });
+    let spec = f.build().unwrap();
+    assert!(spec.linux().as_ref().unwrap().uid_mappings().is_none());
+    f.sc().namespace_options.as_mut().unwrap().userns_options =
+        Some(pod_mode(cri_maps(65536), cri_maps(131072)));
+    let err = f.build().unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.to_string().contains("created without a user namespace"),
+        "{err}"
+    );
+
+    // A pod with one: the container joins it, first, with its maps in the spec.
+    f.namespaces.user = Some(PodUserNamespace {
+        path: "/run/ns/user".into(),
+        mappings: maps,
+    });
+    let spec = f.build().unwrap();
+    let linux = spec.linux().as_ref().unwrap();
+    let first = &linux.namespaces().as_ref().unwrap()[0];
+    assert_eq!(first.typ(), LinuxNamespaceType::User);
+    assert_eq!(first.path().as_deref(), Some(Path::new("/run/ns/user")));
+    let uid = linux.uid_mappings().as_ref().unwrap();
+    let gid = linux.gid_mappings().as_ref().unwrap();
+    assert_eq!((uid[0].host_id(), uid[0].size()), (65536, 65536));
+    assert_eq!(gid[0].host_id(), 131072);
+    // Unset options follow the pod as well.
+    f.sc().namespace_options.as_mut().unwrap().userns_options = None;
     assert!(f.build().is_ok());
+
+    for (opts, want) in [
+        (
+            pod_mode(cri_maps(1 << 20), cri_maps(131072)),
+            "differ from the sandbox's",
+        ),
+        (
+            UserNamespace {
+                mode: NamespaceMode::Node as i32,
+                ..Default::default()
+            },
+            "must use it (mode POD)",
+        ),
+        (
+            UserNamespace {
+                mode: NamespaceMode::Container as i32,
+                ..Default::default()
+            },
+            "unsupported user namespace mode CONTAINER",
+        ),
+    ] {
+        f.sc().namespace_options.as_mut().unwrap().userns_options = Some(opts);
+        let err = f.build().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.to_string().contains(want), "{err}");
+    }
 }
 
 fn seccomp_profile(t: ProfileType, r: &str) -> Option<SecurityProfile> {

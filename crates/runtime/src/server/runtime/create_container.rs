@@ -4,8 +4,9 @@
 
 use super::Inner;
 use super::run_pod_sandbox::namespace_mode;
+use crate::container::rootfs::Idmap;
 use crate::container::spec::{
-    ImageMount, NamespaceRef, SandboxFiles, SandboxNamespaces, SpecInput,
+    ImageMount, NamespaceRef, PodUserNamespace, SandboxFiles, SandboxNamespaces, SpecInput,
 };
 use crate::state::{ContainerRecord, ContainerState, SandboxRecord, SandboxState, encode, new_id};
 use cri::runtime::v1 as pb;
@@ -56,7 +57,61 @@ pub(crate) fn sandbox_namespaces(
         host_network: net == pb::NamespaceMode::Node,
         host_ipc: ipc == pb::NamespaceMode::Node,
         host_pid: pid == pb::NamespaceMode::Node,
+        user: match (&rec.user_ns, &rec.user_mappings) {
+            (Some(path), Some(mappings)) => Some(PodUserNamespace {
+                path: path.clone(),
+                mappings: mappings.clone(),
+            }),
+            _ => None,
+        },
     }
+}
+
+/// Points every bind mount of directories and files (volumes, the sandbox's files) at an
+/// idmapped copy under `dir/idmapped-mounts`, so that files the host's root owns show as
+/// the pod's root's. Image volumes are idmapped already; a source on a filesystem without
+/// idmap support (procfs, sysfs) is bound as it is, with a log line.
+fn idmap_bind_mounts(
+    mut spec: oci_spec::runtime::Spec,
+    userns: &Path,
+    dir: &Path,
+) -> Result<oci_spec::runtime::Spec, Status> {
+    let already = dir.join("image-volumes");
+    let mut mounts = spec.mounts().clone().unwrap_or_default();
+    for (i, m) in mounts.iter_mut().enumerate() {
+        let opts = m.options().clone().unwrap_or_default();
+        let bind =
+            m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
+        let Some(source) = m
+            .source()
+            .clone()
+            .filter(|s| bind && !s.starts_with(&already))
+        else {
+            continue;
+        };
+        let regular = std::fs::metadata(&source).is_ok_and(|md| md.is_dir() || md.is_file());
+        if !regular {
+            continue;
+        }
+        let target = dir.join("idmapped-mounts").join(i.to_string());
+        let recursive = opts.iter().any(|o| o == "rbind");
+        match crate::container::rootfs::idmap_bind_source(&source, &target, userns, recursive) {
+            Ok(Some(mapped)) => {
+                m.set_source(Some(mapped));
+            }
+            Ok(None) => {
+                tracing::info!(source = %source.display(), destination = %m.destination().display(), "the source's filesystem cannot be idmapped; bound as is (its files show as nobody in the pod)");
+            }
+            Err(e) => {
+                return Err(Status::internal(format!(
+                    "idmapping mount {}: {e}",
+                    m.destination().display()
+                )));
+            }
+        }
+    }
+    spec.set_mounts(Some(mounts));
+    Ok(spec)
 }
 
 pub(crate) fn sandbox_files(rec: &SandboxRecord) -> SandboxFiles {
@@ -181,17 +236,25 @@ pub async fn create_container(
         });
     }
     let chain = image.chain_ids();
-    inner
-        .images
-        .snapshotter()
-        .mount_rw(
-            &chain,
-            &layer_dir.join("upper"),
-            &layer_dir.join("work"),
-            &rootfs,
-        )
-        .map_err(|e| Status::internal(format!("mounting the rootfs of {id}: {e}")))?
-        .keep();
+    let idmap = match (&sandbox.user_ns, &sandbox.user_mappings) {
+        (Some(userns), Some(maps)) => Some((userns.clone(), maps.host_root())),
+        _ => None,
+    };
+    let idmap = idmap.as_ref().map(|(userns, root)| Idmap {
+        userns,
+        root: *root,
+    });
+    crate::container::rootfs::mount_rw(
+        inner.images.snapshotter(),
+        &chain,
+        &layer_dir.join("upper"),
+        &layer_dir.join("work"),
+        &rootfs,
+        idmap.as_ref(),
+        &dir.join("idmapped-layers"),
+    )
+    .map_err(|e| Status::internal(format!("mounting the rootfs of {id}: {e}")))?
+    .keep();
     {
         let rootfs = rootfs.clone();
         undo.push(move || {
@@ -218,12 +281,15 @@ pub async fn create_container(
         let target = dir.join("image-volumes").join(i.to_string());
         std::fs::create_dir_all(&target)
             .map_err(|e| Status::internal(format!("creating {}: {e}", target.display())))?;
-        inner
-            .images
-            .snapshotter()
-            .mount_view(&img.chain_ids(), &target)
-            .map_err(|e| Status::internal(format!("mounting image volume {}: {e}", spec.image)))?
-            .keep();
+        crate::container::rootfs::mount_view(
+            inner.images.snapshotter(),
+            &img.chain_ids(),
+            &target,
+            idmap.as_ref(),
+            &dir.join("idmapped-layers"),
+        )
+        .map_err(|e| Status::internal(format!("mounting image volume {}: {e}", spec.image)))?
+        .keep();
         let t = target.clone();
         undo.push(move || {
             let _ = crate::image::snapshot::unmount(&t);
@@ -281,6 +347,19 @@ pub async fn create_container(
         .await
         .map_err(|e| Status::internal(format!("spec task failed: {e}")))??
     };
+    let mut spec = spec;
+    if let Some(idmap) = &idmap {
+        let userns = idmap.userns.to_path_buf();
+        let (d, inner_dir) = (dir.clone(), dir.clone());
+        spec = tokio::task::spawn_blocking(move || idmap_bind_mounts(spec, &userns, &d))
+            .await
+            .map_err(|e| Status::internal(format!("idmap task failed: {e}")))??;
+        undo.push(move || {
+            if let Err(e) = crate::container::rootfs::unmount_all_under(&inner_dir) {
+                tracing::warn!(dir = %inner_dir.display(), error = %e, "cleanup failed");
+            }
+        });
+    }
     let config_path = bundle.join("config.json");
     let body = serde_json::to_vec_pretty(&spec)
         .map_err(|e| Status::internal(format!("encoding the OCI spec: {e}")))?;

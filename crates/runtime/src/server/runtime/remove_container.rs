@@ -39,11 +39,10 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
     let rootfs = rec.bundle.join("rootfs");
     let layer_dir = rec.layer_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<(), String> {
+        // Everything mounted in the container's directory (rootfs, image volumes, idmapped
+        // volumes) goes before the directory does, or removing it would reach into them.
         if let Some(dir) = &dir {
-            let vols = dir.join("image-volumes");
-            for v in std::fs::read_dir(&vols).into_iter().flatten().flatten() {
-                unmount_if_mounted(&v.path())?;
-            }
+            crate::container::rootfs::unmount_all_under(dir)?;
         }
         unmount_if_mounted(&rootfs)?;
         for d in dir.iter().chain(std::iter::once(&layer_dir)) {

@@ -5,7 +5,8 @@
 
 use super::Inner;
 use crate::sandbox::cni::PodNetworkInfo;
-use crate::sandbox::{PinOptions, files};
+use crate::sandbox::userns::IdMap;
+use crate::sandbox::{PinOptions, UserMappings, files};
 use crate::state::{SandboxRecord, SandboxState, encode, new_id};
 use cri::runtime::v1 as pb;
 use std::path::Path;
@@ -26,6 +27,81 @@ pub(crate) fn namespace_mode(
         .map(pick)
         .and_then(|m| pb::NamespaceMode::try_from(m).ok())
         .unwrap_or(pb::NamespaceMode::Pod)
+}
+
+/// The pod's user namespace maps from `userns_options`: `None` for mode NODE (or none
+/// given), the maps for mode POD. Refuses what containerd refuses: maps with NODE, POD
+/// without both maps, empty or overflowing ranges, a user namespace together with the
+/// host's network, IPC or PID namespace, and the modes CONTAINER and TARGET.
+pub(crate) fn pod_user_namespace(
+    cfg: &pb::PodSandboxConfig,
+) -> Result<Option<UserMappings>, Status> {
+    let field = "linux.security_context.namespace_options.userns_options";
+    let Some(u) = cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .and_then(|n| n.userns_options.as_ref())
+    else {
+        return Ok(None);
+    };
+    let bad = |msg: String| Err(Status::invalid_argument(format!("{field}: {msg}")));
+    match pb::NamespaceMode::try_from(u.mode) {
+        Ok(pb::NamespaceMode::Node) => {
+            if !u.uids.is_empty() || !u.gids.is_empty() {
+                return bad("mode NODE takes no uid or gid mappings".into());
+            }
+            Ok(None)
+        }
+        Ok(pb::NamespaceMode::Pod) => {
+            if u.uids.is_empty() || u.gids.is_empty() {
+                return bad("mode POD needs both uid and gid mappings".into());
+            }
+            type Pick = fn(&pb::NamespaceOption) -> i32;
+            let pick: [(&str, Pick); 3] = [
+                ("network", |o| o.network),
+                ("IPC", |o| o.ipc),
+                ("PID", |o| o.pid),
+            ];
+            for (kind, opt) in pick {
+                if namespace_mode(cfg, opt) == pb::NamespaceMode::Node {
+                    return bad(format!(
+                        "a pod with a user namespace cannot use the host's {kind} namespace"
+                    ));
+                }
+            }
+            let conv = |what: &str, maps: &[pb::IdMapping]| -> Result<Vec<IdMap>, Status> {
+                maps.iter()
+                    .map(|m| {
+                        if m.length == 0
+                            || m.host_id.checked_add(m.length).is_none()
+                            || m.container_id.checked_add(m.length).is_none()
+                        {
+                            return Err(Status::invalid_argument(format!(
+                                "{field}: {what} mapping {}:{}:{} is empty or overflows",
+                                m.container_id, m.host_id, m.length
+                            )));
+                        }
+                        Ok(IdMap {
+                            container_id: m.container_id,
+                            host_id: m.host_id,
+                            size: m.length,
+                        })
+                    })
+                    .collect()
+            };
+            Ok(Some(UserMappings {
+                uids: conv("uid", &u.uids)?,
+                gids: conv("gid", &u.gids)?,
+            }))
+        }
+        Ok(other) => bad(format!(
+            "unsupported user namespace mode {} (only NODE and POD are)",
+            other.as_str_name()
+        )),
+        Err(_) => bad(format!("unknown namespace mode {}", u.mode)),
+    }
 }
 
 fn node_hostname() -> String {
@@ -54,6 +130,7 @@ pub async fn run_pod_sandbox(
         .handlers
         .get(&req.runtime_handler)
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let user = pod_user_namespace(&cfg)?;
     let name = format!(
         "{}_{}_{}_{}",
         meta.name, meta.namespace, meta.uid, meta.attempt
@@ -91,21 +168,22 @@ pub async fn run_pod_sandbox(
         uts_ns: None,
         pid_ns: None,
         pid_init: None,
+        user_ns: None,
+        user_mappings: user.clone(),
         ip: None,
         additional_ips: Vec::new(),
         network_ready: false,
         dir: dir.clone(),
     };
-    let result = setup(
-        inner,
-        &mut rec,
-        &cfg,
-        host_network,
-        host_ipc,
-        shared_pid,
-        &hostname,
-    )
-    .await;
+    let opts = PinOptions {
+        net: !host_network,
+        ipc: !host_ipc,
+        uts: !host_network,
+        hostname: (!host_network).then(|| hostname.clone()),
+        pid: shared_pid,
+        user,
+    };
+    let result = setup(inner, &mut rec, &cfg, opts, &hostname).await;
     if let Err(e) = result {
         tracing::warn!(sandbox = %id, error = %e.message(), "sandbox setup failed; undoing");
         teardown(inner, &rec).await;
@@ -127,23 +205,15 @@ async fn setup(
     inner: &Arc<Inner>,
     rec: &mut SandboxRecord,
     cfg: &pb::PodSandboxConfig,
-    host_network: bool,
-    host_ipc: bool,
-    shared_pid: bool,
+    opts: PinOptions,
     hostname: &str,
 ) -> Result<(), Status> {
+    let host_ipc = !opts.ipc;
     let dir = rec.dir.clone();
     std::fs::create_dir_all(&dir)
         .map_err(|e| Status::internal(format!("creating {}: {e}", dir.display())))?;
     // Record early so a crash mid-setup is cleaned up by the next start.
     inner.save_sandbox(rec)?;
-    let opts = PinOptions {
-        net: !host_network,
-        ipc: !host_ipc,
-        uts: !host_network,
-        hostname: (!host_network).then(|| hostname.to_string()),
-        pid: shared_pid,
-    };
     let ns_dir = dir.join("ns");
     let pinned = tokio::task::spawn_blocking(move || crate::sandbox::pin(&ns_dir, &opts))
         .await
@@ -154,6 +224,7 @@ async fn setup(
     rec.uts_ns = pinned.uts;
     rec.pid_ns = pinned.pid;
     rec.pid_init = pinned.pid_init;
+    rec.user_ns = pinned.user;
     inner.save_sandbox(rec)?;
 
     let file_err = |what: &str, e: crate::sandbox::SandboxError| {

@@ -62,7 +62,9 @@ pub async fn status(
             },
             features: Some(pb::RuntimeHandlerFeatures {
                 recursive_read_only_mounts: true,
-                user_namespaces: false,
+                // Pod user namespaces: pinned by a helper, layers and volumes idmapped by
+                // the runtime itself (see container::rootfs), so runc needs no support.
+                user_namespaces: true,
             }),
         })
         .collect();
