@@ -1,8 +1,8 @@
-//! What the parts every CRI runtime on this node shares cost when timed alone: `runc create`
-//! and `runc start` of the same busybox container the CRI benchmark runs, and the CNI plugin
-//! chain's ADD and DEL with the same network configuration. Both runtimes under test call
-//! exactly these (containerd through its shim, nodus directly), so a CRI phase built on them
-//! cannot be faster than they are: this is the floor under the per-phase comparison.
+//! What the parts the CRI runtimes on this node call cost when timed alone: `runc create` +
+//! `runc start` (containerd's shim) and `runc run --detach` (nodus's shim) of the same
+//! busybox container the CRI benchmark runs, and the CNI plugin chain's ADD and DEL with
+//! the same network configuration. A CRI phase built on them cannot be faster than they
+//! are: this is the floor under the per-phase comparison.
 
 use anyhow::{Context, Result, bail};
 use nodus_runtime::sandbox::cni::{Cni, CniConfig, PodNetworkInfo};
@@ -16,11 +16,13 @@ use testkit::{CgroupParent, Netns};
 #[derive(Debug, Default)]
 pub struct Floors {
     pub runc_create_start: Vec<f64>,
+    pub runc_run: Vec<f64>,
     pub cni_add: Vec<f64>,
     pub cni_del: Vec<f64>,
     /// CPU time (user + system) of the processes each round ran: what a burst of pods must
     /// share between the machine's cores.
     pub runc_cpu: Vec<f64>,
+    pub runc_run_cpu: Vec<f64>,
     pub cni_add_cpu: Vec<f64>,
 }
 
@@ -113,11 +115,39 @@ fn runc(node: &Netns, cg: &CgroupParent, dir: &Path, runs: usize, f: &mut Floors
         let cpu = children_cpu() - cpu;
         let _ = runc(&["delete", "--force", &id])?.output();
         r?;
+        // `run --detach`: create and start in one runc process.
+        let run_id = format!("floor-run-{i}");
+        let rb = bundle(dir, cg, &run_id)?;
+        let log = dir.join(format!("{run_id}.log"));
+        let mut run_cmd = runc(&["--log", &log.display().to_string(), "run", "--detach"])?;
+        run_cmd
+            .arg("--bundle")
+            .arg(&rb)
+            .arg(&run_id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let t = Instant::now();
+        let run_cpu = children_cpu();
+        let rr = match run_cmd.status() {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(anyhow::anyhow!(
+                "runc run: {s}: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )),
+            Err(e) => Err(anyhow::anyhow!("runc run: {e}")),
+        };
+        let run_took = ms(t);
+        let run_cpu = children_cpu() - run_cpu;
+        let _ = runc(&["delete", "--force", &run_id])?.output();
+        rr?;
         // The first round pays for page-cache misses only: left out, as the CRI
         // benchmark's warm-up pod is.
         if i > 0 {
             f.runc_create_start.push(took);
             f.runc_cpu.push(cpu);
+            f.runc_run.push(run_took);
+            f.runc_run_cpu.push(run_cpu);
         }
     }
     Ok(())

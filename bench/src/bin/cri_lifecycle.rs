@@ -280,50 +280,65 @@ async fn main() -> Result<()> {
             ));
         }
     }
-    // The floor: the parts both runtimes call, timed alone, against the single-pod phases.
+    // The floor: the parts each runtime calls, timed alone, against the single-pod phases.
     body.push_str(
-        "\nThe floor under those phases: the parts both runtimes call, timed alone in the same run \
-         (`bench/src/floor.rs`: `runc create` + `runc start` of the same container, the CNI chain's \
-         ADD and DEL with the same configuration); \"own\" = a runtime's single-pod p50 minus the \
-         floor's p50, the work that is the runtime's own.\n\n\
-         | part, timed alone | p50 | p99 | phase it sits under | half of containerd's p50 | nodus own | containerd own |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+        "\nThe floor under those phases: the parts each runtime calls, timed alone in the same run \
+         (`bench/src/floor.rs`: the same container by `runc run --detach`, as nodus's shim starts it, \
+         and by `runc create` + `runc start`, as containerd's shim does; the CNI chain's ADD and DEL \
+         with the same configuration); \"own\" = a runtime's single-pod p50 minus its floor's p50, \
+         the work that is the runtime's own.\n\n\
+         | phase | half of containerd's p50 | nodus calls | p50 | p99 | containerd calls | p50 | p99 | nodus own | containerd own |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     let single = |r: &Results, p: usize| {
         let mut v = r.lat["1 pod"][p].clone();
         pct(&mut v, 50.0)
     };
-    for (part, samples, phase_ix) in [
-        ("runc create + start", &floors.runc_create_start, 1),
+    let cni_add = "CNI ADD (loopback, bridge + host-local, portmap)";
+    for (phase_ix, (np_part, n_samples), (cp_part, c_samples)) in [
+        (0, (cni_add, &floors.cni_add), (cni_add, &floors.cni_add)),
         (
-            "CNI ADD (loopback, bridge + host-local, portmap)",
-            &floors.cni_add,
-            0,
+            1,
+            ("runc run --detach", &floors.runc_run),
+            ("runc create + runc start", &floors.runc_create_start),
         ),
-        ("CNI DEL", &floors.cni_del, 3),
+        (
+            3,
+            ("CNI DEL", &floors.cni_del),
+            ("CNI DEL", &floors.cni_del),
+        ),
     ] {
-        let mut v = samples.clone();
-        let (f50, f99) = (pct(&mut v, 50.0), pct(&mut v, 99.0));
+        let (mut nv, mut cv) = (n_samples.clone(), c_samples.clone());
+        let (n50, n99, c50, c99) = (
+            pct(&mut nv, 50.0),
+            pct(&mut nv, 99.0),
+            pct(&mut cv, 50.0),
+            pct(&mut cv, 99.0),
+        );
         let (np, cp) = (single(n, phase_ix), single(c, phase_ix));
         body.push_str(&format!(
-            "| {part} | {f50:.1} | {f99:.1} | {} | {:.1} | {:.1} | {:.1} |\n",
+            "| {} | {:.1} | {np_part} | {n50:.1} | {n99:.1} | {cp_part} | {c50:.1} | {c99:.1} | {:.1} | {:.1} |\n",
             PHASES[phase_ix],
             cp / 2.0,
-            np - f50,
-            cp - f50
+            np - n50,
+            cp - c50
         ));
     }
-    let (mut rc, mut ac) = (floors.runc_cpu.clone(), floors.cni_add_cpu.clone());
-    let (rc50, ac50) = (pct(&mut rc, 50.0), pct(&mut ac, 50.0));
+    let (mut rc, mut ac, mut rr) = (
+        floors.runc_cpu.clone(),
+        floors.cni_add_cpu.clone(),
+        floors.runc_run_cpu.clone(),
+    );
+    let (rc50, ac50, rr50) = (pct(&mut rc, 50.0), pct(&mut ac, 50.0), pct(&mut rr, 50.0));
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1) as f64;
     body.push_str(&format!(
-        "\nCPU time (user + system, p50) of those processes: runc create + start {rc50:.1} ms, CNI ADD \
-         {ac50:.1} ms — {:.1} ms per pod, so a burst of 100 pods needs at least {:.2} s of this \
-         machine's {cores} cores for them alone.\n",
-        rc50 + ac50,
-        (rc50 + ac50) * 100.0 / cores / 1e3
+        "\nCPU time (user + system, p50) of those processes: runc run --detach {rr50:.1} ms (runc create + \
+         start {rc50:.1} ms), CNI ADD {ac50:.1} ms — {:.1} ms per nodus pod, so a burst of 100 pods \
+         needs at least {:.2} s of this machine's {cores} cores for them alone.\n",
+        rr50 + ac50,
+        (rr50 + ac50) * 100.0 / cores / 1e3
     ));
     body.push_str(&format!(
         "\nMemory at {pods} running containers (one per pod):\n\n\

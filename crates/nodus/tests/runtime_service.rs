@@ -435,23 +435,40 @@ async fn bad_requests_get_clear_errors_and_leave_nothing_behind() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
-    // A binary that does not exist: runc's own message, nothing left behind.
+    // A binary that does not exist: as in containerd, the create only prepares the bundle
+    // and the start fails with runc's own message; the container is then exited with
+    // reason StartError, and removing it leaves nothing behind.
     let before = std::fs::read_dir(n.rt.dir.path().join("state/containers"))
         .unwrap()
         .count();
-    let e = n
+    let bad = n
         .create(
             &sb,
             &sb_cfg,
             n.container_config("bad", &["/no/such/binary"]),
         )
         .await
+        .expect("create prepares the bundle");
+    let e = r
+        .start_container(pb::StartContainerRequest {
+            container_id: bad.clone(),
+        })
+        .await
         .unwrap_err();
     assert!(e.message().contains("/no/such/binary"), "{e:?}");
+    let st = n.status(&bad).await;
+    assert_eq!(st.state, pb::ContainerState::ContainerExited as i32);
+    assert_eq!((st.reason.as_str(), st.exit_code), ("StartError", 128));
+    assert!(st.message.contains("/no/such/binary"), "{st:?}");
+    r.remove_container(pb::RemoveContainerRequest {
+        container_id: bad.clone(),
+    })
+    .await
+    .expect("remove");
     let after = std::fs::read_dir(n.rt.dir.path().join("state/containers"))
         .unwrap()
         .count();
-    assert_eq!(before, after, "no half-created container directory");
+    assert_eq!(before, after, "nothing left of the failed container");
     // Unknown sandbox / container ids.
     let e = n
         .create("nope", &sb_cfg, n.container_config("z", &["true"]))

@@ -204,6 +204,7 @@ impl Case {
             tty: opts.tty,
             stdin: opts.stdin,
             stdin_once: opts.stdin_once,
+            start: false,
         }
     }
 

@@ -208,14 +208,6 @@ impl OciRuntime {
         })
     }
 
-    pub async fn start(&self, id: &str) -> Result<(), OciError> {
-        let mut c = self.cmd();
-        c.arg("start").arg(id);
-        self.run("start", id, c, Duration::from_secs(30))
-            .await
-            .map(|_| ())
-    }
-
     /// Sends `signal` to the init (or, with `all`, to every process of the container).
     pub async fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), OciError> {
         let mut c = self.cmd();

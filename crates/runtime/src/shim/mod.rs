@@ -4,7 +4,9 @@
 //! stdio on `/dev/null`, re-parented away from the daemon), and it:
 //!
 //! * becomes a child subreaper, then runs `<runtime> --root R create --bundle B --pid-file
-//!   <state>/init.pid [--console-socket S] <id>`, so the container's init becomes its child;
+//!   <state>/init.pid [--console-socket S] <id>` (with `--start`: `run --detach`, which
+//!   creates and starts the container in one OCI runtime process), so the container's init
+//!   becomes its child;
 //! * holds the container's stdio: three pipes (stdin only with `--stdin`), or with `--tty`
 //!   the pty master that runc sends over the console socket (one combined stream, reported
 //!   as stdout);
@@ -13,7 +15,8 @@
 //! * reaps the init, reads the OOM kill counter of its memory cgroup, writes
 //!   `<state>/exit.json` atomically ([`ExitStatus`], read back with [`read_exit`]) and exits.
 //!
-//! The daemon does `runc start`, `runc kill` and `runc delete` itself; the shim never does.
+//! The daemon does `runc kill` and `runc delete` itself (and `runc start` for a shim
+//! without `--start`); the shim never does.
 //! [`shim_alive`] tells a live shim from one that died without writing `exit.json`.
 //!
 //! # Files in the state directory
@@ -111,6 +114,10 @@ pub struct ShimArgs {
     /// Close the container's stdin when the first attached client with stdin goes away.
     #[arg(long)]
     pub stdin_once: bool,
+    /// Start the container at once (`run --detach`) rather than leave it created for a
+    /// later `runc start`: one OCI runtime process instead of two.
+    #[arg(long)]
+    pub start: bool,
 }
 
 impl ShimArgs {
@@ -133,6 +140,7 @@ impl ShimArgs {
             (self.tty, "--tty"),
             (self.stdin, "--stdin"),
             (self.stdin_once, "--stdin-once"),
+            (self.start, "--start"),
         ] {
             if on {
                 v.push(flag.into());
@@ -279,6 +287,7 @@ mod tests {
             tty: true,
             stdin: false,
             stdin_once: true,
+            start: true,
         };
         let argv = std::iter::once(OsString::from("shim")).chain(args.to_args());
         assert_eq!(Cli::parse_from(argv).args, args);

@@ -321,9 +321,13 @@ impl Shim {
             .arg("--log")
             .arg(state.join(RUNTIME_LOG_FILE))
             .arg("--log-format")
-            .arg("json")
-            .arg("create")
-            .arg("--bundle")
+            .arg("json");
+        if args.start {
+            cmd.arg("run").arg("--detach");
+        } else {
+            cmd.arg("create");
+        }
+        cmd.arg("--bundle")
             .arg(&args.bundle)
             .arg("--pid-file")
             .arg(state.join(INIT_PID_FILE));

@@ -1,6 +1,9 @@
-//! CreateContainer: a writable overlay over the image's snapshots, an OCI bundle built from
-//! the CRI config, and a shim that runs `runc create`. Anything half-made is undone when a
-//! step fails, so a failed create leaves no mount, directory, name or shim behind.
+//! CreateContainer: a writable overlay over the image's snapshots and an OCI bundle built
+//! from the CRI config. As in containerd, where the task is made by StartContainer, no
+//! process exists yet: StartContainer's shim creates and starts the container with one
+//! `runc run --detach`, which costs half of `runc create` + `runc start`. Anything
+//! half-made is undone when a step fails, so a failed create leaves no mount, directory or
+//! name behind.
 
 use super::Inner;
 use super::run_pod_sandbox::namespace_mode;
@@ -186,11 +189,10 @@ pub async fn create_container(
                 "failed to get image {image_name:?}: image not found; pull it first"
             ))
         })?;
-    let rt = inner
+    inner
         .handlers
         .get(&sandbox.handler)
-        .map_err(|e| Status::failed_precondition(e.to_string()))?
-        .clone();
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
 
     let id = new_id();
     {
@@ -370,33 +372,6 @@ pub async fn create_container(
         (d, p) if !d.is_empty() && !p.is_empty() => Path::new(d).join(p),
         _ => PathBuf::new(),
     };
-    let args = crate::shim::ShimArgs {
-        id: id.clone(),
-        bundle: bundle.clone(),
-        runtime: rt.binary.clone(),
-        runtime_root: rt.root.clone(),
-        state_dir: shim_dir.clone(),
-        log_path: (!log_path.as_os_str().is_empty()).then_some(log_path.clone()),
-        tty: cfg.tty,
-        stdin: cfg.stdin,
-        stdin_once: cfg.stdin_once,
-    };
-    let exe = inner.exe.clone();
-    let spawned = tokio::task::spawn_blocking(move || crate::shim::spawn(&exe, &args))
-        .await
-        .map_err(|e| Status::internal(format!("shim task failed: {e}")))?
-        .map_err(|e| Status::unknown(format!("failed to create containerd task: {e}")))?;
-    {
-        let (rt, id) = (rt.clone(), id.clone());
-        undo.push(move || {
-            let _ = std::process::Command::new(&rt.binary)
-                .arg("--root")
-                .arg(&rt.root)
-                .args(["delete", "--force", &id])
-                .output();
-        });
-    }
-
     let rec = ContainerRecord {
         id: id.clone(),
         sandbox_id: sandbox.id.clone(),
@@ -416,13 +391,12 @@ pub async fn create_container(
         bundle,
         layer_dir,
         shim_dir,
-        shim_pid: Some(spawned.shim_pid as u32),
-        init_pid: Some(spawned.init_pid as u32),
+        shim_pid: None,
+        init_pid: None,
     };
     inner.save_container(&rec)?;
     undo.disarm();
     inner.images.acquire(&image.id);
-    super::container_exit::spawn_monitor(inner, &id, spawned.shim_pid as u32);
     tracing::info!(container = %id, sandbox = %sandbox.id, name = %rec.name, "container created");
     inner.emit(
         &id,

@@ -178,6 +178,8 @@ impl Inner {
             .containers()
             .values()
             .filter(|c| c.state != crate::state::ContainerState::Exited)
+            // Created containers have no shim until they are started.
+            .filter(|c| c.state != crate::state::ContainerState::Created || c.shim_pid.is_some())
             .map(|c| (c.id.clone(), c.shim_pid))
             .collect();
         for (id, shim_pid) in live {

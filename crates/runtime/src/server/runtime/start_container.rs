@@ -1,10 +1,29 @@
-//! StartContainer: `runc start` on a created container.
+//! StartContainer: the container's shim, which creates and starts it with one
+//! `runc run --detach` (CreateContainer made only the bundle, as containerd's makes only
+//! the container's metadata and leaves the task to StartContainer).
 
 use super::Inner;
-use crate::state::ContainerState;
+use crate::state::{ContainerRecord, ContainerState};
 use cri::runtime::v1 as pb;
 use std::sync::Arc;
 use tonic::Status;
+
+/// The shim's arguments for a created container.
+fn shim_args(rec: &ContainerRecord, rt: &crate::oci::OciRuntime) -> crate::shim::ShimArgs {
+    let cfg = rec.config();
+    crate::shim::ShimArgs {
+        id: rec.id.clone(),
+        bundle: rec.bundle.clone(),
+        runtime: rt.binary.clone(),
+        runtime_root: rt.root.clone(),
+        state_dir: rec.shim_dir.clone(),
+        log_path: (!rec.log_path.is_empty()).then(|| rec.log_path.clone().into()),
+        tty: cfg.tty,
+        stdin: cfg.stdin,
+        stdin_once: cfg.stdin_once,
+        start: true,
+    }
+}
 
 pub async fn start_container(
     inner: &Arc<Inner>,
@@ -21,9 +40,10 @@ pub async fn start_container(
     let rt = inner
         .handlers
         .get(&rec.handler)
-        .map_err(|e| Status::failed_precondition(e.to_string()))?;
-    // Running (and STARTED) is recorded before `runc start`: a container that exits at
-    // once must find its record Running when its exit is recorded, so the events stay in
+        .map_err(|e| Status::failed_precondition(e.to_string()))?
+        .clone();
+    // Running (and STARTED) is recorded before the container runs: a container that exits
+    // at once must find its record Running when its exit is recorded, so the events stay in
     // order (CREATED, STARTED, STOPPED) and finished_at is never before started_at.
     rec.state = ContainerState::Running;
     rec.started_at = crate::state::now_ns();
@@ -38,32 +58,44 @@ pub async fn start_container(
         sandbox,
         vec![super::container_status::to_status(&rec)],
     );
-    if let Err(e) = rt.start(&rec.id).await {
-        // As containerd: a container that failed to start is exited, with the reason.
-        let mut rec = inner.find_container(&rec.id)?;
-        if rec.state == ContainerState::Running {
-            rec.state = ContainerState::Exited;
-            rec.exit_code = 128;
-            rec.finished_at = crate::state::now_ns();
-            rec.reason = "StartError".into();
-            rec.message = e.to_string();
-            inner.save_container(&rec)?;
-            inner.emit(
-                &rec.id,
-                pb::ContainerEventType::ContainerStoppedEvent,
-                None,
-                vec![super::container_status::to_status(&rec)],
-            );
+    let (exe, args) = (inner.exe.clone(), shim_args(&rec, &rt));
+    let spawned = tokio::task::spawn_blocking(move || crate::shim::spawn(&exe, &args))
+        .await
+        .map_err(|e| Status::internal(format!("shim task failed: {e}")))?;
+    let spawned = match spawned {
+        Ok(s) => s,
+        Err(e) => {
+            // As containerd: a container that failed to start is exited, with the reason;
+            // nothing of it is left in the OCI runtime.
+            if let Err(d) = rt.delete(&rec.id, true).await {
+                tracing::warn!(container = %rec.id, error = %d, "runc delete after a failed start");
+            }
+            let mut rec = inner.find_container(&rec.id)?;
+            if rec.state == ContainerState::Running {
+                rec.state = ContainerState::Exited;
+                rec.exit_code = 128;
+                rec.finished_at = crate::state::now_ns();
+                rec.reason = "StartError".into();
+                rec.message = e.to_string();
+                inner.save_container(&rec)?;
+                inner.emit(
+                    &rec.id,
+                    pb::ContainerEventType::ContainerStoppedEvent,
+                    None,
+                    vec![super::container_status::to_status(&rec)],
+                );
+            }
+            return Err(Status::unknown(format!(
+                "failed to start container {}: {e}",
+                rec.id
+            )));
         }
-        return Err(Status::unknown(format!(
-            "failed to start container {}: {e}",
-            rec.id
-        )));
-    }
+    };
+    let mut rec = inner.find_container(&rec.id)?;
+    rec.shim_pid = Some(spawned.shim_pid as u32);
+    rec.init_pid = Some(spawned.init_pid as u32);
+    inner.save_container(&rec)?;
+    super::container_exit::spawn_monitor(inner, &rec.id, spawned.shim_pid as u32);
     tracing::info!(container = %rec.id, "container started");
-    // A container that ran to completion before its monitor was watching is caught up here.
-    if !crate::container::monitor::alive(rec.shim_pid.unwrap_or(0)) {
-        super::container_exit::record_exit(inner, &rec.id);
-    }
     Ok(pb::StartContainerResponse {})
 }

@@ -46,7 +46,11 @@ pub(crate) async fn stop(inner: &Inner, id: &str, timeout: Duration) -> Result<(
         Err(s) if s.code() == tonic::Code::NotFound => return Ok(()),
         Err(s) => return Err(s),
     };
-    if rec.state == ContainerState::Exited {
+    // A created container has no process yet (its shim starts with StartContainer):
+    // nothing to stop, and it stays created, as in containerd.
+    if rec.state == ContainerState::Exited
+        || (rec.state == ContainerState::Created && rec.shim_pid.is_none())
+    {
         return Ok(());
     }
     let rt = inner

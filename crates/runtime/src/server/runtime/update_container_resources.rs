@@ -34,6 +34,36 @@ fn oci_resources(r: &pb::LinuxContainerResources) -> serde_json::Value {
     out
 }
 
+/// Merges `resources` (OCI `LinuxResources` keys) into the spec's `linux.resources`.
+fn update_bundle(config: &std::path::Path, resources: &serde_json::Value) -> Result<(), Status> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        Status::internal(format!("{what} {}: {e}", config.display()))
+    };
+    let body = std::fs::read(config).map_err(|e| fail("reading", &e))?;
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| fail("parsing", &e))?;
+    let slot = &mut spec["linux"]["resources"];
+    if !slot.is_object() {
+        *slot = serde_json::json!({});
+    }
+    if let (Some(dst), Some(src)) = (slot.as_object_mut(), resources.as_object()) {
+        for (k, v) in src {
+            match (dst.get_mut(k), v) {
+                (Some(serde_json::Value::Object(d)), serde_json::Value::Object(s)) => {
+                    d.extend(s.clone());
+                }
+                _ => {
+                    dst.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    let body = serde_json::to_vec_pretty(&spec).map_err(|e| fail("encoding", &e))?;
+    let tmp = config.with_extension("json.tmp");
+    std::fs::write(&tmp, body).map_err(|e| fail("writing", &e))?;
+    std::fs::rename(&tmp, config).map_err(|e| fail("replacing", &e))
+}
+
 pub async fn update_container_resources(
     inner: &Inner,
     req: pb::UpdateContainerResourcesRequest,
@@ -42,7 +72,10 @@ pub async fn update_container_resources(
     let Some(res) = req.linux else {
         return Ok(pb::UpdateContainerResourcesResponse {});
     };
-    if matches!(rec.state, ContainerState::Created | ContainerState::Running) {
+    if rec.state == ContainerState::Created && rec.shim_pid.is_none() {
+        // Not running yet: the new limits go into the bundle the start will use.
+        update_bundle(&rec.bundle.join("config.json"), &oci_resources(&res))?;
+    } else if matches!(rec.state, ContainerState::Created | ContainerState::Running) {
         let rt = inner
             .handlers
             .get(&rec.handler)
