@@ -874,6 +874,17 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         settings,
         probes,
     ));
+    // upstream's MakeUserNsManager: a bad id range stops the kubelet at start.
+    let userns = crate::userns::KubeletMappings::from_files(&Default::default())
+        .and_then(|m| {
+            crate::userns::UsernsManager::new(
+                &args.root_dir.join("pods"),
+                m,
+                u32::try_from(r.cm.max_pods).unwrap_or(u32::MAX),
+            )
+        })
+        .map_err(|e| RunError::Flag(format!("user namespace manager: kubelet mappings: {e}")))?;
+    let _ = kr.userns.set(Arc::new(userns));
     if let Some(c) = &api_client {
         let _ = kr
             .objects

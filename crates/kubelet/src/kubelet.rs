@@ -356,6 +356,7 @@ impl Core {
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(&pod), error = %e, "tearing down the pod's volumes failed");
         }
+        self.kr.release_user_namespace(&uid);
         self.kr.cm.remove_pod(&uid);
         self.status.remove(&uid);
         if let Ok(mut m) = self.evicted.lock() {
@@ -380,6 +381,7 @@ impl Core {
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(pod), error = %e, "cannot remove the evicted pod's volumes");
         }
+        self.kr.release_user_namespace(&uid);
     }
 }
 
