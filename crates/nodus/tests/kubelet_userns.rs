@@ -6,12 +6,13 @@
 //! multiple of 65536 at or above 65536, and `id -u` says 0. A second such pod gets another
 //! block; the kubelet persisted both in the pods' directories and a restarted kubelet
 //! hands a third pod neither of them. A pod asking for a user namespace and the host's
-//! network is refused by the API server with upstream's message.
+//! network is refused by the API server with upstream's message. On containerd 1.6, which
+//! reports no runtime handlers, the kubelet refuses such a pod as upstream's does.
 
 mod common;
 
 use common::BareNode;
-use common::kubelet::{NODE_NAME, is_running};
+use common::kubelet::{Kubelet, NODE_NAME, container_status, is_running};
 use common::kubelet_api::ControlPlane;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -57,7 +58,7 @@ fn map_line(line: &str) -> Option<(u64, u64, u64)> {
 
 /// Waits for the pod's three lines of output through `kubectl logs` (API server →
 /// kubelet), panicking with the pod, its events and the kubelet's log otherwise.
-fn wait_output(cp: &ControlPlane, k: &common::kubelet::Kubelet, name: &str) -> Seen {
+fn wait_output(cp: &ControlPlane, k: &Kubelet, name: &str) -> Seen {
     let deadline = Instant::now() + T;
     loop {
         let out = cp.kubectl(&["logs", name]);
@@ -101,7 +102,7 @@ fn pod_uid(cp: &ControlPlane, name: &str) -> String {
 }
 
 /// The block the kubelet persisted for the pod, from `<root>/pods/<uid>/userns`.
-fn persisted_host_id(k: &common::kubelet::Kubelet, uid: &str) -> u64 {
+fn persisted_host_id(k: &Kubelet, uid: &str) -> u64 {
     let path = k.root().join("pods").join(uid).join("userns");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: Value = serde_json::from_str(&text).expect("userns file is JSON");
@@ -204,4 +205,41 @@ async fn pods_without_host_users_get_their_own_id_blocks() {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runtime_without_user_namespaces_gets_no_such_pod() {
+    if !common::have_root() {
+        return;
+    }
+    let netns = std::sync::Arc::new(testkit::Netns::new("kubelet-userns").expect("netns"));
+    let base = tempfile::tempdir().expect("tempdir");
+    let ctrd = common::node::start_containerd(&netns, base.path(), "10.89.52.0/24");
+    let cgroup = testkit::CgroupParent::new("kubelet-userns");
+    cgroup.create();
+    let k = Kubelet::start(netns.clone(), &ctrd.endpoint(), &cgroup.path(), &[]);
+    k.write_manifest(
+        "userns.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: userns}\nspec:\n  hostUsers: false\n  containers:\n  - name: app\n    image: docker.io/library/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n",
+    );
+    let name = format!("userns-{NODE_NAME}");
+    let want = "can't set `spec.hostUsers: false`, runtime does not support user namespaces: the handler \"\" is not known";
+    let p = k.wait_pod(&name, T, "the refusal in the container's status", |p| {
+        container_status(p, "app")
+            .and_then(|c| c["state"]["waiting"]["message"].as_str())
+            .is_some_and(|m| m.contains(want))
+    });
+    let waiting = &container_status(&p, "app").expect("status")["state"]["waiting"];
+    assert_eq!(waiting["reason"], "ContainerCreating");
+    let uid = p["metadata"]["uid"].as_str().expect("uid");
+    assert_eq!(
+        waiting["message"],
+        format!("Failed to generate sandbox config for pod \"{name}_default({uid})\": {want}")
+    );
+    assert!(
+        !k.root().join("pods").join(uid).join("userns").exists(),
+        "no block is allocated for a pod that cannot run"
+    );
+    drop(k);
+    drop(ctrd);
 }
