@@ -164,6 +164,37 @@ async fn pods_without_host_users_get_their_own_id_blocks() {
         "The Pod \"hostnet\" is invalid: spec.hostNetwork: Forbidden: when `pod.Spec.HostUsers` is false"
     );
 
+    // The Node tells where user namespaces can run: the runtime's default handler ("").
+    let deadline = Instant::now() + T;
+    let handlers = loop {
+        let out = cp.kubectl(&[
+            "get",
+            "node",
+            NODE_NAME,
+            "-o",
+            "jsonpath={.status.runtimeHandlers}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node never reported runtimeHandlers: {text}{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            k.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let default = handlers
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["name"] == ""))
+        .unwrap_or_else(|| panic!("no default handler in {handlers}"));
+    assert_eq!(
+        default["features"]["userNamespaces"], true,
+        "the nodus runtime's default handler supports user namespaces: {handlers}"
+    );
+
     cp.kubectl_ok(&["create", "-f", "-"], Some(&userns_pod("first", "")));
     cp.kubectl_ok(&["create", "-f", "-"], Some(&userns_pod("second", "")));
     let first = assert_pod_block("first", &wait_output(&cp, &k, "first"));
