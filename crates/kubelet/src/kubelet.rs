@@ -347,16 +347,24 @@ impl Core {
 
     async fn do_cleanup(self: Arc<Self>, pod: Pod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if let Err(e) = self.kr.remove_pod(&uid).await {
-            tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "removing the pod's containers failed; housekeeping retries");
-        }
+        let removed = match self.kr.remove_pod(&uid).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "removing the pod's containers failed; housekeeping retries");
+                false
+            }
+        };
         if let Some(c) = self.kr.objects.get() {
             c.unregister_pod(&uid);
         }
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(&pod), error = %e, "tearing down the pod's volumes failed");
         }
-        self.kr.release_user_namespace(&uid);
+        // Containers the runtime may still run keep their ids until housekeeping sees
+        // them gone: no other pod may get the same block meanwhile.
+        if removed {
+            self.kr.release_user_namespace(&uid);
+        }
         self.kr.cm.remove_pod(&uid);
         self.status.remove(&uid);
         if let Ok(mut m) = self.evicted.lock() {
@@ -375,13 +383,19 @@ impl Core {
     /// (ShouldPodContentBeRemoved), so the pressure that evicted it goes away.
     async fn reclaim_evicted(&self, pod: &Pod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if let Err(e) = self.kr.remove_pod(&uid).await {
-            tracing::warn!(pod = %pod_name(pod), error = %e.message(), "cannot remove the evicted pod's containers");
-        }
+        let removed = match self.kr.remove_pod(&uid).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(pod = %pod_name(pod), error = %e.message(), "cannot remove the evicted pod's containers");
+                false
+            }
+        };
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(pod), error = %e, "cannot remove the evicted pod's volumes");
         }
-        self.kr.release_user_namespace(&uid);
+        if removed {
+            self.kr.release_user_namespace(&uid);
+        }
     }
 }
 

@@ -5,9 +5,11 @@
 //! `/proc/self/uid_map` maps container id 0 to a block of 65536 host ids that starts on a
 //! multiple of 65536 at or above 65536, and `id -u` says 0. A second such pod gets another
 //! block; the kubelet persisted both in the pods' directories and a restarted kubelet
-//! hands a third pod neither of them. A pod asking for a user namespace and the host's
-//! network is refused by the API server with upstream's message. On containerd 1.6, which
-//! reports no runtime handlers, the kubelet refuses such a pod as upstream's does.
+//! hands a third pod neither of them; a deleted pod's block is free again. The Node
+//! reports that its default runtime handler supports user namespaces. A pod asking for a
+//! user namespace and the host's network is refused by the API server with upstream's
+//! message. On containerd 1.6, which reports no runtime handlers, the kubelet refuses such
+//! a pod as upstream's does.
 
 mod common;
 
@@ -222,7 +224,8 @@ async fn pods_without_host_users_get_their_own_id_blocks() {
     );
     assert_eq!(persisted_host_id(&k, &pod_uid(&cp, "first")), first);
 
-    // Deleting a pod frees its block: its directory (and file) go.
+    // Deleting a pod frees its block: its directory (and file) go, and the block is
+    // handed out again (the manager gives the lowest free block).
     let first_uid = pod_uid(&cp, "first");
     cp.kubectl_ok(&["delete", "pod", "first", "--grace-period=1"], None);
     let dir = k.root().join("pods").join(&first_uid);
@@ -236,6 +239,9 @@ async fn pods_without_host_users_get_their_own_id_blocks() {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&userns_pod("fourth", "")));
+    let fourth = assert_pod_block("fourth", &wait_output(&cp, &k, "fourth"));
+    assert_eq!(fourth, first, "the deleted pod's block is free again");
 }
 
 #[tokio::test(flavor = "multi_thread")]
