@@ -2,9 +2,9 @@
 //! with `spec.hostUsers: false` owns.
 //!
 //! The kubelet owns one range of ids (`/etc/subuid` and `/etc/subgid` entries of user
-//! `kubelet`, else everything from 65536 up), cut into blocks of 65536. Each such pod gets
-//! one whole block for both uids and gids (container id 0 → the block's first host id), so
-//! no two pods share a host id. The choice is persisted in `<root-dir>/pods/<uid>/userns`
+//! `kubelet`, else everything from 65536 up), cut into blocks of `userNamespaces.idsPerPod`
+//! ids (65536 by default). Each such pod gets one whole block for both uids and gids
+//! (container id 0 → the block's first host id), so no two pods share a host id. The choice is persisted in `<root-dir>/pods/<uid>/userns`
 //! with upstream's JSON field names, so a restarted kubelet gives a running pod the same
 //! block and never hands that block to another pod; it is released when the pod's
 //! directory goes.
@@ -20,7 +20,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Ids per pod: the whole 16-bit range a container's files and users expect.
+/// The default ids per pod, and the unit `idsPerPod` must be a multiple of: the whole
+/// 16-bit range a container's files and users expect.
 pub const USERNS_LENGTH: u32 = 65536;
 
 /// The file in the pod's directory that holds its mappings.
@@ -29,23 +30,20 @@ pub const MAPPINGS_FILE: &str = "userns";
 /// The user whose subordinate ids the kubelet may hand out.
 pub const KUBELET_USER: &str = "kubelet";
 
-/// upstream's default range when `kubelet` has no subordinate ids: every id from 65536
-/// up (ids below 65536 belong to the host's own users).
-pub const DEFAULT_FIRST_ID: u32 = 1 << 16;
-pub const DEFAULT_LENGTH: u32 = u32::MAX - DEFAULT_FIRST_ID + 1;
-
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum UsernsError {
     #[error("{path}: {message}")]
     SubIds { path: String, message: String },
     #[error("mismatched subuids and subgids for user \"{KUBELET_USER}\"")]
     SubIdsMismatch,
-    #[error("kubelet user assigned ID {0} is not a multiple of {USERNS_LENGTH}")]
-    FirstIdNotAligned(u32),
-    #[error("kubelet user assigned ID {0} must be greater or equal to {USERNS_LENGTH}")]
-    FirstIdTooLow(u32),
-    #[error("kubelet user assigned IDs length {0} is not a multiple of {USERNS_LENGTH}")]
-    LengthNotAligned(u32),
+    #[error("kubelet user assigned ID {0} is not a multiple of {1}")]
+    FirstIdNotAligned(u32, u32),
+    #[error("kubelet user assigned ID {0} must be greater or equal to {1}")]
+    FirstIdTooLow(u32, u32),
+    #[error("kubelet user assigned IDs length {0} is not a multiple of {1}")]
+    LengthNotAligned(u32, u32),
+    #[error("kubelet user namespace length {0} is not a multiple of {USERNS_LENGTH}")]
+    IdsPerPodNotAligned(u32),
     #[error(
         "kubelet user assigned IDs {first_id}..{first_id}+{length} go past the largest id 4294967295"
     )]
@@ -102,12 +100,23 @@ pub struct KubeletMappings {
     pub length: u32,
 }
 
+impl KubeletMappings {
+    /// upstream's default range when `kubelet` has no subordinate ids: every whole block
+    /// of `ids_per_pod` ids but the first (ids below it belong to the host's own users).
+    /// With 65536 ids per pod: 65536 up to the last id, 65535 blocks.
+    pub fn default_for(ids_per_pod: u32) -> KubeletMappings {
+        let per = u64::from(ids_per_pod.max(1));
+        let blocks = ((1u64 << 32) - per) / per;
+        KubeletMappings {
+            first_id: ids_per_pod,
+            length: u32::try_from(blocks * per).unwrap_or(u32::MAX),
+        }
+    }
+}
+
 impl Default for KubeletMappings {
     fn default() -> KubeletMappings {
-        KubeletMappings {
-            first_id: DEFAULT_FIRST_ID,
-            length: DEFAULT_LENGTH,
-        }
+        KubeletMappings::default_for(USERNS_LENGTH)
     }
 }
 
@@ -140,9 +149,12 @@ pub fn parse_subids(text: &str, user: &str) -> Result<Vec<(u32, u32)>, String> {
 
 impl KubeletMappings {
     /// upstream's getKubeletMappings, reading the files getsubids reads: the single
-    /// range of user `kubelet`, the same in both files; upstream's default when neither
-    /// file names the user (or the files do not exist).
-    pub fn from_files(files: &SubIdFiles) -> Result<KubeletMappings, UsernsError> {
+    /// range of user `kubelet`, the same in both files; upstream's default for
+    /// `ids_per_pod` when neither file names the user (or the files do not exist).
+    pub fn from_files(
+        files: &SubIdFiles,
+        ids_per_pod: u32,
+    ) -> Result<KubeletMappings, UsernsError> {
         let read = |p: &Path| -> Result<Vec<(u32, u32)>, UsernsError> {
             let text = match std::fs::read_to_string(p) {
                 Ok(t) => t,
@@ -157,7 +169,7 @@ impl KubeletMappings {
         let uids = read(&files.subuid)?;
         let gids = read(&files.subgid)?;
         if uids.is_empty() && gids.is_empty() {
-            return Ok(KubeletMappings::default());
+            return Ok(KubeletMappings::default_for(ids_per_pod));
         }
         if uids != gids {
             return Err(UsernsError::SubIdsMismatch);
@@ -195,11 +207,11 @@ pub struct IdMapping {
 }
 
 impl UserNamespace {
-    fn block(host_id: u32) -> UserNamespace {
+    fn block(host_id: u32, length: u32) -> UserNamespace {
         let m = IdMapping {
             host_id,
             container_id: 0,
-            length: USERNS_LENGTH,
+            length,
         };
         UserNamespace {
             uid_mappings: vec![m],
@@ -298,6 +310,8 @@ struct State {
 /// Hands out and remembers the pods' blocks (upstream's UsernsManager).
 pub struct UsernsManager {
     pods_dir: PathBuf,
+    /// Ids per pod: the size of every block.
+    ids_per_pod: u32,
     /// Index of the kubelet range's first block, counted in blocks from id 0.
     off: u32,
     state: Mutex<State>,
@@ -311,36 +325,43 @@ impl UsernsManager {
         pods_dir: &Path,
         mappings: KubeletMappings,
         max_pods: u32,
+        ids_per_pod: u32,
     ) -> Result<UsernsManager, UsernsError> {
         let KubeletMappings { first_id, length } = mappings;
-        if !first_id.is_multiple_of(USERNS_LENGTH) {
-            return Err(UsernsError::FirstIdNotAligned(first_id));
+        let per = ids_per_pod;
+        if per == 0 || !per.is_multiple_of(USERNS_LENGTH) {
+            return Err(UsernsError::IdsPerPodNotAligned(per));
         }
-        if first_id < USERNS_LENGTH {
+        if !first_id.is_multiple_of(per) {
+            return Err(UsernsError::FirstIdNotAligned(first_id, per));
+        }
+        if first_id < per {
             // Mapping id 0 of the host into a pod would undo what the namespace is for.
-            return Err(UsernsError::FirstIdTooLow(first_id));
+            return Err(UsernsError::FirstIdTooLow(first_id, per));
         }
-        if !length.is_multiple_of(USERNS_LENGTH) {
-            return Err(UsernsError::LengthNotAligned(length));
+        if !length.is_multiple_of(per) {
+            return Err(UsernsError::LengthNotAligned(length, per));
         }
         if u64::from(first_id) + u64::from(length) > 1 << 32 {
             return Err(UsernsError::PastIdSpace { first_id, length });
         }
-        if length / USERNS_LENGTH < max_pods {
+        if length / per < max_pods {
             return Err(UsernsError::TooFewIds(max_pods));
         }
         let m = UsernsManager {
             pods_dir: pods_dir.to_path_buf(),
-            off: first_id / USERNS_LENGTH,
+            ids_per_pod: per,
+            off: first_id / per,
             state: Mutex::new(State {
-                used: Allocator::new((length / USERNS_LENGTH) as usize),
+                used: Allocator::new((length / per) as usize),
                 by_pod: HashMap::new(),
             }),
         };
         tracing::debug!(
             first_id,
             length,
-            blocks = length / USERNS_LENGTH,
+            ids_per_pod = per,
+            blocks = length / per,
             "user namespace manager mapping"
         );
         let entries = match std::fs::read_dir(pods_dir) {
@@ -390,10 +411,10 @@ impl UsernsManager {
 
     /// Marks the block a pod's file names as the pod's (upstream's record).
     fn record(&self, st: &mut State, uid: &str, m: IdMapping) -> Result<(), UsernsError> {
-        if m.length != USERNS_LENGTH {
+        if m.length != self.ids_per_pod {
             return Err(UsernsError::WrongLength(m.length));
         }
-        if !m.host_id.is_multiple_of(USERNS_LENGTH) {
+        if !m.host_id.is_multiple_of(self.ids_per_pod) {
             return Err(UsernsError::WrongOffset(m.host_id));
         }
         let prev = st.by_pod.get(uid).copied();
@@ -403,7 +424,7 @@ impl UsernsManager {
             }
             return Ok(());
         }
-        let index = (m.host_id / USERNS_LENGTH)
+        let index = (m.host_id / self.ids_per_pod)
             .checked_sub(self.off)
             .map(|i| i as usize)
             .filter(|i| *i < st.used.len())
@@ -487,13 +508,13 @@ impl UsernsManager {
             Some(h) => *h,
             None => {
                 let index = st.used.allocate_next().ok_or(UsernsError::Exhausted)?;
-                let h = (index as u32 + self.off) * USERNS_LENGTH;
+                let h = (index as u32 + self.off) * self.ids_per_pod;
                 st.by_pod.insert(uid.to_string(), h);
                 tracing::debug!(pod_uid = %uid, host_id = h, "new pod user namespace allocation");
                 h
             }
         };
-        let u = UserNamespace::block(host_id);
+        let u = UserNamespace::block(host_id, self.ids_per_pod);
         if let Err(e) = self.write_file(uid, &u) {
             self.release_locked(st, uid);
             return Err(e);
@@ -508,7 +529,7 @@ impl UsernsManager {
         tracing::debug!(pod_uid = %uid, host_id, "releasing pod user namespace allocation");
         let _ = std::fs::remove_file(self.file(uid));
         st.used
-            .release((host_id / USERNS_LENGTH - self.off) as usize);
+            .release((host_id / self.ids_per_pod - self.off) as usize);
     }
 
     /// Frees pod `uid`'s block and removes its file (the pod is gone).

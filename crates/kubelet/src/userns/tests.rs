@@ -31,7 +31,7 @@ fn small(blocks: u32) -> KubeletMappings {
 }
 
 fn manager(dir: &Path, blocks: u32) -> UsernsManager {
-    UsernsManager::new(dir, small(blocks), 1).expect("manager")
+    UsernsManager::new(dir, small(blocks), 1, USERNS_LENGTH).expect("manager")
 }
 
 fn host_of(u: &pb::UserNamespace) -> u32 {
@@ -304,16 +304,25 @@ fn a_handler_without_user_namespaces_is_refused_with_upstreams_message() {
 fn the_kubelet_range_is_checked_like_upstream() {
     let d = tempfile::tempdir().unwrap();
     let new = |first_id, length, max_pods| {
-        UsernsManager::new(d.path(), KubeletMappings { first_id, length }, max_pods).err()
+        UsernsManager::new(
+            d.path(),
+            KubeletMappings { first_id, length },
+            max_pods,
+            USERNS_LENGTH,
+        )
+        .err()
     };
     assert_eq!(
         new(65537, 65536 * 10, 1),
-        Some(UsernsError::FirstIdNotAligned(65537))
+        Some(UsernsError::FirstIdNotAligned(65537, 65536))
     );
-    assert_eq!(new(0, 65536 * 10, 1), Some(UsernsError::FirstIdTooLow(0)));
+    assert_eq!(
+        new(0, 65536 * 10, 1),
+        Some(UsernsError::FirstIdTooLow(0, 65536))
+    );
     assert_eq!(
         new(65536, 65536 * 10 + 1, 1),
-        Some(UsernsError::LengthNotAligned(655361))
+        Some(UsernsError::LengthNotAligned(655361, 65536))
     );
     assert_eq!(
         new(65536, 65536 * 10, 110),
@@ -334,7 +343,7 @@ fn the_kubelet_range_is_checked_like_upstream() {
     assert_eq!(new(1 << 31, 1 << 31, 1), None, "up to the last id is fine");
     assert_eq!(new(65536, 65536 * 110, 110), None);
     // upstream's default range: everything from 65536 up, 65535 blocks.
-    let m = UsernsManager::new(d.path(), KubeletMappings::default(), 110).unwrap();
+    let m = UsernsManager::new(d.path(), KubeletMappings::default(), 110, USERNS_LENGTH).unwrap();
     assert_eq!(m.lock().used.len(), 65535);
 }
 
@@ -348,6 +357,7 @@ fn the_last_block_of_the_id_space_is_usable() {
             length: USERNS_LENGTH,
         },
         1,
+        USERNS_LENGTH,
     )
     .unwrap();
     let u = m
@@ -366,7 +376,7 @@ fn subid_files_give_the_kubelet_range() {
         subgid: d.path().join("subgid"),
     };
     assert_eq!(
-        KubeletMappings::from_files(&files),
+        KubeletMappings::from_files(&files, USERNS_LENGTH),
         Ok(KubeletMappings::default()),
         "no files: upstream's default"
     );
@@ -374,7 +384,7 @@ fn subid_files_give_the_kubelet_range() {
     std::fs::write(&files.subuid, text).unwrap();
     std::fs::write(&files.subgid, text).unwrap();
     assert_eq!(
-        KubeletMappings::from_files(&files),
+        KubeletMappings::from_files(&files, USERNS_LENGTH),
         Ok(KubeletMappings {
             first_id: 196608,
             length: 6553600
@@ -383,7 +393,7 @@ fn subid_files_give_the_kubelet_range() {
     std::fs::write(&files.subuid, "alice:100000:65536\n").unwrap();
     std::fs::write(&files.subgid, "bob:100000:65536\n").unwrap();
     assert_eq!(
-        KubeletMappings::from_files(&files),
+        KubeletMappings::from_files(&files, USERNS_LENGTH),
         Ok(KubeletMappings::default()),
         "other users' entries do not count"
     );
@@ -399,7 +409,7 @@ fn bad_subid_files_are_errors() {
     std::fs::write(&files.subuid, "kubelet:65536:655360\n").unwrap();
     std::fs::write(&files.subgid, "kubelet:131072:655360\n").unwrap();
     assert_eq!(
-        KubeletMappings::from_files(&files),
+        KubeletMappings::from_files(&files, USERNS_LENGTH),
         Err(UsernsError::SubIdsMismatch)
     );
     assert_eq!(
@@ -408,20 +418,24 @@ fn bad_subid_files_are_errors() {
     );
     std::fs::write(&files.subgid, "").unwrap();
     assert_eq!(
-        KubeletMappings::from_files(&files),
+        KubeletMappings::from_files(&files, USERNS_LENGTH),
         Err(UsernsError::SubIdsMismatch),
         "an entry in only one file"
     );
     let two = "kubelet:65536:65536\nkubelet:262144:65536\n";
     std::fs::write(&files.subuid, two).unwrap();
     std::fs::write(&files.subgid, two).unwrap();
-    let err = KubeletMappings::from_files(&files).unwrap_err().to_string();
+    let err = KubeletMappings::from_files(&files, USERNS_LENGTH)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("must have exactly one range, it has 2"),
         "{err}"
     );
     std::fs::write(&files.subuid, "kubelet:lots:65536\n").unwrap();
-    let err = KubeletMappings::from_files(&files).unwrap_err().to_string();
+    let err = KubeletMappings::from_files(&files, USERNS_LENGTH)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with(&format!(
             "{}: error parsing line \"kubelet:lots:65536\"",
@@ -430,7 +444,9 @@ fn bad_subid_files_are_errors() {
         "{err}"
     );
     std::fs::write(&files.subuid, "kubelet:65536\n").unwrap();
-    let err = KubeletMappings::from_files(&files).unwrap_err().to_string();
+    let err = KubeletMappings::from_files(&files, USERNS_LENGTH)
+        .unwrap_err()
+        .to_string();
     assert!(err.ends_with("invalid line \"kubelet:65536\""), "{err}");
 }
 
@@ -444,12 +460,80 @@ fn a_range_from_subid_files_must_still_be_aligned() {
     // The common useradd default: 100000 is not a multiple of 65536.
     std::fs::write(&files.subuid, "kubelet:100000:65536\n").unwrap();
     std::fs::write(&files.subgid, "kubelet:100000:65536\n").unwrap();
-    let mappings = KubeletMappings::from_files(&files).unwrap();
-    let err = UsernsManager::new(&d.path().join("pods"), mappings, 1)
+    let mappings = KubeletMappings::from_files(&files, USERNS_LENGTH).unwrap();
+    let err = UsernsManager::new(&d.path().join("pods"), mappings, 1, USERNS_LENGTH)
         .err()
         .unwrap();
     assert_eq!(
         err.to_string(),
         "kubelet user assigned ID 100000 is not a multiple of 65536"
+    );
+}
+
+#[test]
+fn ids_per_pod_sets_the_block_size() {
+    let d = tempfile::tempdir().unwrap();
+    let per = 2 * USERNS_LENGTH;
+    let files = SubIdFiles {
+        subuid: d.path().join("none"),
+        subgid: d.path().join("none"),
+    };
+    let mappings = KubeletMappings::from_files(&files, per).unwrap();
+    assert_eq!(
+        mappings,
+        KubeletMappings {
+            first_id: 131072,
+            length: 32767 * 131072
+        },
+        "the default range starts one block up and ends on a block boundary"
+    );
+    let m = UsernsManager::new(&d.path().join("pods"), mappings, 110, per).unwrap();
+    let h = handlers(true);
+    let a = m
+        .get_or_create(&pod("a", Some(false)), "", Some(&h))
+        .unwrap();
+    let b = m
+        .get_or_create(&pod("b", Some(false)), "", Some(&h))
+        .unwrap();
+    assert_eq!(
+        (a.uids[0].host_id, a.uids[0].length),
+        (131072, 131072),
+        "a block of idsPerPod ids"
+    );
+    assert_eq!(b.uids[0].host_id, 262144);
+    drop(m);
+    let m = UsernsManager::new(&d.path().join("pods"), mappings, 110, per).unwrap();
+    assert_eq!(m.host_id("b"), Some(262144), "reloaded with the same size");
+    // A kubelet restarted with another idsPerPod cannot take these files back.
+    let other = UsernsManager::new(
+        &d.path().join("pods"),
+        KubeletMappings::default(),
+        110,
+        USERNS_LENGTH,
+    )
+    .unwrap();
+    assert_eq!(
+        other
+            .get_or_create(&pod("a", Some(false)), "", Some(&h))
+            .unwrap_err(),
+        "user namespace: wrong user namespace length 131072"
+    );
+    assert_eq!(
+        UsernsManager::new(d.path(), mappings, 1, 100_000).err(),
+        Some(UsernsError::IdsPerPodNotAligned(100_000))
+    );
+    assert_eq!(
+        UsernsManager::new(
+            d.path(),
+            KubeletMappings {
+                first_id: 65536,
+                length: 131072 * 10
+            },
+            1,
+            per
+        )
+        .err()
+        .map(|e| e.to_string()),
+        Some("kubelet user assigned ID 65536 is not a multiple of 131072".into())
     );
 }
