@@ -190,6 +190,13 @@ impl Core {
         self.kr.probes.add_pod(&pod);
         match self.kr.sync_pod(&pod).await {
             Ok((result, rp)) => {
+                let userns = pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
+                if let (true, Some(ok)) = (userns, result.sandbox_created) {
+                    self.metrics.started_user_namespaced_pods.inc();
+                    if !ok {
+                        self.metrics.started_user_namespaced_pods_errors.inc();
+                    }
+                }
                 let status = self.compute_status(&pod, &rp);
                 self.note_started(&uid, &status);
                 self.status.set(&uid, status);

@@ -277,6 +277,29 @@ async fn a_runtime_without_user_namespaces_gets_no_such_pod() {
         !k.root().join("pods").join(uid).join("userns").exists(),
         "no block is allocated for a pod that cannot run"
     );
+    let (code, metrics) = k.get("/metrics");
+    assert_eq!(code, 200, "{metrics}");
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{metrics}"))
+    };
+    let started = value("kubelet_started_user_namespaced_pods_total");
+    let errors = value("kubelet_started_user_namespaced_pods_errors_total");
+    assert!(started >= 1.0, "attempts are counted: {started}");
+    // Every attempt failed on this runtime (a sync between the two reads may have counted
+    // one more attempt whose error is not counted yet).
+    assert!(
+        errors >= 1.0 && started - errors <= 1.0,
+        "errors are counted: {errors} of {started}"
+    );
     drop(k);
     drop(ctrd);
 }

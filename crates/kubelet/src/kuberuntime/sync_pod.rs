@@ -38,6 +38,9 @@ pub struct SyncResult {
     pub errors: Vec<String>,
     /// The pod reached a state where nothing more will run (restart policy says so).
     pub pod_done: bool,
+    /// A sandbox was to be created: whether that worked (upstream counts these for
+    /// kubelet_started_user_namespaced_pods_total and its errors).
+    pub sandbox_created: Option<bool>,
 }
 
 fn restart_policy(pod: &Pod) -> &str {
@@ -273,6 +276,7 @@ impl KubeRuntime {
     ) {
         tracing::warn!(pod = %pod_name(pod), error = %err, "user namespace for pod failed");
         if actions.create_sandbox {
+            result.sandbox_created = Some(false);
             crate::events::recorder().event(
                 &crate::events::pod_ref(pod),
                 crate::events::WARNING,
@@ -427,6 +431,7 @@ impl KubeRuntime {
         );
         if actions.create_sandbox {
             let log_dir = pod_log_dir(&self.settings.sandbox.pod_logs_dir, pod);
+            result.sandbox_created = Some(false);
             if let Err(e) = std::fs::create_dir_all(&log_dir) {
                 result.errors.push(format!(
                     "create pod log directory {}: {e}",
@@ -447,6 +452,7 @@ impl KubeRuntime {
                 .await
             {
                 Ok(r) => {
+                    result.sandbox_created = Some(true);
                     sandbox_id = r.into_inner().pod_sandbox_id;
                     tracing::info!(pod = %pod_name(pod), sandbox = %sandbox_id, took = ?started.elapsed(), "started pod sandbox");
                 }
