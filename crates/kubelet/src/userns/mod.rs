@@ -477,8 +477,9 @@ impl UsernsManager {
             Err(e) => return Err(unsupported_message(handler, Some(&e))),
         }
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if uid.is_empty() {
-            return Err("create user namespace: the pod has no uid".into());
+        // The uid names a directory under the pods dir: it must stay one path component.
+        if uid.is_empty() || uid == "." || uid == ".." || uid.contains('/') {
+            return Err(format!("create user namespace: invalid pod uid {uid:?}"));
         }
         self.mappings(uid).map(|u| u.to_cri())
     }

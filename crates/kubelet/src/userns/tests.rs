@@ -275,6 +275,24 @@ fn two_files_claiming_one_block_fail_the_second_pod() {
 }
 
 #[test]
+fn a_uid_that_is_not_one_path_component_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let pods = d.path().join("pods");
+    let m = manager(&pods, 2);
+    for uid in ["", "..", "../escape", "a/b"] {
+        let err = m
+            .get_or_create(&pod(uid, Some(false)), "", Some(&handlers(true)))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            format!("create user namespace: invalid pod uid {uid:?}")
+        );
+    }
+    assert!(!d.path().join("escape").exists());
+    assert!(m.allocated().is_empty());
+}
+
+#[test]
 fn a_handler_without_user_namespaces_is_refused_with_upstreams_message() {
     let d = tempfile::tempdir().unwrap();
     let m = manager(d.path(), 2);
