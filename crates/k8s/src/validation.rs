@@ -16,6 +16,7 @@ mod names;
 mod network;
 mod object;
 mod pod;
+mod userns;
 mod workloads;
 
 pub use names::*;

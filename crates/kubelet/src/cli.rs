@@ -346,6 +346,8 @@ struct Resolved {
     cm: crate::cm::Config,
     node: NodeSettings,
     eviction: crate::eviction::Config,
+    /// `userNamespaces.idsPerPod`.
+    ids_per_pod: u32,
 }
 
 /// The settings of the node status, lease and registration.
@@ -430,7 +432,9 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     let cm = resolve_cm(args, &c)?;
     let node = resolve_node(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
+    let ids_per_pod = c.ids_per_pod();
     Ok(Resolved {
+        ids_per_pod,
         endpoint: args
             .container_runtime_endpoint
             .clone()
@@ -874,6 +878,18 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         settings,
         probes,
     ));
+    // upstream's MakeUserNsManager: a bad id range stops the kubelet at start.
+    let userns = crate::userns::KubeletMappings::from_files(&Default::default(), r.ids_per_pod)
+        .and_then(|m| {
+            crate::userns::UsernsManager::new(
+                &args.root_dir.join("pods"),
+                m,
+                u32::try_from(r.cm.max_pods).unwrap_or(u32::MAX),
+                r.ids_per_pod,
+            )
+        })
+        .map_err(|e| RunError::Flag(format!("user namespace manager: kubelet mappings: {e}")))?;
+    let _ = kr.userns.set(Arc::new(userns));
     if let Some(c) = &api_client {
         let _ = kr
             .objects

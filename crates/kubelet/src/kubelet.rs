@@ -190,6 +190,13 @@ impl Core {
         self.kr.probes.add_pod(&pod);
         match self.kr.sync_pod(&pod).await {
             Ok((result, rp)) => {
+                let userns = pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
+                if let (true, Some(ok)) = (userns, result.sandbox_created) {
+                    self.metrics.started_user_namespaced_pods.inc();
+                    if !ok {
+                        self.metrics.started_user_namespaced_pods_errors.inc();
+                    }
+                }
                 let status = self.compute_status(&pod, &rp);
                 self.note_started(&uid, &status);
                 self.status.set(&uid, status);
@@ -347,14 +354,23 @@ impl Core {
 
     async fn do_cleanup(self: Arc<Self>, pod: Pod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if let Err(e) = self.kr.remove_pod(&uid).await {
-            tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "removing the pod's containers failed; housekeeping retries");
-        }
+        let removed = match self.kr.remove_pod(&uid).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(pod = %pod_name(&pod), error = %e.message(), "removing the pod's containers failed; housekeeping retries");
+                false
+            }
+        };
         if let Some(c) = self.kr.objects.get() {
             c.unregister_pod(&uid);
         }
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(&pod), error = %e, "tearing down the pod's volumes failed");
+        }
+        // Containers the runtime may still run keep their ids until housekeeping sees
+        // them gone: no other pod may get the same block meanwhile.
+        if removed {
+            self.kr.release_user_namespace(&uid);
         }
         self.kr.cm.remove_pod(&uid);
         self.status.remove(&uid);
@@ -374,11 +390,18 @@ impl Core {
     /// (ShouldPodContentBeRemoved), so the pressure that evicted it goes away.
     async fn reclaim_evicted(&self, pod: &Pod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if let Err(e) = self.kr.remove_pod(&uid).await {
-            tracing::warn!(pod = %pod_name(pod), error = %e.message(), "cannot remove the evicted pod's containers");
-        }
+        let removed = match self.kr.remove_pod(&uid).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(pod = %pod_name(pod), error = %e.message(), "cannot remove the evicted pod's containers");
+                false
+            }
+        };
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(pod), error = %e, "cannot remove the evicted pod's volumes");
+        }
+        if removed {
+            self.kr.release_user_namespace(&uid);
         }
     }
 }

@@ -61,6 +61,14 @@ pub struct KubeletConfiguration {
     pub tls_private_key_file: Option<PathBuf>,
     pub authentication: Option<KubeletAuthentication>,
     pub authorization: Option<KubeletAuthorization>,
+    pub user_namespaces: Option<UserNamespaces>,
+}
+
+/// `userNamespaces`: how many host ids each pod with `hostUsers: false` gets.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UserNamespaces {
+    pub ids_per_pod: Option<i64>,
 }
 
 /// `authentication` of the KubeletConfiguration (who the kubelet API believes).
@@ -176,8 +184,42 @@ impl KubeletConfiguration {
                 parse_duration(v).map_err(|e| invalid(format!("{name}: {e}")))?;
             }
         }
+        if let Some(ids) = cfg.user_namespaces.as_ref().and_then(|u| u.ids_per_pod) {
+            validate_ids_per_pod(ids).map_err(invalid)?;
+        }
         Ok(cfg)
     }
+
+    /// `userNamespaces.idsPerPod`, 65536 unless set (validated when the file was read).
+    pub fn ids_per_pod(&self) -> u32 {
+        self.user_namespaces
+            .as_ref()
+            .and_then(|u| u.ids_per_pod)
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(crate::userns::USERNS_LENGTH)
+    }
+}
+
+/// upstream's checks of `userNamespaces.idsPerPod`, with its messages.
+fn validate_ids_per_pod(ids: i64) -> Result<(), String> {
+    let unit = i64::from(crate::userns::USERNS_LENGTH);
+    if ids < unit {
+        return Err(format!(
+            "invalid configuration: userNamespaces.idsPerPod must not be less than {unit}"
+        ));
+    }
+    if ids % unit != 0 {
+        return Err(format!(
+            "invalid configuration: userNamespaces.idsPerPod must be a multiple of {unit}"
+        ));
+    }
+    if ids > i64::from(u32::MAX) {
+        return Err(format!(
+            "invalid configuration: userNamespaces.idsPerPod must not be more than {}",
+            u32::MAX
+        ));
+    }
+    Ok(())
 }
 
 /// serde names an unknown field with the list of known ones; say it the user's way.
@@ -217,6 +259,44 @@ mod tests {
         );
         assert_eq!(c.cluster_dns.unwrap(), vec!["10.96.0.10".to_string()]);
         assert!(c.feature_gates.unwrap()["EventedPLEG"]);
+    }
+
+    #[test]
+    fn user_namespaces_ids_per_pod_is_read_and_checked() {
+        let parse = |body: &str| {
+            KubeletConfiguration::parse(
+                Path::new("k.yaml"),
+                &format!(
+                    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{body}"
+                ),
+            )
+        };
+        assert_eq!(
+            parse("").unwrap().ids_per_pod(),
+            65536,
+            "upstream's default"
+        );
+        assert_eq!(
+            parse("userNamespaces: {idsPerPod: 131072}\n")
+                .unwrap()
+                .ids_per_pod(),
+            131072
+        );
+        for (v, why) in [
+            ("1024", "must not be less than 65536"),
+            ("100000", "must be a multiple of 65536"),
+            ("4295032832", "must not be more than 4294967295"),
+        ] {
+            let err = parse(&format!("userNamespaces: {{idsPerPod: {v}}}\n"))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "kubelet config file \"k.yaml\": invalid configuration: userNamespaces.idsPerPod {why}"
+                )
+            );
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! [`syncloop`], [`pleg`], [`pod_workers`], [`kuberuntime`] (SyncPod), [`status`],
 //! [`prober`], [`eviction`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`]; with a
 //! kubeconfig also [`nodestatus`], [`nodelease`], the API pod source, [`status::sync`],
-//! [`mirror`] pods and [`events`].
+//! [`mirror`] pods and [`events`]; [`userns`] hands pods with `hostUsers: false` their ids.
 
 pub mod apiclient;
 pub mod cli;
@@ -30,4 +30,5 @@ pub mod prober;
 pub mod server;
 pub mod status;
 pub mod syncloop;
+pub mod userns;
 pub mod volumes;

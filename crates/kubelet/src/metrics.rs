@@ -35,6 +35,9 @@ pub struct Metrics {
     pub restarted_pods: Family<Vec<(String, String)>, Counter>,
     /// upstream's kubelet_evictions (the text format names the counter `…_total`).
     pub evictions: Family<EvictionSignalLabel, Counter>,
+    /// Sandboxes attempted for pods with `hostUsers: false`, and how many failed.
+    pub started_user_namespaced_pods: Counter,
+    pub started_user_namespaced_pods_errors: Counter,
 }
 
 fn seconds_buckets() -> impl Iterator<Item = f64> {
@@ -95,9 +98,23 @@ impl Metrics {
             "Cumulative number of pod evictions by eviction signal",
             evictions.clone(),
         );
+        let started_user_namespaced_pods = Counter::default();
+        registry.register(
+            "kubelet_started_user_namespaced_pods",
+            "Cumulative number of pods with user namespaces started. This metric will only be collected on Linux.",
+            started_user_namespaced_pods.clone(),
+        );
+        let started_user_namespaced_pods_errors = Counter::default();
+        registry.register(
+            "kubelet_started_user_namespaced_pods_errors",
+            "Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
+            started_user_namespaced_pods_errors.clone(),
+        );
         Metrics {
             registry,
             evictions,
+            started_user_namespaced_pods,
+            started_user_namespaced_pods_errors,
             pleg_relist_duration,
             pleg_last_seen,
             pod_start_duration,

@@ -282,6 +282,16 @@ impl SyncLoop {
                 }
             }
         }
+        // User namespace blocks of pods that are gone (upstream's
+        // CleanupOrphanedPodUsernsAllocations).
+        if let Some(m) = self.core.kr.userns.get() {
+            for u in m.allocated() {
+                if !desired.contains(&u) && !self.workers.is_known(&u) && !listed.contains_key(&u) {
+                    tracing::info!(pod_uid = %u, "releasing the user namespace of a deleted pod");
+                    m.release(&u);
+                }
+            }
+        }
         // Pod cgroups of pods that are gone (a crash between stop and cleanup).
         for u in self.core.kr.cm.pod_cgroup_uids() {
             if !desired.contains(&u) && !self.workers.is_known(&u) && !listed.contains_key(&u) {

@@ -114,6 +114,77 @@ mod tests {
     }
 
     #[test]
+    fn host_users_false_forbids_host_namespaces() {
+        let c = json!([{"name": "c", "image": "busybox"}]);
+        assert_eq!(
+            check(
+                "Pod",
+                "",
+                pod(json!({"hostUsers": false, "containers": c})),
+                None
+            ),
+            Vec::<String>::new(),
+            "a user namespace alone is fine"
+        );
+        let errs = check(
+            "Pod",
+            "",
+            pod(
+                json!({"hostUsers": false, "hostNetwork": true, "hostPID": true, "hostIPC": true, "containers": c}),
+            ),
+            None,
+        );
+        assert_eq!(
+            errs,
+            vec![
+                "spec.hostNetwork: Forbidden: when `pod.Spec.HostUsers` is false",
+                "spec.HostPID: Forbidden: when `pod.Spec.HostUsers` is false",
+                "spec.HostIPC: Forbidden: when `pod.Spec.HostUsers` is false",
+            ]
+        );
+        for hu in [json!(true), Value::Null] {
+            let mut spec = json!({"hostNetwork": true, "hostPID": true, "containers": c});
+            if !hu.is_null() {
+                spec["hostUsers"] = hu.clone();
+            }
+            assert_eq!(
+                check("Pod", "", pod(spec), None),
+                Vec::<String>::new(),
+                "hostUsers {hu}: host namespaces are allowed"
+            );
+        }
+        // The same rule holds in a workload's pod template.
+        let d = json!({"metadata": {"name": "d", "namespace": "default"}, "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}},
+                "spec": {"hostUsers": false, "hostIPC": true, "containers": c}}}});
+        assert_eq!(
+            check("Deployment", "apps", d, None),
+            vec!["spec.template.spec.HostIPC: Forbidden: when `pod.Spec.HostUsers` is false"]
+        );
+    }
+
+    #[test]
+    fn unmasked_proc_needs_a_user_namespace() {
+        let unmasked = json!([{"name": "c", "image": "busybox", "securityContext": {"procMount": "Unmasked"}}]);
+        assert_eq!(
+            check("Pod", "", pod(json!({"containers": unmasked})), None),
+            vec![
+                "spec.containers[0].securityContext.procMount: Invalid value: \"Unmasked\": `hostUsers` must be false to use `Unmasked`"
+            ]
+        );
+        assert_eq!(
+            check(
+                "Pod",
+                "",
+                pod(json!({"hostUsers": false, "containers": unmasked})),
+                None
+            ),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
     fn pod_errors_with_upstream_texts() {
         assert_eq!(
             check("Pod", "", pod(json!({})), None),

@@ -142,6 +142,7 @@ pub(super) fn validate_pod_spec(errs: &mut Errs, spec: &Value, p: &Path, is_pod:
             }
         }
     }
+    super::userns::validate_proc_mounts(errs, spec, p);
     if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) {
         for (i, c) in containers.iter().enumerate() {
             for (j, port) in arr(c, "ports").iter().enumerate() {
@@ -186,6 +187,7 @@ pub(super) fn validate_pod_spec(errs: &mut Errs, spec: &Value, p: &Path, is_pod:
         arr(spec, "topologySpreadConstraints"),
         &p.child("topologySpreadConstraints"),
     );
+    super::userns::validate_host_users(errs, spec, p);
     if let Some(dc) = spec.get("dnsConfig").filter(|d| !d.is_null()) {
         let np = p.child("dnsConfig").child("nameservers");
         let servers = arr(dc, "nameservers");

@@ -43,6 +43,8 @@ pub struct ContainerContext<'a> {
     /// `cpuCFSQuota` and `cpuCFSQuotaPeriod` (µs): without quota, CPU limits are not enforced.
     pub cfs_quota: bool,
     pub cfs_period_us: u64,
+    /// The pod's user namespace, the same one its sandbox got (`None`: the node's).
+    pub userns: Option<&'a pb::UserNamespace>,
 }
 
 /// Why a container could not be configured: shown as `CreateContainerConfigError`.
@@ -114,7 +116,11 @@ pub fn linux_resources(
     }
 }
 
-fn security_context(pod: &Pod, c: &Container) -> pb::LinuxContainerSecurityContext {
+fn security_context(
+    pod: &Pod,
+    c: &Container,
+    userns: Option<&pb::UserNamespace>,
+) -> pb::LinuxContainerSecurityContext {
     let spec = pod.spec.clone().unwrap_or_default();
     let psc = spec.security_context.clone().unwrap_or_default();
     let sc = c.security_context.clone().unwrap_or_default();
@@ -140,7 +146,7 @@ fn security_context(pod: &Pod, c: &Container) -> pb::LinuxContainerSecurityConte
             ..Default::default()
         }),
         privileged,
-        namespace_options: Some(namespace_options(&spec)),
+        namespace_options: Some(namespace_options(&spec, userns)),
         run_as_user: sc
             .run_as_user
             .or(psc.run_as_user)
@@ -292,8 +298,75 @@ pub fn container_config(
                 ctx.node_memory_bytes,
                 ctx.cfs_quota.then_some(ctx.cfs_period_us),
             )),
-            security_context: Some(security_context(pod, c)),
+            security_context: Some(security_context(pod, c, ctx.userns)),
         }),
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    #[test]
+    fn every_container_gets_the_pods_user_namespace() {
+        let root = tempfile::tempdir().unwrap();
+        let c = Container {
+            name: "app".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("web".into());
+        pod.metadata.uid = Some("u1".into());
+        pod.spec = Some(PodSpec {
+            host_users: Some(false),
+            containers: vec![c.clone()],
+            ..Default::default()
+        });
+        let m = pb::IdMapping {
+            host_id: 196608,
+            container_id: 0,
+            length: 65536,
+        };
+        let userns = pb::UserNamespace {
+            mode: pb::NamespaceMode::Pod as i32,
+            uids: vec![m],
+            gids: vec![m],
+        };
+        let volumes = HashMap::new();
+        let env = EnvContext {
+            node_name: "n".into(),
+            host_ips: Vec::new(),
+            pod_ips: Vec::new(),
+            node_cpu_milli: 1000,
+            node_memory_bytes: 1 << 30,
+            objects: Default::default(),
+        };
+        let mut ctx = ContainerContext {
+            root_dir: root.path(),
+            volumes: &volumes,
+            etc_hosts: None,
+            env: &env,
+            node_memory_bytes: 1 << 30,
+            cfs_quota: true,
+            cfs_period_us: 100_000,
+            userns: Some(&userns),
+        };
+        let userns_of = |cfg: pb::ContainerConfig| {
+            cfg.linux
+                .and_then(|l| l.security_context)
+                .and_then(|s| s.namespace_options)
+                .and_then(|n| n.userns_options)
+        };
+        let cfg = container_config(&pod, &c, false, 0, "busybox", &ctx).unwrap();
+        assert_eq!(userns_of(cfg), Some(userns.clone()));
+        ctx.userns = None;
+        let cfg = container_config(&pod, &c, false, 0, "busybox", &ctx).unwrap();
+        assert_eq!(
+            userns_of(cfg).map(|u| (u.mode, u.uids.len())),
+            Some((pb::NamespaceMode::Node as i32, 0))
+        );
+    }
 }

@@ -54,6 +54,9 @@ pub struct KubeRuntime {
     pub runtime_name: Mutex<String>,
     /// The configMap/secret manager, set once when the kubelet has an API server.
     pub objects: std::sync::OnceLock<std::sync::Arc<crate::objectcache::ObjectCache>>,
+    /// The pods' user namespace blocks, set once at start (pods with `hostUsers: false`
+    /// fail to sync without it).
+    pub userns: std::sync::OnceLock<std::sync::Arc<crate::userns::UsernsManager>>,
 }
 
 impl KubeRuntime {
@@ -79,6 +82,7 @@ impl KubeRuntime {
             reasons: Mutex::new(HashMap::new()),
             runtime_name: Mutex::new("cri".into()),
             objects: std::sync::OnceLock::new(),
+            userns: std::sync::OnceLock::new(),
         }
     }
 
@@ -115,6 +119,47 @@ impl KubeRuntime {
         }
         if let Ok(mut b) = self.image_backoff.lock() {
             b.forget_prefix(&format!("{uid}_"));
+        }
+    }
+
+    /// The pod's CRI user namespace: `None` (the node's) unless `hostUsers: false`, then
+    /// its block, once the runtime handler is known to support user namespaces (asked
+    /// of the runtime's Status, where upstream uses its cached runtime state).
+    pub async fn user_namespace(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Result<Option<cri::runtime::v1::UserNamespace>, String> {
+        if pod.spec.as_ref().and_then(|s| s.host_users) != Some(false) {
+            return Ok(None);
+        }
+        let Some(manager) = self.userns.get() else {
+            return Err(
+                "can't set `spec.hostUsers: false`: this kubelet has no user namespace manager"
+                    .into(),
+            );
+        };
+        let handlers = self
+            .rt
+            .runtime
+            .clone()
+            .status(cri::runtime::v1::StatusRequest { verbose: false })
+            .await
+            .ok()
+            .map(|r| r.into_inner().runtime_handlers);
+        let handler = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.clone())
+            .unwrap_or_default();
+        manager
+            .get_or_create(pod, &handler, handlers.as_deref())
+            .map(Some)
+    }
+
+    /// Frees the user namespace block of a pod whose directory is gone.
+    pub fn release_user_namespace(&self, uid: &str) {
+        if let Some(m) = self.userns.get() {
+            m.release(uid);
         }
     }
 

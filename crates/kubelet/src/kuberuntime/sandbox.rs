@@ -29,8 +29,13 @@ pub fn pod_log_dir(logs: &Path, pod: &Pod) -> PathBuf {
     ))
 }
 
-/// Namespace modes shared by the sandbox and its containers.
-pub fn namespace_options(spec: &PodSpec) -> pb::NamespaceOption {
+/// Namespace modes shared by the sandbox and its containers. `userns` is the pod's user
+/// namespace from the [`crate::userns`] manager; `None` means the node's (mode NODE, as
+/// upstream sends for pods with hostUsers unset or true).
+pub fn namespace_options(
+    spec: &PodSpec,
+    userns: Option<&pb::UserNamespace>,
+) -> pb::NamespaceOption {
     let mode = |host: Option<bool>, otherwise: pb::NamespaceMode| {
         if host.unwrap_or(false) {
             pb::NamespaceMode::Node as i32
@@ -47,6 +52,11 @@ pub fn namespace_options(spec: &PodSpec) -> pb::NamespaceOption {
         network: mode(spec.host_network, pb::NamespaceMode::Pod),
         pid: mode(spec.host_pid, pid_default),
         ipc: mode(spec.host_ipc, pb::NamespaceMode::Pod),
+        userns_options: Some(
+            userns
+                .cloned()
+                .unwrap_or_else(crate::userns::node_user_namespace),
+        ),
         ..Default::default()
     }
 }
@@ -149,6 +159,7 @@ pub fn sandbox_config(
     attempt: u32,
     cgroup_parent: &str,
     s: &SandboxSettings,
+    userns: Option<&pb::UserNamespace>,
 ) -> pb::PodSandboxConfig {
     let spec = pod.spec.clone().unwrap_or_default();
     let m = &pod.metadata;
@@ -208,7 +219,7 @@ pub fn sandbox_config(
         linux: Some(pb::LinuxPodSandboxConfig {
             cgroup_parent: cgroup_parent.to_string(),
             security_context: Some(pb::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(&spec)),
+                namespace_options: Some(namespace_options(&spec, userns)),
                 run_as_user: psc.run_as_user.map(|value| pb::Int64Value { value }),
                 run_as_group: psc.run_as_group.map(|value| pb::Int64Value { value }),
                 supplemental_groups: supplemental,
@@ -224,5 +235,96 @@ pub fn sandbox_config(
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Container;
+
+    fn pod(host_users: Option<bool>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("web".into());
+        p.metadata.uid = Some("u1".into());
+        p.spec = Some(PodSpec {
+            host_users,
+            containers: vec![Container {
+                name: "c".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        p
+    }
+
+    fn settings() -> SandboxSettings {
+        SandboxSettings {
+            node_name: "n".into(),
+            pod_logs_dir: "/var/log/pods".into(),
+            resolv_conf: "/nonexistent/resolv.conf".into(),
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
+        }
+    }
+
+    fn pod_userns(host_id: u32) -> pb::UserNamespace {
+        let m = pb::IdMapping {
+            host_id,
+            container_id: 0,
+            length: 65536,
+        };
+        pb::UserNamespace {
+            mode: pb::NamespaceMode::Pod as i32,
+            uids: vec![m],
+            gids: vec![m],
+        }
+    }
+
+    fn sandbox_userns(cfg: &pb::PodSandboxConfig) -> pb::UserNamespace {
+        cfg.linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .and_then(|n| n.userns_options.clone())
+            .expect("userns_options is always sent")
+    }
+
+    #[test]
+    fn pods_sharing_the_hosts_users_get_node_mode_without_mappings() {
+        for hu in [None, Some(true)] {
+            let spec = pod(hu).spec.unwrap();
+            let ns = namespace_options(&spec, None);
+            let u = ns.userns_options.expect("sent, as upstream sends NODE");
+            assert_eq!(u.mode, pb::NamespaceMode::Node as i32);
+            assert!(u.uids.is_empty() && u.gids.is_empty());
+            assert_eq!(ns.network, pb::NamespaceMode::Pod as i32);
+        }
+    }
+
+    #[test]
+    fn a_user_namespace_reaches_the_sandbox_config_unchanged() {
+        let p = pod(Some(false));
+        let u = pod_userns(131072);
+        let cfg = sandbox_config(&p, 0, "/kubepods", &settings(), Some(&u));
+        assert_eq!(sandbox_userns(&cfg), u);
+        let cfg = sandbox_config(&p, 0, "/kubepods", &settings(), None);
+        assert_eq!(
+            sandbox_userns(&cfg).mode,
+            pb::NamespaceMode::Node as i32,
+            "no mapping given: the node's"
+        );
+    }
+
+    #[test]
+    fn host_namespaces_stay_independent_of_the_user_namespace() {
+        let mut spec = pod(Some(false)).spec.unwrap();
+        spec.host_pid = Some(true);
+        spec.share_process_namespace = Some(true);
+        let u = pod_userns(65536);
+        let ns = namespace_options(&spec, Some(&u));
+        assert_eq!(ns.pid, pb::NamespaceMode::Node as i32);
+        assert_eq!(ns.ipc, pb::NamespaceMode::Pod as i32);
+        assert_eq!(ns.userns_options, Some(u));
     }
 }

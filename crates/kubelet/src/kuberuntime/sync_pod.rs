@@ -38,6 +38,9 @@ pub struct SyncResult {
     pub errors: Vec<String>,
     /// The pod reached a state where nothing more will run (restart policy says so).
     pub pod_done: bool,
+    /// A sandbox was to be created: whether that worked (upstream counts these for
+    /// kubelet_started_user_namespaced_pods_total and its errors).
+    pub sandbox_created: Option<bool>,
 }
 
 fn restart_policy(pod: &Pod) -> &str {
@@ -261,6 +264,60 @@ impl KubeRuntime {
         a
     }
 
+    /// A pod whose user namespace cannot be had fails the step that needed it, with
+    /// upstream's texts: creating the sandbox (FailedCreatePodSandBox), or configuring
+    /// its containers in a sandbox that already runs (CreateContainerConfigError).
+    fn user_namespace_failed(
+        &self,
+        pod: &Pod,
+        actions: &PodActions,
+        err: &str,
+        result: &mut SyncResult,
+    ) {
+        tracing::warn!(pod = %pod_name(pod), error = %err, "user namespace for pod failed");
+        if actions.create_sandbox {
+            result.sandbox_created = Some(false);
+            crate::events::recorder().event(
+                &crate::events::pod_ref(pod),
+                crate::events::WARNING,
+                "FailedCreatePodSandBox",
+                &format!("Failed to create pod sandbox: {err}"),
+            );
+            let msg = format!(
+                "Failed to generate sandbox config for pod {:?}: {err}",
+                pod_name_uid(pod)
+            );
+            self.all_waiting(pod, "ContainerCreating", &msg);
+            result.errors.push(msg);
+        } else {
+            let spec = pod.spec.clone().unwrap_or_default();
+            let inits = spec.init_containers.unwrap_or_default();
+            let due = actions
+                .next_init
+                .and_then(|i| inits.get(i))
+                .into_iter()
+                .chain(actions.start.iter().filter_map(|&i| spec.containers.get(i)));
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            for c in due {
+                crate::events::recorder().event(
+                    &crate::events::container_ref(pod, &c.name),
+                    crate::events::WARNING,
+                    "Failed",
+                    &format!("Error: {err}"),
+                );
+                self.set_reason(
+                    uid,
+                    &c.name,
+                    Some(Waiting {
+                        reason: "CreateContainerConfigError".into(),
+                        message: err.to_string(),
+                    }),
+                );
+            }
+            result.errors.push(err.to_string());
+        }
+    }
+
     fn probe_kill_reason(&self, c: &Container, s: &ContainerInfo) -> Option<String> {
         if c.liveness_probe.is_some()
             && self.probes.result(ProbeType::Liveness, &s.id) == Some(ProbeResult::Failure)
@@ -350,9 +407,31 @@ impl KubeRuntime {
             } else {
                 self.cm.pod_cgroup(pod)
             };
-        let cfg = sandbox_config(pod, actions.attempt, &cgroup, &self.settings.sandbox);
+        // upstream computes the user namespace while generating the sandbox and container
+        // configs; it is needed only when something is about to be created.
+        let creates =
+            actions.create_sandbox || !actions.start.is_empty() || actions.next_init.is_some();
+        let userns = if creates {
+            match self.user_namespace(pod).await {
+                Ok(u) => u,
+                Err(e) => {
+                    self.user_namespace_failed(pod, &actions, &e, &mut result);
+                    return Ok((result, rp));
+                }
+            }
+        } else {
+            None
+        };
+        let cfg = sandbox_config(
+            pod,
+            actions.attempt,
+            &cgroup,
+            &self.settings.sandbox,
+            userns.as_ref(),
+        );
         if actions.create_sandbox {
             let log_dir = pod_log_dir(&self.settings.sandbox.pod_logs_dir, pod);
+            result.sandbox_created = Some(false);
             if let Err(e) = std::fs::create_dir_all(&log_dir) {
                 result.errors.push(format!(
                     "create pod log directory {}: {e}",
@@ -373,6 +452,7 @@ impl KubeRuntime {
                 .await
             {
                 Ok(r) => {
+                    result.sandbox_created = Some(true);
                     sandbox_id = r.into_inner().pod_sandbox_id;
                     tracing::info!(pod = %pod_name(pod), sandbox = %sandbox_id, took = ?started.elapsed(), "started pod sandbox");
                 }
@@ -450,6 +530,7 @@ impl KubeRuntime {
             node_memory_bytes: self.settings.node_memory_bytes,
             cfs_quota: self.cm.config.cpu_cfs_quota,
             cfs_period_us: self.cm.config.cpu_cfs_quota_period_us,
+            userns: userns.as_ref(),
         };
 
         let inits = spec.init_containers.clone().unwrap_or_default();

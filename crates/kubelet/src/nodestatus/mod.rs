@@ -62,6 +62,8 @@ struct RuntimeInner {
     network_error: Option<String>,
     /// `<name>://<version>`.
     version: Option<String>,
+    /// The handlers and their features the last Status reported.
+    handlers: Option<Vec<cri::runtime::v1::RuntimeHandler>>,
 }
 
 impl RuntimeState {
@@ -91,11 +93,9 @@ impl RuntimeState {
                 let v = v.into_inner();
                 format!("{}://{}", v.runtime_name, v.runtime_version)
             });
-        let conds = status
-            .into_inner()
-            .status
-            .map(|s| s.conditions)
-            .unwrap_or_default();
+        let status = status.into_inner();
+        let handlers = status.runtime_handlers;
+        let conds = status.status.map(|s| s.conditions).unwrap_or_default();
         let describe = |c: &pb::RuntimeCondition| {
             format!(
                 "{}={} reason:{} message:{}",
@@ -122,6 +122,7 @@ impl RuntimeState {
             s.last_sync = Some(Instant::now());
             s.runtime_error = runtime_error;
             s.network_error = network_error;
+            s.handlers = Some(handlers);
             if version.is_some() {
                 s.version = version;
             }
@@ -151,6 +152,11 @@ impl RuntimeState {
             errs.push(e.clone());
         }
         errs
+    }
+
+    /// The runtime handlers of the last Status answer (`None` before the first one).
+    pub fn runtime_handlers(&self) -> Option<Vec<cri::runtime::v1::RuntimeHandler>> {
+        self.inner.lock().ok().and_then(|s| s.handlers.clone())
     }
 
     pub fn version(&self) -> String {
@@ -280,8 +286,13 @@ impl NodeStatusManager {
                 old.images.clone()
             }
         };
+        let runtime_handlers = match self.runtime.runtime_handlers() {
+            Some(h) => Some(setters::runtime_handlers(&h)).filter(|h| !h.is_empty()),
+            None => old.runtime_handlers.clone(),
+        };
         let status = NodeStatus {
             addresses: Some(setters::addresses(self.node_ip(), &self.config.name)),
+            runtime_handlers,
             capacity: Some(setters::resource_list(&self.cm.capacity)),
             allocatable: Some(setters::resource_list(&self.cm.allocatable)),
             conditions: Some(setters::conditions(

@@ -4,7 +4,8 @@
 
 use crate::cm::allocatable::NodeResources;
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -135,6 +136,28 @@ pub fn daemon_endpoints(port: i32) -> NodeDaemonEndpoints {
     NodeDaemonEndpoints {
         kubelet_endpoint: Some(DaemonEndpoint { port }),
     }
+}
+
+/// runtimeHandlers: each handler the runtime reports and whether it supports recursive
+/// read-only mounts and user namespaces (the default handler's name is empty), so users
+/// and schedulers can see where `hostUsers: false` can run. Sorted by name, so a runtime
+/// that lists its handlers in a different order each time does not count as a change.
+pub fn runtime_handlers(handlers: &[cri::runtime::v1::RuntimeHandler]) -> Vec<NodeRuntimeHandler> {
+    let mut handlers: Vec<_> = handlers.iter().collect();
+    handlers.sort_by(|a, b| a.name.cmp(&b.name));
+    handlers
+        .into_iter()
+        .map(|h| {
+            let f = h.features.unwrap_or_default();
+            NodeRuntimeHandler {
+                name: Some(h.name.clone()),
+                features: Some(NodeRuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(f.recursive_read_only_mounts),
+                    user_namespaces: Some(f.user_namespaces),
+                }),
+            }
+        })
+        .collect()
 }
 
 /// The images on the node, largest first, at most [`MAX_IMAGES`], each with up to five
@@ -286,6 +309,31 @@ pub fn conditions(verdicts: &[Verdict], old: &[NodeCondition], now: Time) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_handlers_carry_their_features() {
+        use cri::runtime::v1 as pb;
+        let got = runtime_handlers(&[
+            pb::RuntimeHandler {
+                name: "crun".into(),
+                features: None,
+            },
+            pb::RuntimeHandler {
+                name: String::new(),
+                features: Some(pb::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: true,
+                    user_namespaces: true,
+                }),
+            },
+        ]);
+        assert_eq!(
+            serde_json::to_value(&got).unwrap(),
+            serde_json::json!([
+                {"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+                {"name": "crun", "features": {"recursiveReadOnlyMounts": false, "userNamespaces": false}},
+            ])
+        );
+    }
 
     #[test]
     fn resources_print_like_upstream() {
