@@ -353,11 +353,28 @@ async fn containers_survive_a_daemon_restart_and_exits_meanwhile_are_recorded() 
         .await
         .unwrap();
     n.start(&soon).await;
+    // Created, not started: no process exists until StartContainer, across a restart too.
+    let later = n
+        .create(
+            &sb,
+            &sb_cfg,
+            n.container_config("later", &["sleep", "3600"]),
+        )
+        .await
+        .unwrap();
 
     n.rt.kill();
     tokio::time::sleep(Duration::from_secs(3)).await;
     n.rt.start_again();
     n.c = n.rt.clients().await;
+
+    assert_eq!(
+        n.status(&later).await.state,
+        pb::ContainerState::ContainerCreated as i32
+    );
+    n.start(&later).await;
+    let r = n.exec(&later, &["echo", "started"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "started");
 
     let s = n.status(&long).await;
     assert_eq!(
@@ -698,7 +715,7 @@ async fn user_namespaces_map_ids_of_processes_layers_and_volumes() {
     }
     use std::os::unix::fs::MetadataExt;
     const HOST_ID: u32 = 0x7000_0000;
-    let n = node().await;
+    let mut n = node().await;
     let userns = pb::UserNamespace {
         mode: pb::NamespaceMode::Pod as i32,
         uids: vec![pb::IdMapping {
@@ -884,6 +901,26 @@ async fn user_namespaces_map_ids_of_processes_layers_and_volumes() {
     let err = n.create(&sb, &sb_cfg, bad).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("must use it (mode POD)"), "{err:?}");
+
+    // A restarted daemon finds the pod's user namespace again: a new container joins it.
+    n.rt.kill();
+    n.rt.start_again();
+    n.c = n.rt.clients().await;
+    let mut again = cfg.clone();
+    again.metadata.as_mut().unwrap().name = "again".into();
+    again.mounts.clear();
+    let id2 = n
+        .create(&sb, &sb_cfg, again)
+        .await
+        .expect("create after restart");
+    n.start(&id2).await;
+    let uid_map2 = out(sh(&n, &id2, "cat /proc/self/uid_map").await);
+    assert_eq!(uid_map2, uid_map, "the same user namespace");
+    assert_eq!(
+        out(sh(&n, &id, "id -u").await),
+        "0",
+        "the first container lives on"
+    );
 
     n.stop_and_remove_sandbox(&sb).await;
     assert!(mounts_under(n.rt.dir.path()).is_empty());
