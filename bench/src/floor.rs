@@ -81,73 +81,73 @@ fn bundle(dir: &Path, cg: &CgroupParent, id: &str) -> Result<PathBuf> {
     Ok(b)
 }
 
+/// One container through runc, timed: `run --detach` when `one_process`, else `create` then
+/// `start`. Returns (wall ms, CPU ms of the runc processes); the container is deleted after.
+fn runc_container(
+    node: &Netns,
+    state: &Path,
+    bundle_dir: &Path,
+    id: &str,
+    one_process: bool,
+    log: &Path,
+) -> Result<(f64, f64)> {
+    let runc = |args: &[&str]| -> Result<Command> {
+        let mut c = node.command("runc")?;
+        c.arg("--root").arg(state).args(args);
+        Ok(c)
+    };
+    let first = if one_process {
+        &["run", "--detach"][..]
+    } else {
+        &["create"][..]
+    };
+    // The container inherits runc's stdio, so it gets none (a captured pipe would stay open
+    // for as long as the container lives); runc's errors go to --log.
+    let mut cmd = runc(&["--log", &log.display().to_string()])?;
+    cmd.args(first)
+        .arg("--bundle")
+        .arg(bundle_dir)
+        .arg(id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let t = Instant::now();
+    let cpu = children_cpu();
+    let r = match cmd.status() {
+        Ok(s) if s.success() && one_process => Ok(()),
+        Ok(s) if s.success() => run(&mut runc(&["start", id])?),
+        Ok(s) => Err(anyhow::anyhow!(
+            "runc {}: {s}: {}",
+            first[0],
+            std::fs::read_to_string(log).unwrap_or_default()
+        )),
+        Err(e) => Err(anyhow::anyhow!("runc {}: {e}", first[0])),
+    };
+    let took = ms(t);
+    let cpu = children_cpu() - cpu;
+    let _ = runc(&["delete", "--force", id])?.output();
+    r.map(|()| (took, cpu))
+}
+
 fn runc(node: &Netns, cg: &CgroupParent, dir: &Path, runs: usize, f: &mut Floors) -> Result<()> {
     let state = dir.join("runc-state");
     for i in 0..=runs {
-        let id = format!("floor-{i}");
-        let b = bundle(dir, cg, &id)?;
-        let runc = |args: &[&str]| -> Result<Command> {
-            let mut c = node.command("runc")?;
-            c.arg("--root").arg(&state).args(args);
-            Ok(c)
-        };
-        // The container inherits runc's stdio, so `create` gets none (a captured pipe would
-        // stay open for as long as the container lives); its errors go to --log.
-        let log = dir.join(format!("{id}.log"));
-        let mut create = runc(&["--log", &log.display().to_string(), "create", "--bundle"])?;
-        create
-            .arg(&b)
-            .arg(&id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let t = Instant::now();
-        let cpu = children_cpu();
-        let r = match create.status() {
-            Ok(s) if s.success() => run(&mut runc(&["start", &id])?),
-            Ok(s) => Err(anyhow::anyhow!(
-                "runc create: {s}: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            )),
-            Err(e) => Err(anyhow::anyhow!("runc create: {e}")),
-        };
-        let took = ms(t);
-        let cpu = children_cpu() - cpu;
-        let _ = runc(&["delete", "--force", &id])?.output();
-        r?;
-        // `run --detach`: create and start in one runc process.
-        let run_id = format!("floor-run-{i}");
-        let rb = bundle(dir, cg, &run_id)?;
-        let log = dir.join(format!("{run_id}.log"));
-        let mut run_cmd = runc(&["--log", &log.display().to_string(), "run", "--detach"])?;
-        run_cmd
-            .arg("--bundle")
-            .arg(&rb)
-            .arg(&run_id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let t = Instant::now();
-        let run_cpu = children_cpu();
-        let rr = match run_cmd.status() {
-            Ok(s) if s.success() => Ok(()),
-            Ok(s) => Err(anyhow::anyhow!(
-                "runc run: {s}: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            )),
-            Err(e) => Err(anyhow::anyhow!("runc run: {e}")),
-        };
-        let run_took = ms(t);
-        let run_cpu = children_cpu() - run_cpu;
-        let _ = runc(&["delete", "--force", &run_id])?.output();
-        rr?;
+        let mut rounds = Vec::new();
+        for (id, one_process) in [
+            (format!("floor-{i}"), false),
+            (format!("floor-run-{i}"), true),
+        ] {
+            let b = bundle(dir, cg, &id)?;
+            let log = dir.join(format!("{id}.log"));
+            rounds.push(runc_container(node, &state, &b, &id, one_process, &log)?);
+        }
         // The first round pays for page-cache misses only: left out, as the CRI
         // benchmark's warm-up pod is.
         if i > 0 {
-            f.runc_create_start.push(took);
-            f.runc_cpu.push(cpu);
-            f.runc_run.push(run_took);
-            f.runc_run_cpu.push(run_cpu);
+            f.runc_create_start.push(rounds[0].0);
+            f.runc_cpu.push(rounds[0].1);
+            f.runc_run.push(rounds[1].0);
+            f.runc_run_cpu.push(rounds[1].1);
         }
     }
     Ok(())

@@ -34,6 +34,12 @@ fn manager(dir: &Path, blocks: u32) -> UsernsManager {
     UsernsManager::new(dir, small(blocks), 1, USERNS_LENGTH).expect("manager")
 }
 
+/// The user namespace a `hostUsers: false` pod with uid `uid` gets.
+fn userns_of(m: &UsernsManager, uid: &str, h: &[pb::RuntimeHandler]) -> pb::UserNamespace {
+    m.get_or_create(&pod(uid, Some(false)), "", Some(h))
+        .unwrap()
+}
+
 fn host_of(u: &pb::UserNamespace) -> u32 {
     u.uids[0].host_id
 }
@@ -59,12 +65,8 @@ fn each_pod_gets_its_own_block_and_keeps_it() {
     let d = tempfile::tempdir().unwrap();
     let m = manager(d.path(), 4);
     let h = handlers(true);
-    let a = m
-        .get_or_create(&pod("a", Some(false)), "", Some(&h))
-        .unwrap();
-    let b = m
-        .get_or_create(&pod("b", Some(false)), "", Some(&h))
-        .unwrap();
+    let a = userns_of(&m, "a", &h);
+    let b = userns_of(&m, "b", &h);
     assert_eq!(a.mode, pb::NamespaceMode::Pod as i32);
     let want = |host_id| {
         vec![pb::IdMapping {
@@ -76,9 +78,7 @@ fn each_pod_gets_its_own_block_and_keeps_it() {
     assert_eq!(a.uids, want(65536));
     assert_eq!(a.gids, want(65536), "gids mirror uids");
     assert_eq!(b.uids, want(131072), "the second pod gets the next block");
-    let again = m
-        .get_or_create(&pod("a", Some(false)), "", Some(&h))
-        .unwrap();
+    let again = userns_of(&m, "a", &h);
     assert_eq!(again, a, "the same pod asks again: same block");
     let text = std::fs::read_to_string(d.path().join("a/userns")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -102,10 +102,8 @@ fn a_restarted_manager_reloads_blocks_and_never_reuses_them() {
     let h = handlers(true);
     {
         let m = manager(d.path(), 3);
-        m.get_or_create(&pod("a", Some(false)), "", Some(&h))
-            .unwrap();
-        m.get_or_create(&pod("b", Some(false)), "", Some(&h))
-            .unwrap();
+        userns_of(&m, "a", &h);
+        userns_of(&m, "b", &h);
         m.release("a");
     }
     // A directory without a file (a host-user pod) is fine.
@@ -117,17 +115,11 @@ fn a_restarted_manager_reloads_blocks_and_never_reuses_them() {
         "b's block came back from disk"
     );
     assert_eq!(m.host_id("a"), None, "a was released and its file removed");
-    let b = m
-        .get_or_create(&pod("b", Some(false)), "", Some(&h))
-        .unwrap();
+    let b = userns_of(&m, "b", &h);
     assert_eq!(host_of(&b), 131072, "b keeps its block across the restart");
-    let c = m
-        .get_or_create(&pod("c", Some(false)), "", Some(&h))
-        .unwrap();
+    let c = userns_of(&m, "c", &h);
     assert_eq!(host_of(&c), 65536, "the freed block goes to the new pod");
-    let e = m
-        .get_or_create(&pod("e", Some(false)), "", Some(&h))
-        .unwrap();
+    let e = userns_of(&m, "e", &h);
     assert_eq!(host_of(&e), 196608, "b's block is skipped");
 }
 
@@ -136,15 +128,12 @@ fn release_frees_the_block_and_removes_the_file() {
     let d = tempfile::tempdir().unwrap();
     let m = manager(d.path(), 1);
     let h = handlers(true);
-    m.get_or_create(&pod("a", Some(false)), "", Some(&h))
-        .unwrap();
+    userns_of(&m, "a", &h);
     assert!(d.path().join("a/userns").exists());
     m.release("a");
     assert!(!d.path().join("a/userns").exists());
     m.release("a");
-    let b = m
-        .get_or_create(&pod("b", Some(false)), "", Some(&h))
-        .unwrap();
+    let b = userns_of(&m, "b", &h);
     assert_eq!(host_of(&b), 65536, "the only block is free again");
 }
 
@@ -153,10 +142,8 @@ fn exhaustion_is_a_clear_error_and_leaves_no_file() {
     let d = tempfile::tempdir().unwrap();
     let m = manager(d.path(), 2);
     let h = handlers(true);
-    m.get_or_create(&pod("a", Some(false)), "", Some(&h))
-        .unwrap();
-    m.get_or_create(&pod("b", Some(false)), "", Some(&h))
-        .unwrap();
+    userns_of(&m, "a", &h);
+    userns_of(&m, "b", &h);
     let err = m
         .get_or_create(&pod("c", Some(false)), "", Some(&h))
         .unwrap_err();
@@ -173,8 +160,7 @@ fn a_corrupt_file_fails_that_pod_only() {
     let h = handlers(true);
     {
         let m = manager(d.path(), 3);
-        m.get_or_create(&pod("good", Some(false)), "", Some(&h))
-            .unwrap();
+        userns_of(&m, "good", &h);
     }
     std::fs::create_dir_all(d.path().join("bad")).unwrap();
     std::fs::write(d.path().join("bad/userns"), "{not json").unwrap();
@@ -204,9 +190,7 @@ fn a_corrupt_file_fails_that_pod_only() {
         err,
         "user namespace: invalid user namespace configuration: no more than one mapping allowed."
     );
-    let other = m
-        .get_or_create(&pod("other", Some(false)), "", Some(&h))
-        .unwrap();
+    let other = userns_of(&m, "other", &h);
     assert_eq!(host_of(&other), 131072, "other pods are unaffected");
 }
 
@@ -507,12 +491,8 @@ fn ids_per_pod_sets_the_block_size() {
     );
     let m = UsernsManager::new(&d.path().join("pods"), mappings, 110, per).unwrap();
     let h = handlers(true);
-    let a = m
-        .get_or_create(&pod("a", Some(false)), "", Some(&h))
-        .unwrap();
-    let b = m
-        .get_or_create(&pod("b", Some(false)), "", Some(&h))
-        .unwrap();
+    let a = userns_of(&m, "a", &h);
+    let b = userns_of(&m, "b", &h);
     assert_eq!(
         (a.uids[0].host_id, a.uids[0].length),
         (131072, 131072),
