@@ -20,21 +20,7 @@ const T: Duration = Duration::from_secs(120);
 const MI: u64 = 1 << 20;
 
 fn api_pod(name: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  nodeName: {NODE_NAME}
-  containers:
-  - name: app
-    image: docker.io/library/busybox:latest
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "exec sleep 3600"]
-{extra}"#
-    )
+    common::kubelet_api::busybox_pod(name, "", "exec sleep 3600", extra)
 }
 
 fn hog_manifest(fill_mib: u64) -> String {

@@ -22,21 +22,11 @@ use std::time::{Duration, Instant};
 const T: Duration = Duration::from_secs(120);
 
 fn userns_pod(name: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  nodeName: {NODE_NAME}
-  hostUsers: false
-{extra}  containers:
-  - name: app
-    image: docker.io/library/busybox:latest
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "cat /proc/self/uid_map; cat /proc/self/gid_map; id -u; exec sleep 3600"]
-"#
+    common::kubelet_api::busybox_pod(
+        name,
+        &format!("  hostUsers: false\n{extra}"),
+        "cat /proc/self/uid_map; cat /proc/self/gid_map; id -u; exec sleep 3600",
+        "",
     )
 }
 

@@ -638,12 +638,7 @@ async fn security_context_mounts_and_image_volumes() {
             recursive_read_only: true,
             ..Default::default()
         },
-        pb::Mount {
-            container_path: "/img".into(),
-            image: spec("busybox"),
-            readonly: true,
-            ..Default::default()
-        },
+        busybox_image_volume("/img"),
     ];
     cfg.linux = Some(pb::LinuxContainerConfig {
         security_context: Some(pb::LinuxContainerSecurityContext {
@@ -699,6 +694,16 @@ async fn security_context_mounts_and_image_volumes() {
     );
     n.stop_and_remove_sandbox(&sb).await;
     assert!(mounts_under(n.rt.dir.path()).is_empty());
+}
+
+/// A read-only image volume of the busybox image at `path`.
+fn busybox_image_volume(path: &str) -> pb::Mount {
+    pb::Mount {
+        container_path: path.into(),
+        image: spec("busybox"),
+        readonly: true,
+        ..Default::default()
+    }
 }
 
 async fn sh(n: &TestNode, id: &str, cmd: &str) -> pb::ExecSyncResponse {
@@ -810,12 +815,7 @@ async fn user_namespaces_map_ids_of_processes_layers_and_volumes() {
             host_path: vol.path().display().to_string(),
             ..Default::default()
         },
-        pb::Mount {
-            container_path: "/img".into(),
-            image: spec("busybox"),
-            readonly: true,
-            ..Default::default()
-        },
+        busybox_image_volume("/img"),
     ];
     cfg.linux = Some(pb::LinuxContainerConfig {
         security_context: Some(pb::LinuxContainerSecurityContext {

@@ -86,6 +86,11 @@ pub struct SandboxRecord {
 }
 
 impl SandboxRecord {
+    /// The pod's pinned user namespace and its maps, when it has one.
+    pub fn user_namespace(&self) -> Option<(&std::path::Path, &crate::sandbox::UserMappings)> {
+        self.user_ns.as_deref().zip(self.user_mappings.as_ref())
+    }
+
     pub fn config(&self) -> cri::runtime::v1::PodSandboxConfig {
         cri::runtime::v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
     }

@@ -220,3 +220,24 @@ impl Drop for ControlPlane {
         }
     }
 }
+
+/// A pod bound to the test node (`spec.nodeName`, so no scheduler) with one busybox
+/// container `app` running `sh -c script`; `spec_extra` (indented two spaces) goes into the
+/// pod spec, `container_extra` (indented four) into the container.
+pub fn busybox_pod(name: &str, spec_extra: &str, script: &str, container_extra: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  nodeName: {NODE_NAME}
+{spec_extra}  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", {script:?}]
+{container_extra}"#
+    )
+}

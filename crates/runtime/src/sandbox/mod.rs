@@ -15,6 +15,7 @@
 
 pub mod cni;
 pub mod files;
+mod helper_msg;
 pub mod namespaces;
 pub mod userns;
 

@@ -384,58 +384,36 @@ pub fn pin_pid_namespace(target: &Path, userns: Option<&Path>) -> Result<u32, Sa
         ns: "pid",
         reason: "bad init name".into(),
     })?;
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: plain syscall with a valid two-int array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SandboxError::sys("pipe2", Errno::last()));
-    }
-    let (rfd, wfd) = (fds[0], fds[1]);
+    let (rd, wr) = super::helper_msg::pipe()?;
+    let (rfd, wfd) = (rd.as_raw_fd(), wr.as_raw_fd());
     let devnull_fd = devnull.as_raw_fd();
     // SAFETY: the child only makes async-signal-safe calls (see pid_helper_child) before
     // `_exit`; everything it needs was prepared above.
     let child = unsafe { libc::fork() };
     if child < 0 {
-        let e = Errno::last();
-        // SAFETY: closing descriptors we own.
-        unsafe {
-            libc::close(rfd);
-            libc::close(wfd);
-        }
-        return Err(SandboxError::sys("fork", e));
+        return Err(SandboxError::sys("fork", Errno::last()));
     }
     if child == 0 {
         // SAFETY: in the forked child; never returns.
         unsafe { pid_helper_child(rfd, wfd, devnull_fd, userns_fd, comm.as_ptr()) }
     }
-    // SAFETY: closing our copy of the write end.
-    unsafe { libc::close(wfd) };
-    let mut buf = [0u8; 8];
-    let mut got = 0usize;
-    while got < buf.len() {
-        // SAFETY: reading into the unfilled tail of a live buffer.
-        let n = unsafe { libc::read(rfd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n > 0 {
-            got += n as usize;
-        } else if n == 0 || Errno::last() != Errno::EINTR {
-            break;
-        }
-    }
-    // SAFETY: closing the read end we own; reaping our direct child.
+    // Our copy of the write end goes, so a helper that dies is an end of file here.
+    drop(wr);
+    let msg = super::helper_msg::read_msg(rfd);
+    drop(rd);
+    // SAFETY: reaping our direct child.
     unsafe {
-        libc::close(rfd);
         let mut status = 0;
         while libc::waitpid(child, &mut status, 0) < 0 && Errno::last() == Errno::EINTR {}
     }
     drop(devnull);
     drop(userns);
-    if got < buf.len() {
+    let Some((tag, value)) = msg else {
         return Err(SandboxError::Helper {
             ns: "pid",
             reason: "the helper process died before reporting the init's pid".into(),
         });
-    }
-    let tag = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
-    let value = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    };
     let pid = match tag {
         0 if value > 0 => value,
         1 => {
@@ -480,23 +458,23 @@ unsafe fn pid_helper_child(
     unsafe {
         libc::close(rfd);
         if userns >= 0 && libc::setns(userns, libc::CLONE_NEWUSER) != 0 {
-            report(wfd, 3, *libc::__errno_location());
+            super::helper_msg::write_msg(wfd, 3, *libc::__errno_location());
             libc::_exit(1);
         }
         if libc::unshare(libc::CLONE_NEWPID) != 0 {
-            report(wfd, 1, *libc::__errno_location());
+            super::helper_msg::write_msg(wfd, 1, *libc::__errno_location());
             libc::_exit(1);
         }
         // The init closes its end of `ready` once set up (close_range): EOF here means it
         // is detached, named and has its signals blocked.
         let mut ready = [0 as libc::c_int; 2];
         if libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            report(wfd, 2, *libc::__errno_location());
+            super::helper_msg::write_msg(wfd, 2, *libc::__errno_location());
             libc::_exit(1);
         }
         let pid = libc::fork();
         if pid < 0 {
-            report(wfd, 2, *libc::__errno_location());
+            super::helper_msg::write_msg(wfd, 2, *libc::__errno_location());
             libc::_exit(1);
         }
         if pid == 0 {
@@ -507,17 +485,8 @@ unsafe fn pid_helper_child(
         while libc::read(ready[0], (&mut byte as *mut u8).cast(), 1) < 0
             && *libc::__errno_location() == libc::EINTR
         {}
-        report(wfd, 0, pid);
+        super::helper_msg::write_msg(wfd, 0, pid);
         libc::_exit(0);
-    }
-}
-
-unsafe fn report(wfd: libc::c_int, tag: i32, value: i32) {
-    let mut buf = [0u8; 8];
-    buf[..4].copy_from_slice(&tag.to_ne_bytes());
-    buf[4..].copy_from_slice(&value.to_ne_bytes());
-    unsafe {
-        libc::write(wfd, buf.as_ptr().cast(), buf.len());
     }
 }
 

@@ -16,6 +16,7 @@
 //! overlay is built on top of them.
 
 use super::SandboxError;
+use super::helper_msg::{pipe, read_exact, read_msg, write_msg};
 use nix::errno::Errno;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -48,42 +49,10 @@ pub struct Targets {
     pub uts: Option<PathBuf>,
 }
 
-// Helper → runtime messages: 8 bytes, a step tag and an errno (0 = done).
+// Helper → runtime messages (helper_msg): a step tag and an errno (0 = done).
 const STEP_USERNS: i32 = 1;
 const STEP_OTHERS: i32 = 2;
 const STEP_HOSTNAME: i32 = 3;
-
-fn write_msg(fd: libc::c_int, tag: i32, errno: i32) {
-    let mut b = [0u8; 8];
-    b[..4].copy_from_slice(&tag.to_ne_bytes());
-    b[4..].copy_from_slice(&errno.to_ne_bytes());
-    // SAFETY: writing a live 8-byte buffer; async-signal-safe.
-    unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) };
-}
-
-fn read_exact(fd: libc::c_int, buf: &mut [u8]) -> bool {
-    let mut got = 0usize;
-    while got < buf.len() {
-        // SAFETY: reading into the unfilled tail of a live buffer.
-        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n > 0 {
-            got += n as usize;
-        } else if n == 0 || Errno::last() != Errno::EINTR {
-            return false;
-        }
-    }
-    true
-}
-
-fn read_msg(fd: libc::c_int) -> Option<(i32, i32)> {
-    let mut b = [0u8; 8];
-    read_exact(fd, &mut b).then(|| {
-        (
-            i32::from_ne_bytes([b[0], b[1], b[2], b[3]]),
-            i32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
-        )
-    })
-}
 
 /// The forked helper. Only async-signal-safe calls: unshare, sethostname, read, write, _exit.
 ///
@@ -128,16 +97,6 @@ unsafe fn helper_child(
         let _ = read_exact(from_parent, &mut go);
         libc::_exit(0);
     }
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: plain syscall with a valid two-int array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SandboxError::sys("pipe2", Errno::last()));
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 fn helper_error(reason: impl Into<String>) -> SandboxError {

@@ -1,7 +1,7 @@
 //! CreateContainer: a writable overlay over the image's snapshots and an OCI bundle built
 //! from the CRI config. As in containerd, where the task is made by StartContainer, no
 //! process exists yet: StartContainer's shim creates and starts the container with one
-//! `runc run --detach`, which costs half of `runc create` + `runc start`. Anything
+//! `runc run --detach`, one runc process fewer than `runc create` + `runc start`. Anything
 //! half-made is undone when a step fails, so a failed create leaves no mount, directory or
 //! name behind.
 
@@ -60,13 +60,12 @@ pub(crate) fn sandbox_namespaces(
         host_network: net == pb::NamespaceMode::Node,
         host_ipc: ipc == pb::NamespaceMode::Node,
         host_pid: pid == pb::NamespaceMode::Node,
-        user: match (&rec.user_ns, &rec.user_mappings) {
-            (Some(path), Some(mappings)) => Some(PodUserNamespace {
-                path: path.clone(),
+        user: rec
+            .user_namespace()
+            .map(|(path, mappings)| PodUserNamespace {
+                path: path.to_path_buf(),
                 mappings: mappings.clone(),
             }),
-            _ => None,
-        },
     }
 }
 
@@ -232,19 +231,23 @@ pub async fn create_container(
     }
     {
         let (dir, layer_dir) = (dir.clone(), layer_dir.clone());
-        undo.push(move || {
-            remove_tree(&dir);
-            remove_tree(&layer_dir);
+        // Everything this create mounts lives under `dir` (rootfs, image volumes, idmapped
+        // layers and volumes): unmounted before anything is removed, or the removal would
+        // reach through an idmapped volume into the volume itself.
+        undo.push(move || match crate::container::rootfs::unmount_all_under(&dir) {
+            Ok(()) => {
+                remove_tree(&dir);
+                remove_tree(&layer_dir);
+            }
+            Err(e) => {
+                tracing::error!(dir = %dir.display(), error = %e, "cleanup: still mounted, left in place");
+            }
         });
     }
     let chain = image.chain_ids();
-    let idmap = match (&sandbox.user_ns, &sandbox.user_mappings) {
-        (Some(userns), Some(maps)) => Some((userns.clone(), maps.host_root())),
-        _ => None,
-    };
-    let idmap = idmap.as_ref().map(|(userns, root)| Idmap {
+    let idmap = sandbox.user_namespace().map(|(userns, maps)| Idmap {
         userns,
-        root: *root,
+        root: maps.host_root(),
     });
     crate::container::rootfs::mount_rw(
         inner.images.snapshotter(),
@@ -257,12 +260,6 @@ pub async fn create_container(
     )
     .map_err(|e| Status::internal(format!("mounting the rootfs of {id}: {e}")))?
     .keep();
-    {
-        let rootfs = rootfs.clone();
-        undo.push(move || {
-            let _ = crate::image::snapshot::unmount(&rootfs);
-        });
-    }
 
     // Image volumes: a read-only view of another image's root filesystem.
     let mut image_mounts = Vec::new();
@@ -292,10 +289,6 @@ pub async fn create_container(
         )
         .map_err(|e| Status::internal(format!("mounting image volume {}: {e}", spec.image)))?
         .keep();
-        let t = target.clone();
-        undo.push(move || {
-            let _ = crate::image::snapshot::unmount(&t);
-        });
         image_mounts.push(ImageMount {
             container_path: m.container_path.clone(),
             host_path: target,
@@ -351,16 +344,10 @@ pub async fn create_container(
     };
     let mut spec = spec;
     if let Some(idmap) = &idmap {
-        let userns = idmap.userns.to_path_buf();
-        let (d, inner_dir) = (dir.clone(), dir.clone());
+        let (userns, d) = (idmap.userns.to_path_buf(), dir.clone());
         spec = tokio::task::spawn_blocking(move || idmap_bind_mounts(spec, &userns, &d))
             .await
             .map_err(|e| Status::internal(format!("idmap task failed: {e}")))??;
-        undo.push(move || {
-            if let Err(e) = crate::container::rootfs::unmount_all_under(&inner_dir) {
-                tracing::warn!(dir = %inner_dir.display(), error = %e, "cleanup failed");
-            }
-        });
     }
     let config_path = bundle.join("config.json");
     let body = serde_json::to_vec_pretty(&spec)

@@ -8,19 +8,6 @@ use cri::runtime::v1 as pb;
 use std::time::Duration;
 use tonic::Status;
 
-/// Whether `p` is a mount point (per this process's mountinfo).
-pub(crate) fn is_mounted(p: &std::path::Path) -> bool {
-    crate::sandbox::namespaces::mounts_under(p).is_ok_and(|m| m.iter().any(|m| m == p))
-}
-
-/// Unmounts `p` if something is mounted there (idempotent, for cleanup after crashes).
-pub(crate) fn unmount_if_mounted(p: &std::path::Path) -> Result<(), String> {
-    if is_mounted(p) {
-        crate::image::snapshot::unmount(p).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
 pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
     let rec = match inner.find_container(id) {
         Ok(r) => r,
@@ -36,7 +23,6 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
             .map_err(|e| Status::unknown(format!("failed to delete container {}: {e}", rec.id)))?;
     }
     let dir = rec.bundle.parent().map(|p| p.to_path_buf());
-    let rootfs = rec.bundle.join("rootfs");
     let layer_dir = rec.layer_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<(), String> {
         // Everything mounted in the container's directory (rootfs, image volumes, idmapped
@@ -44,7 +30,6 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
         if let Some(dir) = &dir {
             crate::container::rootfs::unmount_all_under(dir)?;
         }
-        unmount_if_mounted(&rootfs)?;
         for d in dir.iter().chain(std::iter::once(&layer_dir)) {
             match std::fs::remove_dir_all(d) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
