@@ -1,5 +1,6 @@
 //! Shared pieces of nodus's benchmarks: writing a result section into docs/PERFORMANCE.md.
 
+pub mod cluster;
 pub mod controlplane;
 pub mod floor;
 pub mod targets;

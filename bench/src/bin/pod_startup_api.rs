@@ -11,15 +11,13 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use nodus_bench::cluster::{self, NODE};
 use nodus_bench::targets::{containerd, nodus, pct, processes_memory, rss_kib};
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use testkit::daemon::Daemon;
 
-const API_PORT: u16 = 6443;
-const NODE: &str = "bench";
 const SINGLE_RUNS: usize = 10;
 
 fn many() -> usize {
@@ -45,84 +43,6 @@ fn pod(name: &str) -> Result<Pod> {
             }],
         },
     }))?)
-}
-
-/// The control plane and a kubelet joined to it, inside a target's namespace.
-struct Cluster {
-    kubelet: Daemon,
-    _cp: Daemon,
-    admin: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-fn start_cluster(bin: &Path, t: &nodus_bench::targets::Target) -> Result<Cluster> {
-    let dir = tempfile::Builder::new().prefix("bench-api-").tempdir()?;
-    let data = dir.path().join("cp");
-    let mut cmd = t.netns.command(bin)?;
-    cmd.arg("control-plane")
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["--bind-address", "127.0.0.1", "--secure-port"])
-        .arg(API_PORT.to_string())
-        .env("NODUS_LOG", "warn");
-    let mut cp = Daemon::spawn(
-        "nodus-control-plane",
-        cmd,
-        &dir.path().join("cp.log"),
-        Duration::from_secs(10),
-    )?;
-    let admin = data.join("admin.kubeconfig");
-    let ns = std::sync::Arc::clone(&t.netns);
-    let a = admin.clone();
-    cp.wait_ready(Duration::from_secs(60), || {
-        a.exists()
-            && ns
-                .connect_tcp(std::net::SocketAddr::from(([127, 0, 0, 1], API_PORT)))
-                .is_ok()
-    })?;
-    let node_kc = nodus_control_plane::pki::issue_node_kubeconfig(
-        &data,
-        NODE,
-        &format!("https://127.0.0.1:{API_PORT}"),
-    )?;
-    t.cgroup.create();
-    let mut cmd = t.netns.command(bin)?;
-    cmd.arg("kubelet")
-        .arg("--container-runtime-endpoint")
-        .arg(&t.endpoint)
-        .arg("--root-dir")
-        .arg(dir.path().join("root"))
-        .arg("--pod-logs-dir")
-        .arg(dir.path().join("logs"))
-        .arg("--cgroup-root")
-        .arg(t.cgroup.path())
-        .arg("--kubeconfig")
-        .arg(&node_kc)
-        .args(["--hostname-override", NODE, "--healthz-port", "10248"])
-        .args(["--feature-gates", "EventedPLEG=true"])
-        // Disk-based eviction off, as kind's nodes: a nearly full build disk must not
-        // put the measured node under DiskPressure.
-        .args([
-            "--eviction-hard",
-            "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%",
-        ])
-        .env("NODUS_LOG", "warn");
-    let mut kubelet = Daemon::spawn(
-        "nodus-kubelet",
-        cmd,
-        &dir.path().join("kubelet.log"),
-        Duration::from_secs(10),
-    )?;
-    let ns = std::sync::Arc::clone(&t.netns);
-    kubelet.wait_ready(Duration::from_secs(30), || {
-        ns.http_get(10248, "/healthz").is_ok()
-    })?;
-    Ok(Cluster {
-        kubelet,
-        _cp: cp,
-        admin,
-        _dir: dir,
-    })
 }
 
 /// Creates `names` one after another as fast as the API takes them; returns each pod's
@@ -279,7 +199,7 @@ async fn main() -> Result<()> {
             containerd().await?
         };
         eprintln!("measuring pod startup through the API on {}", t.name);
-        let c = start_cluster(&bin, &t)?;
+        let c = cluster::start(&bin, &t, &[])?;
         let procs = NodeProcs {
             kubelet: c.kubelet.pid(),
             runtime: t.daemon_pid,

@@ -1,0 +1,408 @@
+//! The workload controllers under load, on one node (`nodus control-plane` + the nodus
+//! kubelet on nodus's runtime), driven by the real kubectl:
+//!
+//! 1. a baseline: 100 bare pods (`kubectl apply` of a List, scheduled) to all Ready — the
+//!    same API server, scheduler and kubelet work without any controller;
+//! 2. a 100-replica Deployment from `kubectl apply` to all pods Ready;
+//! 3. a rolling update of it to a new image (`kubectl set image`) until the rollout is
+//!    complete;
+//! 4. a Job of 500 completions with parallelism 50 until it is Complete.
+//!
+//! For each: wall time, the control plane's CPU time over the phase, its RSS. The
+//! controllers run inside the control-plane process, so their own CPU is read as the
+//! Deployment phase's control-plane CPU minus the baseline's, per created pod. Beside them
+//! the floor: the CPU time of the processes every pod needs (`runc run --detach` + the CNI
+//! ADD), timed alone in the same run (bench/src/floor.rs), spread over the machine's cores.
+
+use anyhow::{Context, Result, bail};
+use nodus_bench::cluster::{self, NODE, cpu_ms};
+use nodus_bench::targets::{nodus, pct, rss_kib};
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use testkit::Netns;
+
+const REPLICAS: usize = 100;
+const JOB_COMPLETIONS: usize = 500;
+const JOB_PARALLELISM: usize = 50;
+/// The second image the rolling update moves to: busybox imported under another tag.
+const NEW_IMAGE: &str = "docker.io/library/busybox:1.36";
+
+struct Kubectl {
+    netns: Arc<Netns>,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Kubectl {
+    fn cmd(&self, args: &[&str]) -> Result<Command> {
+        let mut c = self.netns.command("kubectl")?;
+        c.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        Ok(c)
+    }
+
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
+        use std::io::Write as _;
+        let mut c = self.cmd(args)?;
+        c.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().context("kubectl")?;
+        if let Some(s) = stdin
+            && let Some(mut i) = child.stdin.take()
+        {
+            i.write_all(s.as_bytes())?;
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn json(&self, args: &[&str]) -> Result<Value> {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        Ok(serde_json::from_str(&self.run(&a, None)?)?)
+    }
+}
+
+/// One measured phase.
+struct Phase {
+    what: String,
+    wall: Duration,
+    cp_cpu_ms: f64,
+    cp_rss_max_kib: u64,
+    pods: usize,
+}
+
+/// Polls `done` every 500 ms (the same polling in every phase, so its cost cancels in the
+/// differences) until it holds; samples the control plane's RSS on each poll.
+fn measure(
+    what: &str,
+    pods: usize,
+    cp_pid: u32,
+    start: impl FnOnce() -> Result<()>,
+    mut done: impl FnMut() -> Result<bool>,
+    timeout: Duration,
+) -> Result<Phase> {
+    let cpu0 = cpu_ms(cp_pid);
+    let t0 = Instant::now();
+    start()?;
+    let mut rss_max = rss_kib(cp_pid);
+    loop {
+        if done()? {
+            break;
+        }
+        rss_max = rss_max.max(rss_kib(cp_pid));
+        if t0.elapsed() > timeout {
+            bail!("{what}: not done after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let wall = t0.elapsed();
+    eprintln!("{what}: {:.2} s", wall.as_secs_f64());
+    Ok(Phase {
+        what: what.to_string(),
+        wall,
+        cp_cpu_ms: cpu_ms(cp_pid) - cpu0,
+        cp_rss_max_kib: rss_max.max(rss_kib(cp_pid)),
+        pods,
+    })
+}
+
+fn ready(p: &Value) -> bool {
+    p.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// How many pods with `selector` are Ready, and how many there are.
+fn ready_pods(k: &Kubectl, selector: &str) -> Result<(usize, usize)> {
+    let list = k.json(&["get", "pods", "-l", selector])?;
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    let live: Vec<&Value> = items
+        .iter()
+        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .collect();
+    Ok((live.iter().filter(|p| ready(p)).count(), items.len()))
+}
+
+fn wait_no_pods(k: &Kubectl, selector: &str) -> Result<()> {
+    let t0 = Instant::now();
+    while ready_pods(k, selector)?.1 > 0 {
+        if t0.elapsed() > Duration::from_secs(300) {
+            bail!("pods {selector} still there after 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(())
+}
+
+fn pod_list(n: usize) -> String {
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("bare-{i}"), "labels": {"app": "bare"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "app", "image": "docker.io/library/busybox:latest",
+                        "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}],
+                },
+            })
+        })
+        .collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+fn deployment() -> String {
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "app", "image": "docker.io/library/busybox:latest",
+                        "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}],
+                },
+            },
+        },
+    })
+    .to_string()
+}
+
+fn job() -> String {
+    serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "batch"},
+        "spec": {
+            "completions": JOB_COMPLETIONS,
+            "parallelism": JOB_PARALLELISM,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "work", "image": "docker.io/library/busybox:latest",
+                        "imagePullPolicy": "IfNotPresent", "command": ["true"]}],
+                },
+            },
+        },
+    })
+    .to_string()
+}
+
+fn rollout_complete(k: &Kubectl, image: &str) -> Result<bool> {
+    let d = k.json(&["get", "deployment", "web"])?;
+    let n = |p: &str| d.pointer(p).and_then(Value::as_u64).unwrap_or(0) as usize;
+    let image_now = d
+        .pointer("/spec/template/spec/containers/0/image")
+        .and_then(Value::as_str)
+        == Some(image);
+    Ok(image_now
+        && n("/status/observedGeneration") >= n("/metadata/generation")
+        && n("/status/updatedReplicas") == REPLICAS
+        && n("/status/replicas") == REPLICAS
+        && n("/status/availableReplicas") == REPLICAS)
+}
+
+fn run_phases(k: &Kubectl, cp_pid: u32) -> Result<Vec<Phase>> {
+    let t0 = Instant::now();
+    loop {
+        let n = k.json(&["get", "node", NODE]);
+        if n.as_ref().is_ok_and(ready) {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            bail!("node {NODE} not Ready after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let long = Duration::from_secs(600);
+    let mut phases = Vec::new();
+    let list = pod_list(REPLICAS);
+    phases.push(measure(
+        &format!("{REPLICAS} bare pods (kubectl apply of a List) → all Ready"),
+        REPLICAS,
+        cp_pid,
+        || k.run(&["apply", "-f", "-"], Some(&list)).map(drop),
+        || Ok(ready_pods(k, "app=bare")?.0 == REPLICAS),
+        long,
+    )?);
+    k.run(&["delete", "pods", "-l", "app=bare", "--wait=false"], None)?;
+    wait_no_pods(k, "app=bare")?;
+    let d = deployment();
+    phases.push(measure(
+        &format!("Deployment of {REPLICAS} replicas (kubectl apply) → all pods Ready"),
+        REPLICAS,
+        cp_pid,
+        || k.run(&["apply", "-f", "-"], Some(&d)).map(drop),
+        || Ok(ready_pods(k, "app=web")?.0 == REPLICAS),
+        long,
+    )?);
+    phases.push(measure(
+        &format!(
+            "rolling update of the {REPLICAS} to a new image (kubectl set image) → rollout complete"
+        ),
+        REPLICAS,
+        cp_pid,
+        || {
+            k.run(
+                &[
+                    "set",
+                    "image",
+                    "deployment/web",
+                    &format!("app={NEW_IMAGE}"),
+                ],
+                None,
+            )
+            .map(drop)
+        },
+        || rollout_complete(k, NEW_IMAGE),
+        long,
+    )?);
+    k.run(&["delete", "deployment", "web"], None)?;
+    wait_no_pods(k, "app=web")?;
+    let j = job();
+    phases.push(measure(
+        &format!("Job of {JOB_COMPLETIONS} completions, parallelism {JOB_PARALLELISM} → Complete"),
+        JOB_COMPLETIONS,
+        cp_pid,
+        || k.run(&["apply", "-f", "-"], Some(&j)).map(drop),
+        || {
+            let j = k.json(&["get", "job", "batch"])?;
+            let conds = j["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if conds
+                .iter()
+                .any(|c| c["type"] == "Failed" && c["status"] == "True")
+            {
+                bail!("the Job failed: {}", j["status"]);
+            }
+            Ok(conds
+                .iter()
+                .any(|c| c["type"] == "Complete" && c["status"] == "True"))
+        },
+        Duration::from_secs(1800),
+    )?);
+    Ok(phases)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
+    let bin = std::path::PathBuf::from(
+        std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?,
+    );
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    eprintln!("timing the floor (runc run --detach, CNI ADD) alone");
+    let mut floor = nodus_bench::floor::measure(10)?;
+    let per_pod_floor_ms = pct(&mut floor.runc_run_cpu, 50.0) + pct(&mut floor.cni_add_cpu, 50.0);
+    let t = nodus(&bin).await?;
+    // The rolling update's "new image": the same busybox under another name.
+    let dir = tempfile::tempdir()?;
+    let archive = dir.path().join("busybox-1.36.tar");
+    testkit::image::busybox().write_oci_archive(&archive, NEW_IMAGE)?;
+    let root = t
+        .logs
+        .parent()
+        .context("the runtime's directory")?
+        .join("root");
+    let out = Command::new(&bin)
+        .args(["runtime", "import"])
+        .arg(&archive)
+        .arg("--root-dir")
+        .arg(&root)
+        .output()?;
+    if !out.status.success() {
+        bail!("import: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // 100 replicas plus a rolling update's surge exceed upstream's default maxPods (110):
+    // the benchmark measures the controllers, not the node's pod limit.
+    let c = cluster::start(&bin, &t, &["--max-pods", "250"])?;
+    let k = Kubectl {
+        netns: Arc::clone(&t.netns),
+        kubeconfig: c.admin.clone(),
+    };
+    let phases = run_phases(&k, c.control_plane.pid())?;
+    let floor_wall = |pods: usize| pods as f64 * per_pod_floor_ms / cores as f64 / 1e3;
+    let mut body = format!(
+        "One node: `nodus control-plane` and the nodus kubelet (`--kubeconfig`, EventedPLEG on, \
+         `--max-pods 250`) on nodus's runtime, in the runtime's network namespace, driven by the \
+         real kubectl ({}); busybox `sleep 3600` (the Job: `true`), image present, \
+         terminationGracePeriodSeconds 1. Each phase is polled every 500 ms with `kubectl get`. \
+         \"control plane CPU\" is the `nodus control-plane` process's user + system time over \
+         the phase (API server, scheduler and every controller together); its RSS is the \
+         highest seen. Floor = pods × {per_pod_floor_ms:.1} ms (CPU of `runc run --detach` + \
+         CNI ADD per pod, p50, timed alone in this run) / {cores} cores. {cores} cores.\n\n\
+         | phase | pods | wall | floor | wall / floor | control plane CPU | per pod | control plane RSS |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        kubectl_version(),
+    );
+    for p in &phases {
+        let fl = floor_wall(p.pods);
+        body.push_str(&format!(
+            "| {} | {} | {:.2} s | {:.2} s | {:.1}× | {:.0} ms | {:.2} ms | {:.1} MiB |\n",
+            p.what,
+            p.pods,
+            p.wall.as_secs_f64(),
+            fl,
+            p.wall.as_secs_f64() / fl,
+            p.cp_cpu_ms,
+            p.cp_cpu_ms / p.pods as f64,
+            p.cp_rss_max_kib as f64 / 1024.0,
+        ));
+    }
+    let (base, deploy) = (&phases[0], &phases[1]);
+    let controller_ms = (deploy.cp_cpu_ms - base.cp_cpu_ms) / REPLICAS as f64;
+    body.push_str(&format!(
+        "\nThe controllers' own CPU for the Deployment: control plane CPU of the Deployment phase \
+         minus that of the bare pods = {:.0} ms − {:.0} ms = {:.2} ms per created pod (Deployment \
+         and ReplicaSet controllers, their status writes and events, and the API work those \
+         cause).\n\nGoals (issue 16): 100 replicas Ready within 2× the floor; the controllers' \
+         own CPU under 1 ms per created pod.\n",
+        deploy.cp_cpu_ms, base.cp_cpu_ms, controller_ms
+    ));
+    println!("{body}");
+    if let Some(p) = write {
+        nodus_bench::write_section(
+            &p,
+            "workloads",
+            "## Workload controllers (`bash bench/workloads.sh`)",
+            &body,
+        )?;
+        eprintln!("wrote {}", p.display());
+    }
+    drop(c);
+    drop(t);
+    Ok(())
+}
+
+fn kubectl_version() -> String {
+    Command::new("kubectl")
+        .args(["version", "--client", "-o", "json"])
+        .output()
+        .ok()
+        .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+        .and_then(|v| {
+            v.pointer("/clientVersion/gitVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .map(|v| format!("kubectl {v}"))
+        .unwrap_or_else(|| "kubectl".into())
+}
