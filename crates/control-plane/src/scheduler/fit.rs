@@ -1,13 +1,16 @@
 //! The scheduler's filters and score, over a cached view of each node: upstream's
 //! NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts and
 //! NodeResourcesFit filters (in that order, first failure wins), and the
-//! LeastAllocated score. Reasons carry upstream's FailedScheduling wording.
+//! LeastAllocated score. Reasons carry upstream's FailedScheduling wording (also those of
+//! the PodTopologySpread and InterPodAffinity filters, which run after these).
 
 use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use nodus_k8s::resources::{container_resources, milli, pod_requests};
 use nodus_k8s::scheduling;
+
+use super::interpodaffinity::PodAffinityTerms;
 
 /// Requests the scheduler assumes for a container that states none, when scoring only
 /// (upstream's DefaultMilliCPURequest and DefaultMemoryRequest).
@@ -28,6 +31,11 @@ pub struct PodFacts {
     pub host_ports: Vec<HostPort>,
     pub tolerations: Vec<Toleration>,
     pub node_name: Option<String>,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    /// Pod (anti-)affinity terms, parsed once (InterPodAffinity reads bound pods' terms
+    /// on every decision).
+    pub affinity: PodAffinityTerms,
     pub pod: Pod,
 }
 
@@ -68,7 +76,12 @@ impl PodFacts {
                 ))
             })
             .collect();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
         PodFacts {
+            affinity: PodAffinityTerms::of(&pod, &namespace, &labels),
+            namespace,
+            labels,
             cpu,
             memory,
             score_cpu: score_cpu.max(cpu),
@@ -160,6 +173,11 @@ pub enum Unfit {
     Ports,
     Insufficient(&'static str),
     TooManyPods,
+    TopologySpread,
+    TopologySpreadMissingLabel,
+    PodAffinity,
+    PodAntiAffinity,
+    ExistingPodsAntiAffinity,
 }
 
 impl std::fmt::Display for Unfit {
@@ -175,6 +193,19 @@ impl std::fmt::Display for Unfit {
             ),
             Unfit::Insufficient(r) => write!(f, "Insufficient {r}"),
             Unfit::TooManyPods => write!(f, "Too many pods"),
+            Unfit::TopologySpread => {
+                write!(f, "node(s) didn't match pod topology spread constraints")
+            }
+            Unfit::TopologySpreadMissingLabel => write!(
+                f,
+                "node(s) didn't match pod topology spread constraints (missing required label)"
+            ),
+            Unfit::PodAffinity => write!(f, "node(s) didn't match pod affinity rules"),
+            Unfit::PodAntiAffinity => write!(f, "node(s) didn't match pod anti-affinity rules"),
+            Unfit::ExistingPodsAntiAffinity => write!(
+                f,
+                "node(s) didn't satisfy existing pods anti-affinity rules"
+            ),
         }
     }
 }

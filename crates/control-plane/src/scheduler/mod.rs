@@ -1,6 +1,8 @@
 //! The scheduler: binds pending pods to nodes that fit (upstream's kube-scheduler with the
 //! default plugins that matter on a small cluster: NodeUnschedulable, NodeName,
-//! TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, LeastAllocated).
+//! TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, LeastAllocated,
+//! PodTopologySpread, InterPodAffinity). Feasible nodes are scored by each score plugin,
+//! normalized to 0–100 and summed with upstream's default plugin weights.
 //!
 //! It runs in the control-plane process over informer caches of Pods and Nodes. Pending
 //! pods wait in an active queue ordered by priority then age; a pod that fits nowhere gets
@@ -10,9 +12,12 @@
 //! to 10 s (upstream's podInitialBackoff / podMaxBackoff / podMaxInUnschedulablePodsDuration).
 
 pub mod fit;
+pub(crate) mod interpodaffinity;
+pub(crate) mod podtopologyspread;
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +29,7 @@ use crate::apiserver::state::ApiState;
 use crate::controllers::cache::{Cache, Change};
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
-use crate::storage::{EventKind, MutateOp, Mutation, StoreError, Stored};
+use crate::storage::{EventKind, MutateOp, Mutation, Store, StoreError, Stored};
 use fit::{NodeView, PodFacts, Usage};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
@@ -50,8 +55,8 @@ struct Scheduler {
     /// Node names in a stable order, so equal scores break ties the same way each time.
     node_order: Vec<String>,
     usage: HashMap<String, Usage>,
-    /// Bound, non-terminal pods: key → (node, what they take).
-    bound: HashMap<String, (String, PodFacts)>,
+    /// Bound, non-terminal pods, including those decided in the current batch.
+    bound: BoundPods,
     active: BTreeSet<QueueKey>,
     queued: HashMap<String, QueueKey>,
     unschedulable: HashMap<String, Waiting>,
@@ -73,6 +78,119 @@ fn wants_scheduling(v: &Value) -> bool {
         && (name.is_empty() || name == SCHEDULER_NAME)
         && v.pointer("/metadata/deletionTimestamp").is_none()
         && !terminal(v)
+}
+
+/// Bound, non-terminal pods: key → (node, facts), with the keys of those carrying pod
+/// (anti-)affinity terms kept apart (upstream's PodsWithAffinity), since every decision
+/// must consult their terms.
+#[derive(Default)]
+struct BoundPods {
+    pods: HashMap<String, (String, PodFacts)>,
+    with_affinity: HashSet<String>,
+}
+
+impl BoundPods {
+    fn insert(&mut self, key: String, entry: (String, PodFacts)) {
+        if entry.1.affinity.is_empty() {
+            self.with_affinity.remove(&key);
+        } else {
+            self.with_affinity.insert(key.clone());
+        }
+        self.pods.insert(key, entry);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<(String, PodFacts)> {
+        self.with_affinity.remove(key);
+        self.pods.remove(key)
+    }
+
+    fn clear(&mut self) {
+        self.pods.clear();
+        self.with_affinity.clear();
+    }
+}
+
+/// What the filter and score plugins see of the cluster in one scheduling cycle.
+pub(crate) struct Snapshot<'a> {
+    nodes: &'a HashMap<String, NodeView>,
+    bound: &'a BoundPods,
+    store: &'a dyn Store,
+    namespace_labels: RefCell<HashMap<String, BTreeMap<String, String>>>,
+}
+
+impl<'a> Snapshot<'a> {
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &'a NodeView> + use<'a> {
+        self.nodes.values()
+    }
+
+    /// Bound pods with the node they are on (pods on nodes gone from the cache left out).
+    pub(crate) fn pods(&self) -> impl Iterator<Item = (&'a NodeView, &'a PodFacts)> + use<'a> {
+        let nodes = self.nodes;
+        self.bound
+            .pods
+            .values()
+            .filter_map(move |(n, p)| Some((nodes.get(n)?, p)))
+    }
+
+    /// Bound pods that have pod (anti-)affinity terms.
+    pub(crate) fn pods_with_affinity(
+        &self,
+    ) -> impl Iterator<Item = (&'a NodeView, &'a PodFacts)> + use<'a> {
+        let (nodes, bound) = (self.nodes, self.bound);
+        bound.with_affinity.iter().filter_map(move |k| {
+            let (n, p) = bound.pods.get(k)?;
+            Some((nodes.get(n)?, p))
+        })
+    }
+
+    pub(crate) fn has_pods_with_affinity(&self) -> bool {
+        !self.bound.with_affinity.is_empty()
+    }
+
+    /// A namespace's labels (for namespaceSelector), read once per cycle.
+    pub(crate) fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+        if let Some(l) = self.namespace_labels.borrow().get(ns) {
+            return l.clone();
+        }
+        let labels: BTreeMap<String, String> = self
+            .get(&format!("/core/namespaces/{ns}"))
+            .and_then(|v| serde_json::from_value(v["metadata"]["labels"].clone()).ok())
+            .unwrap_or_default();
+        self.namespace_labels
+            .borrow_mut()
+            .insert(ns.to_string(), labels.clone());
+        labels
+    }
+
+    /// An object of another kind from the store (Services, owners for default spreading).
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Value>> {
+        self.store.get(key).ok().flatten().map(|s| s.object)
+    }
+
+    pub(crate) fn list(&self, prefix: &str) -> Vec<Arc<Value>> {
+        self.store
+            .list(prefix)
+            .map(|(items, _)| items.into_iter().map(|s| s.object).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The score plugins, with upstream's default weights in the default profile.
+#[derive(Clone, Copy)]
+enum ScorePlugin {
+    NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
+}
+
+impl ScorePlugin {
+    fn weight(self) -> i64 {
+        match self {
+            ScorePlugin::NodeResourcesFit => 1,
+            ScorePlugin::PodTopologySpread => 2,
+            ScorePlugin::InterPodAffinity => 2,
+        }
+    }
 }
 
 impl Scheduler {
@@ -198,7 +316,7 @@ impl Scheduler {
     /// events) are then written in one store commit each, as upstream binds asynchronously
     /// while it goes on scheduling. Returns whether any pod was taken from the queue.
     fn schedule_batch(&mut self) -> bool {
-        let mut decided: Vec<(String, Arc<Value>, String, PodFacts)> = Vec::new();
+        let mut decided: Vec<(String, Arc<Value>, String)> = Vec::new();
         let mut took = false;
         while decided.len() < BATCH {
             let Some(q) = self.active.pop_first() else {
@@ -217,9 +335,11 @@ impl Scheduler {
             let facts = PodFacts::of(pod);
             match self.place(&facts) {
                 Ok(node) => {
-                    // Assume the binding: the next pods see the room it takes.
+                    // Assume the binding: the next pods see the room it takes and count it
+                    // in affinity and spreading.
                     self.usage.entry(node.clone()).or_default().add(&facts);
-                    decided.push((key, v, node, facts));
+                    self.bound.insert(key.clone(), (node.clone(), facts));
+                    decided.push((key, v, node));
                 }
                 Err(msg) => {
                     tracing::info!(pod = %key, message = %msg, "scheduler: no node fits");
@@ -235,7 +355,7 @@ impl Scheduler {
         }
         let mut ops: Vec<MutateOp<'_>> = decided
             .iter()
-            .map(|(key, v, node, _)| {
+            .map(|(key, v, node)| {
                 let name = str_at(v, "/metadata/name").to_string();
                 let node = node.clone();
                 let op: MutateOp<'_> = (
@@ -265,11 +385,10 @@ impl Scheduler {
         };
         drop(ops);
         let mut events = Vec::new();
-        for ((key, v, node, facts), r) in decided.into_iter().zip(results) {
+        for ((key, v, node), r) in decided.into_iter().zip(results) {
             match r {
                 Ok(_) => {
                     tracing::debug!(pod = %key, node = %node, "scheduler: bound");
-                    self.bound.insert(key.clone(), (node.clone(), facts));
                     self.pending.remove(&key);
                     self.unschedulable.remove(&key);
                     let msg = format!(
@@ -281,7 +400,9 @@ impl Scheduler {
                 }
                 Err(e) => {
                     tracing::info!(pod = %key, node = %node, error = %e, "scheduler: binding failed");
-                    if let Some(u) = self.usage.get_mut(&node) {
+                    if let Some((node, facts)) = self.bound.remove(&key)
+                        && let Some(u) = self.usage.get_mut(&node)
+                    {
                         u.remove(&facts);
                     }
                     self.park(&key);
@@ -296,31 +417,78 @@ impl Scheduler {
         true
     }
 
-    /// The node the filters and score choose for `facts`, or the FailedScheduling message.
+    /// The node the filters and scores choose for `facts`, or the FailedScheduling message.
     fn place(&self, facts: &PodFacts) -> Result<String, String> {
+        let snap = Snapshot {
+            nodes: &self.nodes,
+            bound: &self.bound,
+            store: &*self.st.store,
+            namespace_labels: RefCell::default(),
+        };
+        let spread = podtopologyspread::pre_filter(facts, &snap);
+        let affinity = interpodaffinity::pre_filter(facts, &snap);
         let empty = Usage::default();
-        let mut best: Option<(i64, i64, &str)> = None;
+        let mut feasible: Vec<(&NodeView, &Usage)> = Vec::new();
         let mut reasons = Vec::new();
         for name in &self.node_order {
             let Some(node) = self.nodes.get(name) else {
                 continue;
             };
             let used = self.usage.get(name).unwrap_or(&empty);
-            match fit::filter(facts, node, used) {
-                Ok(()) => {
-                    let s = fit::score(facts, node, used);
-                    let cand = (s, -used.pods, name.as_str());
-                    if best.is_none_or(|b| (cand.0, cand.1) > (b.0, b.1)) {
-                        best = Some(cand);
-                    }
-                }
+            let verdict = fit::filter(facts, node, used)
+                .and_then(|()| {
+                    spread
+                        .as_ref()
+                        .map_or(Ok(()), |s| s.filter(node))
+                        .map_err(|r| vec![r])
+                })
+                .and_then(|()| {
+                    affinity
+                        .as_ref()
+                        .map_or(Ok(()), |a| a.filter(node))
+                        .map_err(|r| vec![r])
+                });
+            match verdict {
+                Ok(()) => feasible.push((node, used)),
                 Err(r) => reasons.extend(fit::dedup(r)),
             }
         }
-        match best {
-            Some((_, _, node)) => Ok(node.to_string()),
-            None => Err(fit::fit_error(self.nodes.len(), &reasons)),
+        if feasible.is_empty() {
+            return Err(fit::fit_error(self.nodes.len(), &reasons));
         }
+        let views: Vec<&NodeView> = feasible.iter().map(|(n, _)| *n).collect();
+        let mut total = vec![0i64; feasible.len()];
+        let plugins = [
+            (
+                ScorePlugin::NodeResourcesFit,
+                Some(
+                    feasible
+                        .iter()
+                        .map(|(n, u)| fit::score(facts, n, u))
+                        .collect(),
+                ),
+            ),
+            (
+                ScorePlugin::PodTopologySpread,
+                podtopologyspread::score(facts, &snap, &views),
+            ),
+            (
+                ScorePlugin::InterPodAffinity,
+                interpodaffinity::score(facts, &snap, &views),
+            ),
+        ];
+        for (plugin, scores) in plugins {
+            for (t, s) in total.iter_mut().zip(scores.into_iter().flatten()) {
+                *t += s * plugin.weight();
+            }
+        }
+        // Equal scores: the emptier node, then the first in name order.
+        let best = feasible
+            .iter()
+            .zip(&total)
+            .map(|((n, u), s)| ((*s, -u.pods), n.name.as_str()))
+            .reduce(|best, cand| if cand.0 > best.0 { cand } else { best });
+        Ok(best.map(|(_, n)| n.to_string()).unwrap_or_default())
     }
 
     fn park(&mut self, key: &str) {
@@ -372,7 +540,7 @@ pub async fn run(st: Arc<ApiState>) {
         nodes: HashMap::new(),
         node_order: Vec::new(),
         usage: HashMap::new(),
-        bound: HashMap::new(),
+        bound: BoundPods::default(),
         active: BTreeSet::new(),
         queued: HashMap::new(),
         unschedulable: HashMap::new(),
@@ -437,6 +605,85 @@ pub async fn run(st: Arc<ApiState>) {
                 Change::Relisted => load(&mut s, &nodes, &pods),
             },
             _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// Fake clusters for the plugins' table tests: nodes and bound pods as JSON, other objects
+/// (Namespaces, Services, owners) in a throwaway store.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::storage::embedded::EmbeddedStore;
+
+    pub(crate) struct Fixture {
+        pub(crate) nodes: HashMap<String, NodeView>,
+        bound: BoundPods,
+        store: EmbeddedStore,
+        _dir: tempfile::TempDir,
+    }
+
+    pub(crate) fn pod(v: Value) -> PodFacts {
+        let mut v = v;
+        if v["metadata"]["namespace"].is_null() {
+            v["metadata"]["namespace"] = json!("default");
+        }
+        if v["spec"]["containers"].is_null() {
+            v["spec"]["containers"] = json!([{"name": "c"}]);
+        }
+        PodFacts::of(serde_json::from_value(v).expect("pod"))
+    }
+
+    /// A node with `labels` (its hostname label added) and room for anything.
+    pub(crate) fn node(name: &str, labels: Value) -> Value {
+        let mut labels = labels;
+        labels["kubernetes.io/hostname"] = json!(name);
+        json!({"metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}})
+    }
+
+    impl Fixture {
+        /// `pods` are (node name, pod) pairs, already bound there.
+        pub(crate) fn new(nodes: &[Value], pods: Vec<(&str, Value)>) -> Fixture {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = EmbeddedStore::open(&dir.path().join("s.redb")).expect("store");
+            let nodes = nodes
+                .iter()
+                .map(|n| {
+                    let v = NodeView::of(&serde_json::from_value(n.clone()).expect("node"));
+                    (v.name.clone(), v)
+                })
+                .collect();
+            let mut bound = BoundPods::default();
+            for (i, (n, p)) in pods.into_iter().enumerate() {
+                bound.insert(format!("p{i}"), (n.to_string(), pod(p)));
+            }
+            Fixture {
+                nodes,
+                bound,
+                store,
+                _dir: dir,
+            }
+        }
+
+        pub(crate) fn put(&self, key: &str, obj: Value) {
+            self.store.create(key, obj).expect("create");
+        }
+
+        pub(crate) fn snapshot(&self) -> Snapshot<'_> {
+            Snapshot {
+                nodes: &self.nodes,
+                bound: &self.bound,
+                store: &self.store,
+                namespace_labels: RefCell::default(),
+            }
+        }
+
+        /// The nodes in name order, as the scheduler walks them.
+        pub(crate) fn views(&self) -> Vec<&NodeView> {
+            let mut v: Vec<&NodeView> = self.nodes.values().collect();
+            v.sort_by(|a, b| a.name.cmp(&b.name));
+            v
         }
     }
 }
