@@ -210,6 +210,14 @@ impl std::fmt::Display for Unfit {
     }
 }
 
+impl Unfit {
+    /// Whether a pod bound somewhere may lift this refusal (a pod matching the affinity
+    /// terms, or one raising the least-loaded domain).
+    pub fn helped_by_pod_bound(&self) -> bool {
+        matches!(self, Unfit::PodAffinity | Unfit::TopologySpread)
+    }
+}
+
 fn ports_conflict(a: &HostPort, b: &HostPort) -> bool {
     a.0 == b.0 && a.2 == b.2 && (a.1 == b.1 || a.1 == "0.0.0.0" || b.1 == "0.0.0.0")
 }

@@ -30,7 +30,7 @@ use crate::controllers::cache::{Cache, Change};
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
 use crate::storage::{EventKind, MutateOp, Mutation, Store, StoreError, Stored};
-use fit::{NodeView, PodFacts, Usage};
+use fit::{NodeView, PodFacts, Unfit, Usage};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -46,6 +46,8 @@ struct Waiting {
     attempts: u32,
     since: Instant,
     retry_at: Option<Instant>,
+    /// Refused by pod affinity or topology spread, which a newly bound pod may satisfy.
+    wakes_on_pod_bound: bool,
 }
 
 struct Scheduler {
@@ -194,10 +196,27 @@ impl ScorePlugin {
 }
 
 impl Scheduler {
+    fn new(st: Arc<ApiState>) -> Scheduler {
+        Scheduler {
+            st,
+            recorder: Recorder::new(SCHEDULER_NAME),
+            nodes: HashMap::new(),
+            node_order: Vec::new(),
+            usage: HashMap::new(),
+            bound: BoundPods::default(),
+            active: BTreeSet::new(),
+            queued: HashMap::new(),
+            unschedulable: HashMap::new(),
+            pending: HashMap::new(),
+        }
+    }
+
     fn pod_changed(&mut self, key: &str, obj: Option<&Arc<Value>>) {
         // Forget what the pod was; if it no longer holds room on its node (gone, finished),
         // pods waiting may fit now.
-        if let Some((node, facts)) = self.bound.remove(key) {
+        let was_bound = self.bound.remove(key);
+        let newly_bound = was_bound.is_none();
+        if let Some((node, facts)) = was_bound {
             if let Some(u) = self.usage.get_mut(&node) {
                 u.remove(&facts);
             }
@@ -229,6 +248,9 @@ impl Scheduler {
             self.usage.entry(node.to_string()).or_default().add(&facts);
             self.bound
                 .insert(key.to_string(), (node.to_string(), facts));
+            if newly_bound {
+                self.wake_on_pod_bound();
+            }
             return;
         }
         if !wants_scheduling(v) {
@@ -279,8 +301,22 @@ impl Scheduler {
 
     /// A cluster change that may help: unschedulable pods are retried after their back-off.
     fn wake_unschedulable(&mut self) {
+        self.wake(false);
+    }
+
+    /// A pod newly bound: only pods waiting for pods to appear (affinity, spreading) may
+    /// fit now (upstream's AssignedPodAdd queueing hint).
+    fn wake_on_pod_bound(&mut self) {
+        self.wake(true);
+    }
+
+    fn wake(&mut self, only_pod_bound: bool) {
         let now = Instant::now();
-        for w in self.unschedulable.values_mut() {
+        for w in self
+            .unschedulable
+            .values_mut()
+            .filter(|w| w.wakes_on_pod_bound || !only_pod_bound)
+        {
             let backoff = INITIAL_BACKOFF
                 .saturating_mul(1 << w.attempts.saturating_sub(1).min(4))
                 .min(MAX_BACKOFF);
@@ -341,12 +377,12 @@ impl Scheduler {
                     self.bound.insert(key.clone(), (node.clone(), facts));
                     decided.push((key, v, node));
                 }
-                Err(msg) => {
+                Err((msg, wakes_on_pod_bound)) => {
                     tracing::info!(pod = %key, message = %msg, "scheduler: no node fits");
                     let _ = objects::modify(&self.st, &key, &mut |p| set_unschedulable(p, &msg));
                     self.recorder
                         .record(&self.st, &v, "Warning", "FailedScheduling", &msg);
-                    self.park(&key);
+                    self.park(&key, wakes_on_pod_bound);
                 }
             }
         }
@@ -405,9 +441,12 @@ impl Scheduler {
                     {
                         u.remove(&facts);
                     }
-                    self.park(&key);
+                    self.park(&key, false);
                 }
             }
+        }
+        if !events.is_empty() {
+            self.wake_on_pod_bound();
         }
         let items: Vec<(&Value, &str, &str, &str)> = events
             .iter()
@@ -417,8 +456,9 @@ impl Scheduler {
         true
     }
 
-    /// The node the filters and scores choose for `facts`, or the FailedScheduling message.
-    fn place(&self, facts: &PodFacts) -> Result<String, String> {
+    /// The node the filters and scores choose for `facts`, or the FailedScheduling message
+    /// and whether a newly bound pod could change the verdict.
+    fn place(&self, facts: &PodFacts) -> Result<String, (String, bool)> {
         let snap = Snapshot {
             nodes: &self.nodes,
             bound: &self.bound,
@@ -454,7 +494,11 @@ impl Scheduler {
             }
         }
         if feasible.is_empty() {
-            return Err(fit::fit_error(self.nodes.len(), &reasons));
+            let pod_bound_may_help = reasons.iter().any(Unfit::helped_by_pod_bound);
+            return Err((
+                fit::fit_error(self.nodes.len(), &reasons),
+                pod_bound_may_help,
+            ));
         }
         let views: Vec<&NodeView> = feasible.iter().map(|(n, _)| *n).collect();
         let mut total = vec![0i64; feasible.len()];
@@ -491,7 +535,7 @@ impl Scheduler {
         Ok(best.map(|(_, n)| n.to_string()).unwrap_or_default())
     }
 
-    fn park(&mut self, key: &str) {
+    fn park(&mut self, key: &str, wakes_on_pod_bound: bool) {
         let attempts = self.unschedulable.get(key).map_or(0, |w| w.attempts) + 1;
         self.unschedulable.insert(
             key.to_string(),
@@ -499,6 +543,7 @@ impl Scheduler {
                 attempts,
                 since: Instant::now(),
                 retry_at: None,
+                wakes_on_pod_bound,
             },
         );
     }
@@ -534,18 +579,7 @@ fn set_unschedulable(p: &mut Value, msg: &str) -> bool {
 pub async fn run(st: Arc<ApiState>) {
     let mut nodes = Cache::new(st.store.clone(), "/core/nodes/");
     let mut pods = Cache::new(st.store.clone(), "/core/pods/");
-    let mut s = Scheduler {
-        st: st.clone(),
-        recorder: Recorder::new(SCHEDULER_NAME),
-        nodes: HashMap::new(),
-        node_order: Vec::new(),
-        usage: HashMap::new(),
-        bound: BoundPods::default(),
-        active: BTreeSet::new(),
-        queued: HashMap::new(),
-        unschedulable: HashMap::new(),
-        pending: HashMap::new(),
-    };
+    let mut s = Scheduler::new(st.clone());
     let load = |s: &mut Scheduler, nodes: &Cache, pods: &Cache| {
         s.nodes.clear();
         s.node_order.clear();
@@ -685,5 +719,101 @@ pub(crate) mod testing {
             v.sort_by(|a, b| a.name.cmp(&b.name));
             v
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::node;
+    use super::*;
+    use crate::apiserver::state::ApiConfig;
+    use crate::storage::embedded::EmbeddedStore;
+
+    /// A scheduler over a throwaway store holding `nodes` and pending `pods`.
+    fn scheduler(dir: &tempfile::TempDir, nodes: Vec<Value>, pods: Vec<Value>) -> Scheduler {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).expect("store"));
+        let st = Arc::new(ApiState {
+            store: store.clone(),
+            config: ApiConfig::default(),
+            tokens: Default::default(),
+            ca_pem: String::new(),
+            kubelet_tls: None,
+            alloc_lock: tokio::sync::Mutex::new(()),
+        });
+        let mut s = Scheduler::new(st);
+        for n in nodes {
+            let key = format!("/core/nodes/{}", str_at(&n, "/metadata/name"));
+            let stored = store.create(&key, n).expect("node");
+            s.node_changed(&key, Some(&stored.object));
+        }
+        for (i, mut p) in pods.into_iter().enumerate() {
+            let name = format!("p{i}");
+            p["apiVersion"] = json!("v1");
+            p["kind"] = json!("Pod");
+            p["metadata"]["name"] = json!(name);
+            p["metadata"]["namespace"] = json!("default");
+            p["metadata"]["uid"] = json!(format!("uid-{i}"));
+            p["metadata"]["creationTimestamp"] = json!(format!("2026-01-01T00:00:{i:02}Z"));
+            p["spec"]["containers"] = json!([{"name": "c", "image": "busybox"}]);
+            let key = format!("/core/pods/default/{name}");
+            let stored = store.create(&key, p).expect("pod");
+            s.pod_changed(&key, Some(&stored.object));
+        }
+        s
+    }
+
+    /// Where each pod went (None: still pending), in creation order.
+    fn placements(s: &Scheduler, n: usize) -> Vec<Option<String>> {
+        (0..n)
+            .map(|i| {
+                let v =
+                    s.st.store
+                        .get(&format!("/core/pods/default/p{i}"))
+                        .unwrap()
+                        .unwrap();
+                let node = str_at(&v.object, "/spec/nodeName");
+                (!node.is_empty()).then(|| node.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pods_decided_in_one_batch_see_each_other_for_anti_affinity() {
+        let dir = tempfile::tempdir().unwrap();
+        let anti = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "web"}},
+                "topologyKey": "kubernetes.io/hostname"}]}}}});
+        let nodes = ["n1", "n2", "n3"].map(|n| node(n, json!({}))).to_vec();
+        let mut s = scheduler(&dir, nodes, vec![anti.clone(); 4]);
+        assert!(s.schedule_batch());
+        let got = placements(&s, 4);
+        let mut bound: Vec<String> = got.iter().flatten().cloned().collect();
+        bound.sort();
+        assert_eq!(bound, ["n1", "n2", "n3"], "{got:?}");
+        assert_eq!(got[3], None, "the last in the queue is left over");
+        // Only a pod going away can help it: a pod bound elsewhere does not wake it.
+        assert!(!s.unschedulable["/core/pods/default/p3"].wakes_on_pod_bound);
+    }
+
+    #[test]
+    fn pods_decided_in_one_batch_count_for_topology_spread() {
+        let dir = tempfile::tempdir().unwrap();
+        let zone = "topology.kubernetes.io/zone";
+        // Zone a has three nodes: on resources alone most pods would go there.
+        let nodes = vec![
+            node("a1", json!({zone: "a"})),
+            node("a2", json!({zone: "a"})),
+            node("a3", json!({zone: "a"})),
+            node("b1", json!({zone: "b"})),
+        ];
+        let spread = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": zone, "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"app": "web"}}}]}});
+        let mut s = scheduler(&dir, nodes, vec![spread; 6]);
+        assert!(s.schedule_batch());
+        let got = placements(&s, 6);
+        let in_b = got.iter().filter(|n| n.as_deref() == Some("b1")).count();
+        assert_eq!((got.iter().flatten().count(), in_b), (6, 3), "{got:?}");
     }
 }
