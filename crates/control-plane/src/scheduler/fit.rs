@@ -1,7 +1,7 @@
 //! The scheduler's filters and score, over a cached view of each node: upstream's
 //! NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts and
-//! NodeResourcesFit filters (in that order, first failure wins), and the
-//! LeastAllocated score. Reasons carry upstream's FailedScheduling wording (also those of
+//! NodeResourcesFit filters (in that order, first failure wins), and the per-node scores:
+//! LeastAllocated, TaintToleration (PreferNoSchedule) and preferred NodeAffinity. Reasons carry upstream's FailedScheduling wording (also those of
 //! the PodTopologySpread and InterPodAffinity filters, which run after these).
 
 use std::collections::{BTreeMap, HashSet};
@@ -284,6 +284,60 @@ pub fn score(pod: &PodFacts, node: &NodeView, used: &Usage) -> i64 {
         / 2
 }
 
+/// TaintToleration's score before normalizing: the node's PreferNoSchedule taints the pod
+/// does not tolerate (fewer is better).
+pub fn intolerable_prefer_no_schedule(pod: &PodFacts, node: &NodeView) -> i64 {
+    let tolerations: Vec<Toleration> = pod
+        .tolerations
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.effect.as_deref(),
+                None | Some("") | Some("PreferNoSchedule")
+            )
+        })
+        .cloned()
+        .collect();
+    node.taints
+        .iter()
+        .filter(|t| t.effect == "PreferNoSchedule")
+        .filter(|t| !tolerations.iter().any(|tol| scheduling::tolerates(tol, t)))
+        .count() as i64
+}
+
+/// NodeAffinity's score before normalizing: the weights of the pod's preferred node
+/// affinity terms the node matches.
+pub fn preferred_node_affinity(pod: &PodFacts, node: &NodeView) -> i64 {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            t.weight != 0 && scheduling::term_matches(&t.preference, &node.name, &node.labels)
+        })
+        .map(|t| i64::from(t.weight))
+        .sum()
+}
+
+/// Upstream's DefaultNormalizeScore: scaled to 0–100 by the highest score, reversed
+/// (100 − x) when lower raw scores are better.
+pub fn default_normalize(raw: Vec<i64>, reverse: bool) -> Vec<i64> {
+    let max = raw.iter().copied().max().unwrap_or(0).max(0);
+    raw.into_iter()
+        .map(|s| {
+            let s = if max == 0 { 0 } else { 100 * s / max };
+            if reverse { 100 - s } else { s }
+        })
+        .collect()
+}
+
 /// Upstream's FitError text: `0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had
 /// untolerated taint {k: v}.` (counts per reason, the phrases sorted).
 pub fn fit_error(total: usize, reasons: &[Unfit]) -> String {
@@ -378,6 +432,56 @@ mod tests {
         assert_eq!(filter(&p, &n, &used), Err(vec![Unfit::Ports]));
         used.remove(&p);
         assert!(filter(&p, &n, &used).is_ok());
+    }
+
+    #[test]
+    fn taint_and_node_affinity_scores_normalize_as_upstream() {
+        let tainted = |name: &str, taints: serde_json::Value| {
+            node(
+                json!({"metadata": {"name": name, "labels": {"disk": name}}, "spec": {"taints": taints}}),
+            )
+        };
+        let nodes = [
+            tainted("clean", json!([])),
+            tainted("one", json!([{"key": "a", "effect": "PreferNoSchedule"}])),
+            tainted(
+                "two",
+                json!([{"key": "a", "effect": "PreferNoSchedule"},
+                {"key": "b", "effect": "PreferNoSchedule"}, {"key": "c", "effect": "NoSchedule"}]),
+            ),
+        ];
+        let p = pod(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let raw: Vec<i64> = nodes
+            .iter()
+            .map(|n| intolerable_prefer_no_schedule(&p, n))
+            .collect();
+        assert_eq!(raw, [0, 1, 2]);
+        assert_eq!(default_normalize(raw, true), [100, 50, 0]);
+        // Tolerating "a" (a NoSchedule toleration does not count for PreferNoSchedule).
+        let p = pod(
+            json!({"spec": {"containers": [{"name": "c"}], "tolerations": [
+            {"key": "a", "operator": "Exists", "effect": "PreferNoSchedule"},
+            {"key": "b", "operator": "Exists", "effect": "NoSchedule"}]}}),
+        );
+        let raw: Vec<i64> = nodes
+            .iter()
+            .map(|n| intolerable_prefer_no_schedule(&p, n))
+            .collect();
+        assert_eq!(raw, [0, 0, 1]);
+        assert_eq!(default_normalize(vec![0, 0, 0], true), [100, 100, 100]);
+
+        let p = pod(
+            json!({"spec": {"containers": [{"name": "c"}], "affinity": {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 30, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["one", "two"]}]}},
+                {"weight": 10, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["two"]}]}}]}}}}),
+        );
+        let raw: Vec<i64> = nodes
+            .iter()
+            .map(|n| preferred_node_affinity(&p, n))
+            .collect();
+        assert_eq!(raw, [0, 30, 40]);
+        assert_eq!(default_normalize(raw, false), [0, 75, 100]);
     }
 
     #[test]

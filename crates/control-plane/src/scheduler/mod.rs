@@ -1,8 +1,9 @@
 //! The scheduler: binds pending pods to nodes that fit (upstream's kube-scheduler with the
 //! default plugins that matter on a small cluster: NodeUnschedulable, NodeName,
 //! TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, LeastAllocated,
-//! PodTopologySpread, InterPodAffinity). Feasible nodes are scored by each score plugin,
-//! normalized to 0–100 and summed with upstream's default plugin weights.
+//! PodTopologySpread, InterPodAffinity). Feasible nodes are scored by each score plugin
+//! (TaintToleration, NodeAffinity, NodeResourcesFit's LeastAllocated, PodTopologySpread,
+//! InterPodAffinity), normalized to 0–100 and summed with upstream's default weights.
 //!
 //! It runs in the control-plane process over informer caches of Pods and Nodes. Pending
 //! pods wait in an active queue ordered by priority then age; a pod that fits nowhere gets
@@ -180,6 +181,8 @@ impl<'a> Snapshot<'a> {
 /// The score plugins, with upstream's default weights in the default profile.
 #[derive(Clone, Copy)]
 enum ScorePlugin {
+    TaintToleration,
+    NodeAffinity,
     NodeResourcesFit,
     PodTopologySpread,
     InterPodAffinity,
@@ -188,6 +191,8 @@ enum ScorePlugin {
 impl ScorePlugin {
     fn weight(self) -> i64 {
         match self {
+            ScorePlugin::TaintToleration => 3,
+            ScorePlugin::NodeAffinity => 2,
             ScorePlugin::NodeResourcesFit => 1,
             ScorePlugin::PodTopologySpread => 2,
             ScorePlugin::InterPodAffinity => 2,
@@ -502,7 +507,24 @@ impl Scheduler {
         }
         let views: Vec<&NodeView> = feasible.iter().map(|(n, _)| *n).collect();
         let mut total = vec![0i64; feasible.len()];
+        let per_node = |f: fn(&PodFacts, &NodeView) -> i64| -> Vec<i64> {
+            feasible.iter().map(|(n, _)| f(facts, n)).collect()
+        };
         let plugins = [
+            (
+                ScorePlugin::TaintToleration,
+                Some(fit::default_normalize(
+                    per_node(fit::intolerable_prefer_no_schedule),
+                    true,
+                )),
+            ),
+            (
+                ScorePlugin::NodeAffinity,
+                Some(fit::default_normalize(
+                    per_node(fit::preferred_node_affinity),
+                    false,
+                )),
+            ),
             (
                 ScorePlugin::NodeResourcesFit,
                 Some(
