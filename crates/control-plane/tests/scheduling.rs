@@ -395,6 +395,16 @@ async fn required_anti_affinity_spreads_one_per_node_and_affinity_co_locates() {
         failed_scheduling(&client, &pods, "lonely").await,
         "0/3 nodes are available: 3 node(s) didn't match pod affinity rules."
     );
+    // Once such a pod is bound, the waiting one is retried (not left for the 5-minute
+    // flush) and joins it.
+    pods.create(
+        &pp,
+        &labeled_pod("target", json!({"app": "nothing"}), json!({})),
+    )
+    .await
+    .expect("target");
+    let target = bound_to(&pods, "target").await;
+    assert_eq!(bound_to(&pods, "lonely").await, target);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
