@@ -1,11 +1,16 @@
 //! The scheduler against the real API server, with fake nodes created through the API:
 //! fit on Allocatable, taints and tolerations, nodeSelector, required node affinity,
-//! FailedScheduling with upstream's wording, and a pending pod placed once a node fits.
+//! FailedScheduling with upstream's wording, and a pending pod placed once a node fits;
+//! inter-pod affinity and anti-affinity, topology spread constraints, and the default
+//! spreading of a ReplicaSet's pods.
 
 mod common;
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -270,4 +275,271 @@ async fn a_node_with_garbage_status_is_never_chosen() {
         .await
         .expect("good");
     assert_eq!(bound_to(&pods, "p").await, "good");
+}
+
+const HOSTNAME: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// A node labelled with its hostname (as a kubelet registers it) and `labels`.
+fn host(name: &str, cpu: &str, labels: Value) -> Node {
+    let mut labels = labels;
+    labels[HOSTNAME] = json!(name);
+    node(name, cpu, labels, json!([]))
+}
+
+/// A 100m pod with `labels` and extra spec fields.
+fn labeled_pod(name: &str, labels: Value, spec: Value) -> Pod {
+    let mut p = pod(name, "100m", spec);
+    p.metadata.labels = serde_json::from_value(labels).expect("labels");
+    p
+}
+
+/// How many of `names` are bound to each node.
+async fn placement(pods: &Api<Pod>, names: &[String]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for n in names {
+        *out.entry(bound_to(pods, n).await).or_default() += 1;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_anti_affinity_spreads_one_per_node_and_affinity_co_locates() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    for n in ["n1", "n2", "n3"] {
+        nodes
+            .create(&pp, &host(n, "4", json!({})))
+            .await
+            .expect("node");
+    }
+    // Four replicas that refuse to share a node, created at once (decided in one batch).
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": HOSTNAME}]}}});
+    let names: Vec<String> = (0..4).map(|i| format!("web-{i}")).collect();
+    for n in &names {
+        pods.create(&pp, &labeled_pod(n, json!({"app": "web"}), anti.clone()))
+            .await
+            .expect("web pod");
+    }
+    // Three are bound, one per node; the fourth waits with upstream's message.
+    let (bound, waiting) = eventually("three web pods bound", || async {
+        let mut bound = BTreeMap::new();
+        let mut waiting = None;
+        for n in &names {
+            match pods.get(n).await.ok()?.spec?.node_name {
+                Some(node) => *bound.entry(node).or_insert(0) += 1,
+                None => waiting = Some(n.clone()),
+            }
+        }
+        (bound.len() == 3).then_some((bound, waiting))
+    })
+    .await;
+    assert!(bound.values().all(|c| *c == 1), "one per node: {bound:?}");
+    let waiting = waiting.expect("one pod left over");
+    assert_eq!(
+        failed_scheduling(&client, &pods, &waiting).await,
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+    );
+
+    // Existing pods' anti-affinity holds against a pod without terms of its own.
+    pods.create(
+        &pp,
+        &labeled_pod("plain-web", json!({"app": "web"}), json!({})),
+    )
+    .await
+    .expect("plain-web");
+    assert_eq!(
+        failed_scheduling(&client, &pods, "plain-web").await,
+        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules."
+    );
+
+    // Required affinity: followers go where their leader is.
+    pods.create(
+        &pp,
+        &labeled_pod("cache", json!({"app": "cache"}), json!({})),
+    )
+    .await
+    .expect("cache");
+    let leader = bound_to(&pods, "cache").await;
+    let follow = |target: &str| {
+        json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": target}}, "topologyKey": HOSTNAME}]}}})
+    };
+    for i in 0..3 {
+        pods.create(
+            &pp,
+            &labeled_pod(
+                &format!("follower-{i}"),
+                json!({"app": "client"}),
+                follow("cache"),
+            ),
+        )
+        .await
+        .expect("follower");
+    }
+    for i in 0..3 {
+        assert_eq!(bound_to(&pods, &format!("follower-{i}")).await, leader);
+    }
+    // Affinity to pods that exist nowhere (and that the pod is not itself) cannot be met.
+    pods.create(
+        &pp,
+        &labeled_pod("lonely", json!({"app": "client"}), follow("nothing")),
+    )
+    .await
+    .expect("lonely");
+    assert_eq!(
+        failed_scheduling(&client, &pods, "lonely").await,
+        "0/3 nodes are available: 3 node(s) didn't match pod affinity rules."
+    );
+    // Once such a pod is bound, the waiting one is retried (not left for the 5-minute
+    // flush) and joins it.
+    pods.create(
+        &pp,
+        &labeled_pod("target", json!({"app": "nothing"}), json!({})),
+    )
+    .await
+    .expect("target");
+    let target = bound_to(&pods, "target").await;
+    assert_eq!(bound_to(&pods, "lonely").await, target);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_spread_keeps_zones_within_max_skew() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    // Zone a has two nodes (and more room), zone b one; "plain" has no zone.
+    for (n, cpu, zone) in [("za1", "8", "a"), ("za2", "8", "a"), ("zb1", "2", "b")] {
+        nodes
+            .create(&pp, &host(n, cpu, json!({ZONE: zone})))
+            .await
+            .expect("node");
+    }
+    nodes
+        .create(&pp, &host("plain", "8", json!({})))
+        .await
+        .expect("plain");
+    let spread = |extra: Value| {
+        let mut c = json!({"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "spread"}}});
+        for (k, v) in extra.as_object().expect("object") {
+            c[k] = v.clone();
+        }
+        json!({"topologySpreadConstraints": [c]})
+    };
+    let names: Vec<String> = (0..6).map(|i| format!("s-{i}")).collect();
+    for n in &names {
+        pods.create(
+            &pp,
+            &labeled_pod(n, json!({"app": "spread"}), spread(json!({}))),
+        )
+        .await
+        .expect("spread pod");
+    }
+    let by_node = placement(&pods, &names).await;
+    let zone_a = by_node.get("za1").unwrap_or(&0) + by_node.get("za2").unwrap_or(&0);
+    let zone_b = *by_node.get("zb1").unwrap_or(&0);
+    assert_eq!((zone_a, zone_b), (3, 3), "{by_node:?}");
+    assert!(!by_node.contains_key("plain"), "{by_node:?}");
+
+    // One more in zone b is within the skew; a second is not. (nodeAffinityPolicy Ignore:
+    // zone a counts although the pod's selector rules it out.)
+    let pinned = |node: &str| {
+        let mut s = spread(json!({"nodeAffinityPolicy": "Ignore"}));
+        s["nodeSelector"] = json!({HOSTNAME: node});
+        s
+    };
+    pods.create(
+        &pp,
+        &labeled_pod("b-1", json!({"app": "spread"}), pinned("zb1")),
+    )
+    .await
+    .expect("b-1");
+    assert_eq!(bound_to(&pods, "b-1").await, "zb1");
+    pods.create(
+        &pp,
+        &labeled_pod("b-2", json!({"app": "spread"}), pinned("zb1")),
+    )
+    .await
+    .expect("b-2");
+    assert_eq!(
+        failed_scheduling(&client, &pods, "b-2").await,
+        "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints, 3 node(s) didn't match Pod's node affinity/selector."
+    );
+    pods.create(
+        &pp,
+        &labeled_pod("nozone", json!({"app": "spread"}), pinned("plain")),
+    )
+    .await
+    .expect("nozone");
+    assert_eq!(
+        failed_scheduling(&client, &pods, "nozone").await,
+        "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints (missing required label), 3 node(s) didn't match Pod's node affinity/selector."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_sets_pods_are_spread_by_default() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    // One big node: on free resources alone (LeastAllocated) every pod would go there.
+    for (n, cpu, memory) in [
+        ("big", "32", "64Gi"),
+        ("small-1", "2", "4Gi"),
+        ("small-2", "2", "4Gi"),
+    ] {
+        let mut v = host(n, cpu, json!({}));
+        let status = v.status.as_mut().expect("status");
+        for list in [&mut status.capacity, &mut status.allocatable] {
+            list.as_mut().expect("resources").insert(
+                "memory".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(memory.into()),
+            );
+        }
+        nodes.create(&pp, &v).await.expect("node");
+    }
+    let replicas = 6;
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "rs-web"}},
+            "template": {"metadata": {"labels": {"app": "rs-web"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    }))
+    .expect("replicaset");
+    let rs = sets.create(&pp, &rs).await.expect("create replicaset");
+    let uid = rs.metadata.uid.expect("uid");
+    // The pods a ReplicaSet controller would create: its labels, it as controller.
+    let names: Vec<String> = (0..replicas).map(|i| format!("web-{i}")).collect();
+    for n in &names {
+        let mut p = labeled_pod(n, json!({"app": "rs-web"}), json!({}));
+        p.metadata.owner_references = Some(
+            serde_json::from_value(json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "web", "uid": uid, "controller": true, "blockOwnerDeletion": true}]))
+            .expect("owner"),
+        );
+        pods.create(&pp, &p).await.expect("pod");
+    }
+    // Spreading by hostname (weight 2) outweighs the big node's free room (weight 1).
+    let by_node = placement(&pods, &names).await;
+    assert_eq!(by_node.len(), 3, "every node takes some: {by_node:?}");
+    assert!(by_node.values().all(|c| *c <= 3), "{by_node:?}");
+
+    // A pod that belongs to nothing is placed on resources alone: the big node.
+    pods.create(
+        &pp,
+        &labeled_pod("loner", json!({"app": "rs-web-not"}), json!({})),
+    )
+    .await
+    .expect("loner");
+    assert_eq!(bound_to(&pods, "loner").await, "big");
 }

@@ -1,13 +1,16 @@
 //! The scheduler's filters and score, over a cached view of each node: upstream's
 //! NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts and
-//! NodeResourcesFit filters (in that order, first failure wins), and the
-//! LeastAllocated score. Reasons carry upstream's FailedScheduling wording.
+//! NodeResourcesFit filters (in that order, first failure wins), and the per-node scores:
+//! LeastAllocated, TaintToleration (PreferNoSchedule) and preferred NodeAffinity. Reasons carry upstream's FailedScheduling wording (also those of
+//! the PodTopologySpread and InterPodAffinity filters, which run after these).
 
 use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use nodus_k8s::resources::{container_resources, milli, pod_requests};
 use nodus_k8s::scheduling;
+
+use super::interpodaffinity::PodAffinityTerms;
 
 /// Requests the scheduler assumes for a container that states none, when scoring only
 /// (upstream's DefaultMilliCPURequest and DefaultMemoryRequest).
@@ -28,6 +31,11 @@ pub struct PodFacts {
     pub host_ports: Vec<HostPort>,
     pub tolerations: Vec<Toleration>,
     pub node_name: Option<String>,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    /// Pod (anti-)affinity terms, parsed once (InterPodAffinity reads bound pods' terms
+    /// on every decision).
+    pub affinity: PodAffinityTerms,
     pub pod: Pod,
 }
 
@@ -68,7 +76,12 @@ impl PodFacts {
                 ))
             })
             .collect();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
         PodFacts {
+            affinity: PodAffinityTerms::of(&pod, &namespace, &labels),
+            namespace,
+            labels,
             cpu,
             memory,
             score_cpu: score_cpu.max(cpu),
@@ -160,6 +173,11 @@ pub enum Unfit {
     Ports,
     Insufficient(&'static str),
     TooManyPods,
+    TopologySpread,
+    TopologySpreadMissingLabel,
+    PodAffinity,
+    PodAntiAffinity,
+    ExistingPodsAntiAffinity,
 }
 
 impl std::fmt::Display for Unfit {
@@ -175,7 +193,28 @@ impl std::fmt::Display for Unfit {
             ),
             Unfit::Insufficient(r) => write!(f, "Insufficient {r}"),
             Unfit::TooManyPods => write!(f, "Too many pods"),
+            Unfit::TopologySpread => {
+                write!(f, "node(s) didn't match pod topology spread constraints")
+            }
+            Unfit::TopologySpreadMissingLabel => write!(
+                f,
+                "node(s) didn't match pod topology spread constraints (missing required label)"
+            ),
+            Unfit::PodAffinity => write!(f, "node(s) didn't match pod affinity rules"),
+            Unfit::PodAntiAffinity => write!(f, "node(s) didn't match pod anti-affinity rules"),
+            Unfit::ExistingPodsAntiAffinity => write!(
+                f,
+                "node(s) didn't satisfy existing pods anti-affinity rules"
+            ),
         }
+    }
+}
+
+impl Unfit {
+    /// Whether a pod bound somewhere may lift this refusal (a pod matching the affinity
+    /// terms, or one raising the least-loaded domain).
+    pub fn helped_by_pod_bound(&self) -> bool {
+        matches!(self, Unfit::PodAffinity | Unfit::TopologySpread)
     }
 }
 
@@ -243,6 +282,60 @@ pub fn score(pod: &PodFacts, node: &NodeView, used: &Usage) -> i64 {
     (free(node.alloc_cpu, used.score_cpu + pod.score_cpu)
         + free(node.alloc_memory, used.score_memory + pod.score_memory))
         / 2
+}
+
+/// TaintToleration's score before normalizing: the node's PreferNoSchedule taints the pod
+/// does not tolerate (fewer is better).
+pub fn intolerable_prefer_no_schedule(pod: &PodFacts, node: &NodeView) -> i64 {
+    let tolerations: Vec<Toleration> = pod
+        .tolerations
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.effect.as_deref(),
+                None | Some("") | Some("PreferNoSchedule")
+            )
+        })
+        .cloned()
+        .collect();
+    node.taints
+        .iter()
+        .filter(|t| t.effect == "PreferNoSchedule")
+        .filter(|t| !tolerations.iter().any(|tol| scheduling::tolerates(tol, t)))
+        .count() as i64
+}
+
+/// NodeAffinity's score before normalizing: the weights of the pod's preferred node
+/// affinity terms the node matches.
+pub fn preferred_node_affinity(pod: &PodFacts, node: &NodeView) -> i64 {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            t.weight != 0 && scheduling::term_matches(&t.preference, &node.name, &node.labels)
+        })
+        .map(|t| i64::from(t.weight))
+        .sum()
+}
+
+/// Upstream's DefaultNormalizeScore: scaled to 0–100 by the highest score, reversed
+/// (100 − x) when lower raw scores are better.
+pub fn default_normalize(raw: Vec<i64>, reverse: bool) -> Vec<i64> {
+    let max = raw.iter().copied().max().unwrap_or(0).max(0);
+    raw.into_iter()
+        .map(|s| {
+            let s = if max == 0 { 0 } else { 100 * s / max };
+            if reverse { 100 - s } else { s }
+        })
+        .collect()
 }
 
 /// Upstream's FitError text: `0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had
@@ -339,6 +432,56 @@ mod tests {
         assert_eq!(filter(&p, &n, &used), Err(vec![Unfit::Ports]));
         used.remove(&p);
         assert!(filter(&p, &n, &used).is_ok());
+    }
+
+    #[test]
+    fn taint_and_node_affinity_scores_normalize_as_upstream() {
+        let tainted = |name: &str, taints: serde_json::Value| {
+            node(
+                json!({"metadata": {"name": name, "labels": {"disk": name}}, "spec": {"taints": taints}}),
+            )
+        };
+        let nodes = [
+            tainted("clean", json!([])),
+            tainted("one", json!([{"key": "a", "effect": "PreferNoSchedule"}])),
+            tainted(
+                "two",
+                json!([{"key": "a", "effect": "PreferNoSchedule"},
+                {"key": "b", "effect": "PreferNoSchedule"}, {"key": "c", "effect": "NoSchedule"}]),
+            ),
+        ];
+        let p = pod(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let raw: Vec<i64> = nodes
+            .iter()
+            .map(|n| intolerable_prefer_no_schedule(&p, n))
+            .collect();
+        assert_eq!(raw, [0, 1, 2]);
+        assert_eq!(default_normalize(raw, true), [100, 50, 0]);
+        // Tolerating "a" (a NoSchedule toleration does not count for PreferNoSchedule).
+        let p = pod(
+            json!({"spec": {"containers": [{"name": "c"}], "tolerations": [
+            {"key": "a", "operator": "Exists", "effect": "PreferNoSchedule"},
+            {"key": "b", "operator": "Exists", "effect": "NoSchedule"}]}}),
+        );
+        let raw: Vec<i64> = nodes
+            .iter()
+            .map(|n| intolerable_prefer_no_schedule(&p, n))
+            .collect();
+        assert_eq!(raw, [0, 0, 1]);
+        assert_eq!(default_normalize(vec![0, 0, 0], true), [100, 100, 100]);
+
+        let p = pod(
+            json!({"spec": {"containers": [{"name": "c"}], "affinity": {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 30, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["one", "two"]}]}},
+                {"weight": 10, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["two"]}]}}]}}}}),
+        );
+        let raw: Vec<i64> = nodes
+            .iter()
+            .map(|n| preferred_node_affinity(&p, n))
+            .collect();
+        assert_eq!(raw, [0, 30, 40]);
+        assert_eq!(default_normalize(raw, false), [0, 75, 100]);
     }
 
     #[test]

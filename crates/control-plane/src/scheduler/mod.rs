@@ -1,6 +1,9 @@
 //! The scheduler: binds pending pods to nodes that fit (upstream's kube-scheduler with the
 //! default plugins that matter on a small cluster: NodeUnschedulable, NodeName,
-//! TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, LeastAllocated).
+//! TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, LeastAllocated,
+//! PodTopologySpread, InterPodAffinity). Feasible nodes are scored by each score plugin
+//! (TaintToleration, NodeAffinity, NodeResourcesFit's LeastAllocated, PodTopologySpread,
+//! InterPodAffinity), normalized to 0–100 and summed with upstream's default weights.
 //!
 //! It runs in the control-plane process over informer caches of Pods and Nodes. Pending
 //! pods wait in an active queue ordered by priority then age; a pod that fits nowhere gets
@@ -10,9 +13,12 @@
 //! to 10 s (upstream's podInitialBackoff / podMaxBackoff / podMaxInUnschedulablePodsDuration).
 
 pub mod fit;
+pub(crate) mod interpodaffinity;
+pub(crate) mod podtopologyspread;
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,8 +30,8 @@ use crate::apiserver::state::ApiState;
 use crate::controllers::cache::{Cache, Change};
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
-use crate::storage::{EventKind, MutateOp, Mutation, StoreError, Stored};
-use fit::{NodeView, PodFacts, Usage};
+use crate::storage::{EventKind, MutateOp, Mutation, Store, StoreError, Stored};
+use fit::{NodeView, PodFacts, Unfit, Usage};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -41,6 +47,8 @@ struct Waiting {
     attempts: u32,
     since: Instant,
     retry_at: Option<Instant>,
+    /// Refused by pod affinity or topology spread, which a newly bound pod may satisfy.
+    wakes_on_pod_bound: bool,
 }
 
 struct Scheduler {
@@ -50,8 +58,8 @@ struct Scheduler {
     /// Node names in a stable order, so equal scores break ties the same way each time.
     node_order: Vec<String>,
     usage: HashMap<String, Usage>,
-    /// Bound, non-terminal pods: key → (node, what they take).
-    bound: HashMap<String, (String, PodFacts)>,
+    /// Bound, non-terminal pods, including those decided in the current batch.
+    bound: BoundPods,
     active: BTreeSet<QueueKey>,
     queued: HashMap<String, QueueKey>,
     unschedulable: HashMap<String, Waiting>,
@@ -75,11 +83,145 @@ fn wants_scheduling(v: &Value) -> bool {
         && !terminal(v)
 }
 
+/// Bound, non-terminal pods: key → (node, facts), with the keys of those carrying pod
+/// (anti-)affinity terms kept apart (upstream's PodsWithAffinity), since every decision
+/// must consult their terms.
+#[derive(Default)]
+struct BoundPods {
+    pods: HashMap<String, (String, PodFacts)>,
+    with_affinity: HashSet<String>,
+}
+
+impl BoundPods {
+    fn insert(&mut self, key: String, entry: (String, PodFacts)) {
+        if entry.1.affinity.is_empty() {
+            self.with_affinity.remove(&key);
+        } else {
+            self.with_affinity.insert(key.clone());
+        }
+        self.pods.insert(key, entry);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<(String, PodFacts)> {
+        self.with_affinity.remove(key);
+        self.pods.remove(key)
+    }
+
+    fn clear(&mut self) {
+        self.pods.clear();
+        self.with_affinity.clear();
+    }
+}
+
+/// What the filter and score plugins see of the cluster in one scheduling cycle.
+pub(crate) struct Snapshot<'a> {
+    nodes: &'a HashMap<String, NodeView>,
+    bound: &'a BoundPods,
+    store: &'a dyn Store,
+    namespace_labels: RefCell<HashMap<String, BTreeMap<String, String>>>,
+}
+
+impl<'a> Snapshot<'a> {
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &'a NodeView> + use<'a> {
+        self.nodes.values()
+    }
+
+    /// Bound pods with the node they are on (pods on nodes gone from the cache left out).
+    pub(crate) fn pods(&self) -> impl Iterator<Item = (&'a NodeView, &'a PodFacts)> + use<'a> {
+        let nodes = self.nodes;
+        self.bound
+            .pods
+            .values()
+            .filter_map(move |(n, p)| Some((nodes.get(n)?, p)))
+    }
+
+    /// Bound pods that have pod (anti-)affinity terms.
+    pub(crate) fn pods_with_affinity(
+        &self,
+    ) -> impl Iterator<Item = (&'a NodeView, &'a PodFacts)> + use<'a> {
+        let (nodes, bound) = (self.nodes, self.bound);
+        bound.with_affinity.iter().filter_map(move |k| {
+            let (n, p) = bound.pods.get(k)?;
+            Some((nodes.get(n)?, p))
+        })
+    }
+
+    pub(crate) fn has_pods_with_affinity(&self) -> bool {
+        !self.bound.with_affinity.is_empty()
+    }
+
+    /// A namespace's labels (for namespaceSelector), read once per cycle.
+    pub(crate) fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+        if let Some(l) = self.namespace_labels.borrow().get(ns) {
+            return l.clone();
+        }
+        let labels: BTreeMap<String, String> = self
+            .get(&format!("/core/namespaces/{ns}"))
+            .and_then(|v| serde_json::from_value(v["metadata"]["labels"].clone()).ok())
+            .unwrap_or_default();
+        self.namespace_labels
+            .borrow_mut()
+            .insert(ns.to_string(), labels.clone());
+        labels
+    }
+
+    /// An object of another kind from the store (Services, owners for default spreading).
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Value>> {
+        self.store.get(key).ok().flatten().map(|s| s.object)
+    }
+
+    pub(crate) fn list(&self, prefix: &str) -> Vec<Arc<Value>> {
+        self.store
+            .list(prefix)
+            .map(|(items, _)| items.into_iter().map(|s| s.object).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The score plugins, with upstream's default weights in the default profile.
+#[derive(Clone, Copy)]
+enum ScorePlugin {
+    TaintToleration,
+    NodeAffinity,
+    NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
+}
+
+impl ScorePlugin {
+    fn weight(self) -> i64 {
+        match self {
+            ScorePlugin::TaintToleration => 3,
+            ScorePlugin::NodeAffinity => 2,
+            ScorePlugin::NodeResourcesFit => 1,
+            ScorePlugin::PodTopologySpread => 2,
+            ScorePlugin::InterPodAffinity => 2,
+        }
+    }
+}
+
 impl Scheduler {
+    fn new(st: Arc<ApiState>) -> Scheduler {
+        Scheduler {
+            st,
+            recorder: Recorder::new(SCHEDULER_NAME),
+            nodes: HashMap::new(),
+            node_order: Vec::new(),
+            usage: HashMap::new(),
+            bound: BoundPods::default(),
+            active: BTreeSet::new(),
+            queued: HashMap::new(),
+            unschedulable: HashMap::new(),
+            pending: HashMap::new(),
+        }
+    }
+
     fn pod_changed(&mut self, key: &str, obj: Option<&Arc<Value>>) {
         // Forget what the pod was; if it no longer holds room on its node (gone, finished),
         // pods waiting may fit now.
-        if let Some((node, facts)) = self.bound.remove(key) {
+        let was_bound = self.bound.remove(key);
+        let newly_bound = was_bound.is_none();
+        if let Some((node, facts)) = was_bound {
             if let Some(u) = self.usage.get_mut(&node) {
                 u.remove(&facts);
             }
@@ -111,6 +253,9 @@ impl Scheduler {
             self.usage.entry(node.to_string()).or_default().add(&facts);
             self.bound
                 .insert(key.to_string(), (node.to_string(), facts));
+            if newly_bound {
+                self.wake_on_pod_bound();
+            }
             return;
         }
         if !wants_scheduling(v) {
@@ -161,8 +306,22 @@ impl Scheduler {
 
     /// A cluster change that may help: unschedulable pods are retried after their back-off.
     fn wake_unschedulable(&mut self) {
+        self.wake(false);
+    }
+
+    /// A pod newly bound: only pods waiting for pods to appear (affinity, spreading) may
+    /// fit now (upstream's AssignedPodAdd queueing hint).
+    fn wake_on_pod_bound(&mut self) {
+        self.wake(true);
+    }
+
+    fn wake(&mut self, only_pod_bound: bool) {
         let now = Instant::now();
-        for w in self.unschedulable.values_mut() {
+        for w in self
+            .unschedulable
+            .values_mut()
+            .filter(|w| w.wakes_on_pod_bound || !only_pod_bound)
+        {
             let backoff = INITIAL_BACKOFF
                 .saturating_mul(1 << w.attempts.saturating_sub(1).min(4))
                 .min(MAX_BACKOFF);
@@ -198,7 +357,7 @@ impl Scheduler {
     /// events) are then written in one store commit each, as upstream binds asynchronously
     /// while it goes on scheduling. Returns whether any pod was taken from the queue.
     fn schedule_batch(&mut self) -> bool {
-        let mut decided: Vec<(String, Arc<Value>, String, PodFacts)> = Vec::new();
+        let mut decided: Vec<(String, Arc<Value>, String)> = Vec::new();
         let mut took = false;
         while decided.len() < BATCH {
             let Some(q) = self.active.pop_first() else {
@@ -217,16 +376,18 @@ impl Scheduler {
             let facts = PodFacts::of(pod);
             match self.place(&facts) {
                 Ok(node) => {
-                    // Assume the binding: the next pods see the room it takes.
+                    // Assume the binding: the next pods see the room it takes and count it
+                    // in affinity and spreading.
                     self.usage.entry(node.clone()).or_default().add(&facts);
-                    decided.push((key, v, node, facts));
+                    self.bound.insert(key.clone(), (node.clone(), facts));
+                    decided.push((key, v, node));
                 }
-                Err(msg) => {
+                Err((msg, wakes_on_pod_bound)) => {
                     tracing::info!(pod = %key, message = %msg, "scheduler: no node fits");
                     let _ = objects::modify(&self.st, &key, &mut |p| set_unschedulable(p, &msg));
                     self.recorder
                         .record(&self.st, &v, "Warning", "FailedScheduling", &msg);
-                    self.park(&key);
+                    self.park(&key, wakes_on_pod_bound);
                 }
             }
         }
@@ -235,7 +396,7 @@ impl Scheduler {
         }
         let mut ops: Vec<MutateOp<'_>> = decided
             .iter()
-            .map(|(key, v, node, _)| {
+            .map(|(key, v, node)| {
                 let name = str_at(v, "/metadata/name").to_string();
                 let node = node.clone();
                 let op: MutateOp<'_> = (
@@ -265,11 +426,10 @@ impl Scheduler {
         };
         drop(ops);
         let mut events = Vec::new();
-        for ((key, v, node, facts), r) in decided.into_iter().zip(results) {
+        for ((key, v, node), r) in decided.into_iter().zip(results) {
             match r {
                 Ok(_) => {
                     tracing::debug!(pod = %key, node = %node, "scheduler: bound");
-                    self.bound.insert(key.clone(), (node.clone(), facts));
                     self.pending.remove(&key);
                     self.unschedulable.remove(&key);
                     let msg = format!(
@@ -281,12 +441,17 @@ impl Scheduler {
                 }
                 Err(e) => {
                     tracing::info!(pod = %key, node = %node, error = %e, "scheduler: binding failed");
-                    if let Some(u) = self.usage.get_mut(&node) {
+                    if let Some((node, facts)) = self.bound.remove(&key)
+                        && let Some(u) = self.usage.get_mut(&node)
+                    {
                         u.remove(&facts);
                     }
-                    self.park(&key);
+                    self.park(&key, false);
                 }
             }
+        }
+        if !events.is_empty() {
+            self.wake_on_pod_bound();
         }
         let items: Vec<(&Value, &str, &str, &str)> = events
             .iter()
@@ -296,34 +461,103 @@ impl Scheduler {
         true
     }
 
-    /// The node the filters and score choose for `facts`, or the FailedScheduling message.
-    fn place(&self, facts: &PodFacts) -> Result<String, String> {
+    /// The node the filters and scores choose for `facts`, or the FailedScheduling message
+    /// and whether a newly bound pod could change the verdict.
+    fn place(&self, facts: &PodFacts) -> Result<String, (String, bool)> {
+        let snap = Snapshot {
+            nodes: &self.nodes,
+            bound: &self.bound,
+            store: &*self.st.store,
+            namespace_labels: RefCell::default(),
+        };
+        let spread = podtopologyspread::pre_filter(facts, &snap);
+        let affinity = interpodaffinity::pre_filter(facts, &snap);
         let empty = Usage::default();
-        let mut best: Option<(i64, i64, &str)> = None;
+        let mut feasible: Vec<(&NodeView, &Usage)> = Vec::new();
         let mut reasons = Vec::new();
         for name in &self.node_order {
             let Some(node) = self.nodes.get(name) else {
                 continue;
             };
             let used = self.usage.get(name).unwrap_or(&empty);
-            match fit::filter(facts, node, used) {
-                Ok(()) => {
-                    let s = fit::score(facts, node, used);
-                    let cand = (s, -used.pods, name.as_str());
-                    if best.is_none_or(|b| (cand.0, cand.1) > (b.0, b.1)) {
-                        best = Some(cand);
-                    }
-                }
+            let verdict = fit::filter(facts, node, used)
+                .and_then(|()| {
+                    spread
+                        .as_ref()
+                        .map_or(Ok(()), |s| s.filter(node))
+                        .map_err(|r| vec![r])
+                })
+                .and_then(|()| {
+                    affinity
+                        .as_ref()
+                        .map_or(Ok(()), |a| a.filter(node))
+                        .map_err(|r| vec![r])
+                });
+            match verdict {
+                Ok(()) => feasible.push((node, used)),
                 Err(r) => reasons.extend(fit::dedup(r)),
             }
         }
-        match best {
-            Some((_, _, node)) => Ok(node.to_string()),
-            None => Err(fit::fit_error(self.nodes.len(), &reasons)),
+        if feasible.is_empty() {
+            let pod_bound_may_help = reasons.iter().any(Unfit::helped_by_pod_bound);
+            return Err((
+                fit::fit_error(self.nodes.len(), &reasons),
+                pod_bound_may_help,
+            ));
         }
+        let views: Vec<&NodeView> = feasible.iter().map(|(n, _)| *n).collect();
+        let mut total = vec![0i64; feasible.len()];
+        let per_node = |f: fn(&PodFacts, &NodeView) -> i64| -> Vec<i64> {
+            feasible.iter().map(|(n, _)| f(facts, n)).collect()
+        };
+        let plugins = [
+            (
+                ScorePlugin::TaintToleration,
+                Some(fit::default_normalize(
+                    per_node(fit::intolerable_prefer_no_schedule),
+                    true,
+                )),
+            ),
+            (
+                ScorePlugin::NodeAffinity,
+                Some(fit::default_normalize(
+                    per_node(fit::preferred_node_affinity),
+                    false,
+                )),
+            ),
+            (
+                ScorePlugin::NodeResourcesFit,
+                Some(
+                    feasible
+                        .iter()
+                        .map(|(n, u)| fit::score(facts, n, u))
+                        .collect(),
+                ),
+            ),
+            (
+                ScorePlugin::PodTopologySpread,
+                podtopologyspread::score(facts, &snap, &views),
+            ),
+            (
+                ScorePlugin::InterPodAffinity,
+                interpodaffinity::score(facts, &snap, &views),
+            ),
+        ];
+        for (plugin, scores) in plugins {
+            for (t, s) in total.iter_mut().zip(scores.into_iter().flatten()) {
+                *t += s * plugin.weight();
+            }
+        }
+        // Equal scores: the emptier node, then the first in name order.
+        let best = feasible
+            .iter()
+            .zip(&total)
+            .map(|((n, u), s)| ((*s, -u.pods), n.name.as_str()))
+            .reduce(|best, cand| if cand.0 > best.0 { cand } else { best });
+        Ok(best.map(|(_, n)| n.to_string()).unwrap_or_default())
     }
 
-    fn park(&mut self, key: &str) {
+    fn park(&mut self, key: &str, wakes_on_pod_bound: bool) {
         let attempts = self.unschedulable.get(key).map_or(0, |w| w.attempts) + 1;
         self.unschedulable.insert(
             key.to_string(),
@@ -331,6 +565,7 @@ impl Scheduler {
                 attempts,
                 since: Instant::now(),
                 retry_at: None,
+                wakes_on_pod_bound,
             },
         );
     }
@@ -366,18 +601,7 @@ fn set_unschedulable(p: &mut Value, msg: &str) -> bool {
 pub async fn run(st: Arc<ApiState>) {
     let mut nodes = Cache::new(st.store.clone(), "/core/nodes/");
     let mut pods = Cache::new(st.store.clone(), "/core/pods/");
-    let mut s = Scheduler {
-        st: st.clone(),
-        recorder: Recorder::new(SCHEDULER_NAME),
-        nodes: HashMap::new(),
-        node_order: Vec::new(),
-        usage: HashMap::new(),
-        bound: HashMap::new(),
-        active: BTreeSet::new(),
-        queued: HashMap::new(),
-        unschedulable: HashMap::new(),
-        pending: HashMap::new(),
-    };
+    let mut s = Scheduler::new(st.clone());
     let load = |s: &mut Scheduler, nodes: &Cache, pods: &Cache| {
         s.nodes.clear();
         s.node_order.clear();
@@ -438,5 +662,180 @@ pub async fn run(st: Arc<ApiState>) {
             },
             _ = tokio::time::sleep(sleep) => {}
         }
+    }
+}
+
+/// Fake clusters for the plugins' table tests: nodes and bound pods as JSON, other objects
+/// (Namespaces, Services, owners) in a throwaway store.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::storage::embedded::EmbeddedStore;
+
+    pub(crate) struct Fixture {
+        pub(crate) nodes: HashMap<String, NodeView>,
+        bound: BoundPods,
+        store: EmbeddedStore,
+        _dir: tempfile::TempDir,
+    }
+
+    pub(crate) fn pod(v: Value) -> PodFacts {
+        let mut v = v;
+        if v["metadata"]["namespace"].is_null() {
+            v["metadata"]["namespace"] = json!("default");
+        }
+        if v["spec"]["containers"].is_null() {
+            v["spec"]["containers"] = json!([{"name": "c"}]);
+        }
+        PodFacts::of(serde_json::from_value(v).expect("pod"))
+    }
+
+    /// A node with `labels` (its hostname label added) and room for anything.
+    pub(crate) fn node(name: &str, labels: Value) -> Value {
+        let mut labels = labels;
+        labels["kubernetes.io/hostname"] = json!(name);
+        json!({"metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}})
+    }
+
+    impl Fixture {
+        /// `pods` are (node name, pod) pairs, already bound there.
+        pub(crate) fn new(nodes: &[Value], pods: Vec<(&str, Value)>) -> Fixture {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = EmbeddedStore::open(&dir.path().join("s.redb")).expect("store");
+            let nodes = nodes
+                .iter()
+                .map(|n| {
+                    let v = NodeView::of(&serde_json::from_value(n.clone()).expect("node"));
+                    (v.name.clone(), v)
+                })
+                .collect();
+            let mut bound = BoundPods::default();
+            for (i, (n, p)) in pods.into_iter().enumerate() {
+                bound.insert(format!("p{i}"), (n.to_string(), pod(p)));
+            }
+            Fixture {
+                nodes,
+                bound,
+                store,
+                _dir: dir,
+            }
+        }
+
+        pub(crate) fn put(&self, key: &str, obj: Value) {
+            self.store.create(key, obj).expect("create");
+        }
+
+        pub(crate) fn snapshot(&self) -> Snapshot<'_> {
+            Snapshot {
+                nodes: &self.nodes,
+                bound: &self.bound,
+                store: &self.store,
+                namespace_labels: RefCell::default(),
+            }
+        }
+
+        /// The nodes in name order, as the scheduler walks them.
+        pub(crate) fn views(&self) -> Vec<&NodeView> {
+            let mut v: Vec<&NodeView> = self.nodes.values().collect();
+            v.sort_by(|a, b| a.name.cmp(&b.name));
+            v
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::node;
+    use super::*;
+    use crate::apiserver::state::ApiConfig;
+    use crate::storage::embedded::EmbeddedStore;
+
+    /// A scheduler over a throwaway store holding `nodes` and pending `pods`.
+    fn scheduler(dir: &tempfile::TempDir, nodes: Vec<Value>, pods: Vec<Value>) -> Scheduler {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).expect("store"));
+        let st = Arc::new(ApiState {
+            store: store.clone(),
+            config: ApiConfig::default(),
+            tokens: Default::default(),
+            ca_pem: String::new(),
+            kubelet_tls: None,
+            alloc_lock: tokio::sync::Mutex::new(()),
+        });
+        let mut s = Scheduler::new(st);
+        for n in nodes {
+            let key = format!("/core/nodes/{}", str_at(&n, "/metadata/name"));
+            let stored = store.create(&key, n).expect("node");
+            s.node_changed(&key, Some(&stored.object));
+        }
+        for (i, mut p) in pods.into_iter().enumerate() {
+            let name = format!("p{i}");
+            p["apiVersion"] = json!("v1");
+            p["kind"] = json!("Pod");
+            p["metadata"]["name"] = json!(name);
+            p["metadata"]["namespace"] = json!("default");
+            p["metadata"]["uid"] = json!(format!("uid-{i}"));
+            p["metadata"]["creationTimestamp"] = json!(format!("2026-01-01T00:00:{i:02}Z"));
+            p["spec"]["containers"] = json!([{"name": "c", "image": "busybox"}]);
+            let key = format!("/core/pods/default/{name}");
+            let stored = store.create(&key, p).expect("pod");
+            s.pod_changed(&key, Some(&stored.object));
+        }
+        s
+    }
+
+    /// Where each pod went (None: still pending), in creation order.
+    fn placements(s: &Scheduler, n: usize) -> Vec<Option<String>> {
+        (0..n)
+            .map(|i| {
+                let v =
+                    s.st.store
+                        .get(&format!("/core/pods/default/p{i}"))
+                        .unwrap()
+                        .unwrap();
+                let node = str_at(&v.object, "/spec/nodeName");
+                (!node.is_empty()).then(|| node.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pods_decided_in_one_batch_see_each_other_for_anti_affinity() {
+        let dir = tempfile::tempdir().unwrap();
+        let anti = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "web"}},
+                "topologyKey": "kubernetes.io/hostname"}]}}}});
+        let nodes = ["n1", "n2", "n3"].map(|n| node(n, json!({}))).to_vec();
+        let mut s = scheduler(&dir, nodes, vec![anti.clone(); 4]);
+        assert!(s.schedule_batch());
+        let got = placements(&s, 4);
+        let mut bound: Vec<String> = got.iter().flatten().cloned().collect();
+        bound.sort();
+        assert_eq!(bound, ["n1", "n2", "n3"], "{got:?}");
+        assert_eq!(got[3], None, "the last in the queue is left over");
+        // Only a pod going away can help it: a pod bound elsewhere does not wake it.
+        assert!(!s.unschedulable["/core/pods/default/p3"].wakes_on_pod_bound);
+    }
+
+    #[test]
+    fn pods_decided_in_one_batch_count_for_topology_spread() {
+        let dir = tempfile::tempdir().unwrap();
+        let zone = "topology.kubernetes.io/zone";
+        // Zone a has three nodes: on resources alone most pods would go there.
+        let nodes = vec![
+            node("a1", json!({zone: "a"})),
+            node("a2", json!({zone: "a"})),
+            node("a3", json!({zone: "a"})),
+            node("b1", json!({zone: "b"})),
+        ];
+        let spread = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": zone, "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"app": "web"}}}]}});
+        let mut s = scheduler(&dir, nodes, vec![spread; 6]);
+        assert!(s.schedule_batch());
+        let got = placements(&s, 6);
+        let in_b = got.iter().filter(|n| n.as_deref() == Some("b1")).count();
+        assert_eq!((got.iter().flatten().count(), in_b), (6, 3), "{got:?}");
     }
 }
