@@ -233,6 +233,7 @@ pub async fn run(st: Arc<ApiState>) {
 }
 
 impl Controller {
+    /// Drops the tracking finalizer (the pod goes if it was being deleted).
     fn remove_finalizer(&self, p: &Value) {
         let key = objects::key_of(
             "",
@@ -240,21 +241,7 @@ impl Controller {
             Some(s(p, "/metadata/namespace")),
             s(p, "/metadata/name"),
         );
-        let want_uid = uid(p).to_string();
-        let _ = objects::modify(&self.st, &key, &mut |pod| {
-            if uid(pod) != want_uid {
-                return false;
-            }
-            let Some(f) = pod
-                .pointer_mut("/metadata/finalizers")
-                .and_then(Value::as_array_mut)
-            else {
-                return false;
-            };
-            let before = f.len();
-            f.retain(|x| x != TRACKING_FINALIZER);
-            before != f.len()
-        });
+        crate::apiserver::controllers::drop_finalizer(&self.st, &key, TRACKING_FINALIZER);
     }
 
     fn delete_pod(&mut self, job_uid: &str, p: &Value) -> bool {
@@ -397,13 +384,16 @@ impl Controller {
                 unc_succ.insert(u);
                 continue;
             }
-            let failed = phase == "Failed"
-                || (!only_failed && pod_terminating(p) && !deleted_by_us.contains(&u));
-            if !failed {
+            if deleted_by_us.contains(&u) {
+                // Removed by this controller (suspend, excess, outcome known): no failure,
+                // nothing to count, and nothing left to keep it for.
+                if phase == "Failed" || pod_terminating(p) {
+                    ignored.push(p);
+                }
                 continue;
             }
-            if deleted_by_us.contains(&u) {
-                ignored.push(p);
+            let failed = phase == "Failed" || (!only_failed && pod_terminating(p));
+            if !failed {
                 continue;
             }
             if let Some(m) = policy
