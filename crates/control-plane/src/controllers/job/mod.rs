@@ -371,6 +371,20 @@ impl Controller {
             if unc_succ.contains(&u) || unc_fail.contains(&u) {
                 continue;
             }
+            if pod_finished(p) || pod_terminating(p) {
+                // The cache may not show yet that this pod was counted (its finalizer
+                // already removed): the store decides, so nothing is counted twice.
+                let key = objects::key_of(
+                    "",
+                    "pods",
+                    Some(s(p, "/metadata/namespace")),
+                    s(p, "/metadata/name"),
+                );
+                let current = self.st.store.get(&key).ok().flatten();
+                if !current.is_some_and(|c| uid(&c.object) == u && has_finalizer(&c.object)) {
+                    continue;
+                }
+            }
             let phase = s(p, "/status/phase");
             if phase == "Succeeded" {
                 if indexed {
