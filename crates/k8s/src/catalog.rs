@@ -299,6 +299,30 @@ static CATALOG: &[ResourceInfo] = &[
         ALL_VERBS,
         &["status", "scale"],
     ),
+    entry(
+        "batch",
+        "v1",
+        "CronJob",
+        "cronjobs",
+        "cronjob",
+        true,
+        &["cj"],
+        ALL,
+        ALL_VERBS,
+        &["status"],
+    ),
+    entry(
+        "batch",
+        "v1",
+        "Job",
+        "jobs",
+        "job",
+        true,
+        NONE,
+        ALL,
+        ALL_VERBS,
+        &["status"],
+    ),
 ];
 
 /// Every served resource, core group first.

@@ -53,6 +53,8 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
             default_template(spec);
         }
         ("apps", "DaemonSet") => default_daemonset(o),
+        ("batch", "Job") => default_job(o),
+        ("batch", "CronJob") => default_cronjob(o),
         _ => {}
     }
 }
@@ -433,6 +435,120 @@ fn default_daemonset(o: &mut Map<String, Value>) {
     default_template(spec);
 }
 
+/// `SetDefaults_Job`; `manualSelector` and the generated selector are the registry
+/// strategy's (`generate_job_selector`), applied on create only.
+fn default_job(o: &mut Map<String, Value>) {
+    let template_labels = o
+        .get("spec")
+        .and_then(|s| s.pointer("/template/metadata/labels"))
+        .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
+        .cloned();
+    let spec = obj_mut(o, "spec");
+    if is_unset(spec.get("completions")) && is_unset(spec.get("parallelism")) {
+        set_val(spec, "completions", json!(1));
+    }
+    set_val(spec, "parallelism", json!(1));
+    if is_unset(spec.get("backoffLimit")) {
+        let limit = if is_unset(spec.get("backoffLimitPerIndex")) {
+            6
+        } else {
+            i32::MAX as i64
+        };
+        set_val(spec, "backoffLimit", json!(limit));
+    }
+    set_str(spec, "completionMode", "NonIndexed");
+    set_val(spec, "suspend", json!(false));
+    let has_failure_policy = !is_unset(spec.get("podFailurePolicy"));
+    if let Some(rules) = spec
+        .get_mut("podFailurePolicy")
+        .and_then(|p| p.get_mut("rules"))
+        .and_then(Value::as_array_mut)
+    {
+        for rule in rules {
+            if let Some(pats) = rule
+                .get_mut("onPodConditions")
+                .and_then(Value::as_array_mut)
+            {
+                for pat in pats {
+                    if let Value::Object(p) = pat {
+                        set_str(p, "status", "True");
+                    }
+                }
+            }
+        }
+    }
+    set_str(
+        spec,
+        "podReplacementPolicy",
+        if has_failure_policy {
+            "Failed"
+        } else {
+            "TerminatingOrFailed"
+        },
+    );
+    default_template(spec);
+    if let Some(labels) = template_labels {
+        let meta = obj_mut(o, "metadata");
+        if meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .is_none_or(|m| m.is_empty())
+        {
+            meta.insert("labels".into(), labels);
+        }
+    }
+}
+
+/// The Job registry strategy's `generateSelector` (on create, unless `manualSelector`):
+/// the pods of a Job are selected by its uid, and its template carries the uid and name
+/// labels (the legacy unprefixed ones too).
+pub fn generate_job_selector(job: &mut Value) {
+    let Value::Object(o) = job else { return };
+    let uid = o
+        .get("metadata")
+        .and_then(|m| m.get("uid"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let name = o
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let spec = obj_mut(o, "spec");
+    if spec.get("manualSelector").and_then(Value::as_bool) == Some(true) {
+        return;
+    }
+    spec.insert("manualSelector".into(), json!(false));
+    let labels = obj_mut(obj_mut(obj_mut(spec, "template"), "metadata"), "labels");
+    for (k, v) in [
+        ("controller-uid", &uid),
+        ("batch.kubernetes.io/controller-uid", &uid),
+        ("job-name", &name),
+        ("batch.kubernetes.io/job-name", &name),
+    ] {
+        labels.entry(k).or_insert_with(|| json!(v));
+    }
+    if is_unset(spec.get("selector")) {
+        spec.insert(
+            "selector".into(),
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+        );
+    }
+}
+
+/// `SetDefaults_CronJob`; the job template's pod template gets pod-spec defaults.
+fn default_cronjob(o: &mut Map<String, Value>) {
+    let spec = obj_mut(o, "spec");
+    set_str(spec, "concurrencyPolicy", "Allow");
+    set_val(spec, "suspend", json!(false));
+    set_val(spec, "successfulJobsHistoryLimit", json!(3));
+    set_val(spec, "failedJobsHistoryLimit", json!(1));
+    let job_spec = obj_mut(obj_mut(spec, "jobTemplate"), "spec");
+    default_template(job_spec);
+}
+
 fn default_service(o: &mut Map<String, Value>) {
     let spec = obj_mut(o, "spec");
     set_str(spec, "sessionAffinity", "None");
@@ -733,6 +849,48 @@ mod tests {
             tolerant["spec"]["tolerations"],
             json!([{"operator": "Exists"}])
         );
+    }
+
+    #[test]
+    fn job_and_cronjob_defaults() {
+        let mut job = json!({"metadata": {"name": "pi", "uid": "u1"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "perl"}]}}}});
+        generate_job_selector(&mut job);
+        default_object(&Gvk::new("batch", "v1", "Job"), &mut job);
+        let spec = &job["spec"];
+        assert_eq!(spec["completions"], json!(1));
+        assert_eq!(spec["parallelism"], json!(1));
+        assert_eq!(spec["backoffLimit"], json!(6));
+        assert_eq!(spec["completionMode"], json!("NonIndexed"));
+        assert_eq!(spec["suspend"], json!(false));
+        assert_eq!(spec["manualSelector"], json!(false));
+        assert_eq!(spec["podReplacementPolicy"], json!("TerminatingOrFailed"));
+        assert_eq!(
+            spec["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u1"}})
+        );
+        let labels = json!({"batch.kubernetes.io/controller-uid": "u1", "batch.kubernetes.io/job-name": "pi",
+            "controller-uid": "u1", "job-name": "pi"});
+        assert_eq!(spec["template"]["metadata"]["labels"], labels);
+        assert_eq!(job["metadata"]["labels"], labels);
+        assert_eq!(
+            spec["template"]["spec"]["terminationGracePeriodSeconds"],
+            json!(30)
+        );
+
+        // Parallelism alone leaves completions unset (a work queue).
+        let q = defaulted("Job", "batch", json!({"spec": {"parallelism": 3}}));
+        assert_eq!(q["spec"].get("completions"), None);
+
+        let cj = defaulted(
+            "CronJob",
+            "batch",
+            json!({"spec": {"schedule": "* * * * *"}}),
+        );
+        assert_eq!(cj["spec"]["concurrencyPolicy"], json!("Allow"));
+        assert_eq!(cj["spec"]["suspend"], json!(false));
+        assert_eq!(cj["spec"]["successfulJobsHistoryLimit"], json!(3));
+        assert_eq!(cj["spec"]["failedJobsHistoryLimit"], json!(1));
     }
 
     #[test]

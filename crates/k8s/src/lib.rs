@@ -4,6 +4,7 @@
 //! - [`duration`]: Go duration strings as flags and config files write them.
 //! - [`gvk`]: group/version/kind of objects.
 //! - [`catalog`]: the built-in resources served, with upstream's names, verbs, subresources.
+//! - [`cron`]: CronJob schedules and their next activation time.
 //! - [`quantity`]: `resource.Quantity` parsing and rounding.
 //! - [`qos`]: the pod QoS class.
 //! - [`resources`]: a pod's effective requests (init containers, sidecars, overhead).
@@ -17,6 +18,7 @@
 //! - [`printers`]: server-side Table output for `kubectl get`.
 
 pub mod catalog;
+pub mod cron;
 pub mod defaults;
 pub mod duration;
 pub mod gvk;

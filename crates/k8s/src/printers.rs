@@ -355,8 +355,140 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
                 "A label query over pods that are managed by the daemon set.",
             ),
         ],
+        ("batch", "Job") => vec![
+            name_col(),
+            s("Status", "Status of the job."),
+            s(
+                "Completions",
+                "The number of pods which reached phase Succeeded. The value increases monotonically for a given spec. However, it may decrease in reaction to scale down of elastic indexed jobs.",
+            ),
+            s("Duration", "Time required to complete the job."),
+            age_col(),
+            w("Containers", "Names of each container in the template."),
+            w(
+                "Images",
+                "Images referenced by each container in the template.",
+            ),
+            w("Selector", JOB_SELECTOR_DOC),
+        ],
+        ("batch", "CronJob") => vec![
+            name_col(),
+            s(
+                "Schedule",
+                "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.",
+            ),
+            s(
+                "Timezone",
+                "The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones. If not specified, this will default to the time zone of the kube-controller-manager process. The set of valid time zone names and the time zone offset is loaded from the system-wide time zone database by the API server during CronJob validation and the controller manager during execution. If no system-wide time zone database can be found a bundled version of the database is used instead. If the time zone name becomes invalid during the lifetime of a CronJob or due to a change in host configuration, the controller will stop creating new new Jobs and will create a system event with the reason UnknownTimeZone. More information can be found in https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/#time-zones",
+            ),
+            col(
+                "Suspend",
+                "boolean",
+                0,
+                "This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false.",
+            ),
+            i("Active", "A list of pointers to currently running jobs."),
+            s(
+                "Last Schedule",
+                "Information when was the last time the job was successfully scheduled.",
+            ),
+            age_col(),
+            w("Containers", "Names of each container in the template."),
+            w(
+                "Images",
+                "Images referenced by each container in the template.",
+            ),
+            w("Selector", JOB_SELECTOR_DOC),
+        ],
         _ => vec![name_col(), age_col()],
     }
+}
+
+const JOB_SELECTOR_DOC: &str = "A label query over pods that should match the pod count. Normally, the system sets this field for you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors";
+
+fn has_condition(o: &Value, ty: &str) -> bool {
+    arr(o, "/status/conditions")
+        .iter()
+        .any(|c| s_at(c, "/type") == ty && s_at(c, "/status") == "True")
+}
+
+/// upstream's `printJob`.
+fn job_cells(o: &Value, now: Timestamp) -> Vec<Value> {
+    let succeeded = i_at(o, "/status/succeeded");
+    let completions = match o.pointer("/spec/completions").and_then(Value::as_i64) {
+        Some(c) => format!("{succeeded}/{c}"),
+        None => match i_at(o, "/spec/parallelism") {
+            p if p > 1 => format!("{succeeded}/1 of {p}"),
+            _ => format!("{succeeded}/1"),
+        },
+    };
+    let start = parse_time(s_at(o, "/status/startTime"));
+    let end = parse_time(s_at(o, "/status/completionTime"));
+    let duration = match (start, end) {
+        (None, _) => String::new(),
+        (Some(s), None) => human_duration(now.duration_since(s).as_secs()),
+        (Some(s), Some(e)) => human_duration(e.duration_since(s).as_secs()),
+    };
+    let status = if has_condition(o, "Complete") {
+        "Complete"
+    } else if has_condition(o, "Failed") {
+        "Failed"
+    } else if o.pointer("/metadata/deletionTimestamp").is_some() {
+        "Terminating"
+    } else if has_condition(o, "Suspended") {
+        "Suspended"
+    } else if has_condition(o, "FailureTarget") {
+        "FailureTarget"
+    } else if has_condition(o, "SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else {
+        "Running"
+    };
+    let (containers, images) = container_cells(o);
+    vec![
+        json!(s_at(o, "/metadata/name")),
+        json!(status),
+        json!(completions),
+        json!(duration),
+        json!(age(o, now)),
+        json!(containers),
+        json!(images),
+        json!(selector_string(o)),
+    ]
+}
+
+/// upstream's `printCronJob`.
+fn cronjob_cells(o: &Value, now: Timestamp) -> Vec<Value> {
+    let last = match o.pointer("/status/lastScheduleTime") {
+        Some(Value::String(_)) => since(o, "/status/lastScheduleTime", now),
+        _ => "<none>".to_string(),
+    };
+    let suspend = match o.pointer("/spec/suspend").and_then(Value::as_bool) {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "<unset>",
+    };
+    let template = o
+        .pointer("/spec/jobTemplate")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let (containers, images) = container_cells(&template);
+    let selector = match selector_string(&template) {
+        s if s.is_empty() => "<none>".to_string(),
+        s => s,
+    };
+    vec![
+        json!(s_at(o, "/metadata/name")),
+        json!(s_at(o, "/spec/schedule")),
+        json!(or_none(s_at(o, "/spec/timeZone"))),
+        json!(suspend),
+        json!(arr(o, "/status/active").len()),
+        json!(last),
+        json!(age(o, now)),
+        json!(containers),
+        json!(images),
+        json!(selector),
+    ]
 }
 
 fn s_at<'a>(o: &'a Value, ptr: &str) -> &'a str {
@@ -549,6 +681,8 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
                 json!(selector_string(o)),
             ]
         }
+        ("batch", "Job") => job_cells(o, now),
+        ("batch", "CronJob") => cronjob_cells(o, now),
         _ => vec![name, age],
     };
     (cells, None)
@@ -1491,6 +1625,85 @@ mod tests {
             vec!["integer", "boolean"]
         );
         assert_eq!(types("PodDisruptionBudget", "policy")[3], "integer");
+    }
+
+    #[test]
+    fn jobs_and_cronjobs() {
+        assert_eq!(
+            names("Job", "batch"),
+            [
+                ("NAME", 0),
+                ("STATUS", 0),
+                ("COMPLETIONS", 0),
+                ("DURATION", 0),
+                ("AGE", 0),
+                ("CONTAINERS", 1),
+                ("IMAGES", 1),
+                ("SELECTOR", 1)
+            ]
+            .map(|(n, p)| (n.to_string(), p))
+        );
+        let j = json!({"metadata": {"name": "pi", "creationTimestamp": "2024-01-01T11:58:00Z"},
+            "spec": {"completions": 4, "parallelism": 2,
+                "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u"}},
+                "template": {"spec": {"containers": [{"name": "pi", "image": "perl"}]}}},
+            "status": {"succeeded": 4, "startTime": "2024-01-01T11:58:00Z", "completionTime": "2024-01-01T11:58:42Z",
+                "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}]}});
+        assert_eq!(
+            row("Job", "batch", j),
+            vec![
+                json!("pi"),
+                json!("Complete"),
+                json!("4/4"),
+                json!("42s"),
+                json!("2m"),
+                json!("pi"),
+                json!("perl"),
+                json!("batch.kubernetes.io/controller-uid=u")
+            ]
+        );
+        let running = json!({"metadata": {"name": "w"}, "spec": {"parallelism": 3},
+            "status": {"succeeded": 1, "startTime": "2024-01-01T11:59:50Z"}});
+        let cells = row("Job", "batch", running);
+        assert_eq!(
+            cells[1..4],
+            [json!("Running"), json!("1/1 of 3"), json!("10s")]
+        );
+        assert_eq!(
+            names("CronJob", "batch")
+                .iter()
+                .filter(|(_, p)| *p == 0)
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
+            vec![
+                "NAME",
+                "SCHEDULE",
+                "TIMEZONE",
+                "SUSPEND",
+                "ACTIVE",
+                "LAST SCHEDULE",
+                "AGE"
+            ]
+        );
+        let cj = json!({"metadata": {"name": "c", "creationTimestamp": "2024-01-01T11:00:00Z"},
+            "spec": {"schedule": "* * * * *", "suspend": false,
+                "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}},
+            "status": {"active": [{"name": "c-1"}], "lastScheduleTime": "2024-01-01T11:59:00Z"}});
+        assert_eq!(
+            row("CronJob", "batch", cj),
+            vec![
+                json!("c"),
+                json!("* * * * *"),
+                json!("<none>"),
+                json!("False"),
+                json!(1),
+                json!("60s"),
+                json!("60m"),
+                json!("c"),
+                json!("busybox"),
+                json!("<none>")
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+mod batch;
 mod cluster;
 mod common;
 mod config;

@@ -2,17 +2,21 @@
 //! control-plane process over informer caches of the store ([`cache`]):
 //! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
-//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes). Namespace deletion, the ServiceAccount
+//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes);
+//! the batch controllers [`job`], [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
 pub mod cache;
+pub mod cronjob;
 pub mod endpointslice;
 pub mod events;
+pub mod job;
 pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
 pub mod tainteviction;
+pub mod ttlafterfinished;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,5 +70,8 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(tainteviction::run(st.clone()));
         tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
         tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
+        tasks.spawn(job::run(st.clone()));
+        tasks.spawn(cronjob::run(st.clone()));
+        tasks.spawn(ttlafterfinished::run(st.clone()));
     }
 }

@@ -64,7 +64,35 @@ pub fn create(
     ns: Option<&str>,
     obj: Value,
 ) -> Result<Stored, StoreError> {
+    let (t, obj) = prepare(group, plural, ns, obj)?;
+    store_named(st, &t, ns, obj)
+}
+
+/// [`create`] with the built-in admission a client POST gets (a Pod's ServiceAccount,
+/// tolerations, priority), for objects a controller makes from a user's template.
+pub async fn create_admitted(
+    st: &ApiState,
+    group: &str,
+    plural: &str,
+    ns: Option<&str>,
+    obj: Value,
+) -> Result<Stored, StoreError> {
     let (t, mut obj) = prepare(group, plural, ns, obj)?;
+    crate::apiserver::admission::create(st, &t, &mut obj, false)
+        .await
+        .map_err(|e| {
+            StoreError::Backend(e.0["message"].as_str().unwrap_or("admission").to_string())
+        })?;
+    store_named(st, &t, ns, obj)
+}
+
+/// Stores a prepared object under its name, or a fresh one from `metadata.generateName`.
+fn store_named(
+    st: &ApiState,
+    t: &Target,
+    ns: Option<&str>,
+    mut obj: Value,
+) -> Result<Stored, StoreError> {
     let generate = obj
         .pointer("/metadata/generateName")
         .and_then(Value::as_str)

@@ -15,6 +15,8 @@ pub enum Ty {
     NodeSpec,
     NodeStatus,
     WorkloadSpec,
+    CronJobSpec,
+    JobTemplateSpec,
     ConditionsStatus,
     /// A type with no merge-keyed lists below it.
     Plain,
@@ -76,6 +78,8 @@ pub fn type_name(ty: Ty) -> &'static str {
         Ty::NodeSpec => "NodeSpec",
         Ty::NodeStatus => "NodeStatus",
         Ty::WorkloadSpec => "Spec",
+        Ty::CronJobSpec => "CronJobSpec",
+        Ty::JobTemplateSpec => "JobTemplateSpec",
         Ty::ConditionsStatus => "Status",
         Ty::Plain => "",
     }
@@ -91,12 +95,19 @@ pub fn lookup(ty: Ty, field: &str) -> FieldMeta {
         (Ty::Root("Node"), "spec") => obj(Ty::NodeSpec),
         (Ty::Root("Node"), "status") => obj(Ty::NodeStatus),
         (Ty::Root("ServiceAccount"), "secrets") => keyed(Ty::Plain, "name"),
-        (Ty::Root("Deployment" | "ReplicaSet" | "DaemonSet"), "spec") => obj(Ty::WorkloadSpec),
+        (Ty::Root("Deployment" | "ReplicaSet" | "DaemonSet" | "Job"), "spec") => {
+            obj(Ty::WorkloadSpec)
+        }
+        (Ty::Root("CronJob"), "spec") => obj(Ty::CronJobSpec),
+        (Ty::CronJobSpec, "jobTemplate") => obj(Ty::JobTemplateSpec),
+        (Ty::JobTemplateSpec, "metadata") => obj(Ty::ObjectMeta),
+        (Ty::JobTemplateSpec, "spec") => obj(Ty::WorkloadSpec),
         (
             Ty::Root(
                 "Deployment"
                 | "ReplicaSet"
                 | "DaemonSet"
+                | "Job"
                 | "Namespace"
                 | "Service"
                 | "PodDisruptionBudget",

@@ -433,6 +433,7 @@ mod tests {
     fn smp(kind: &str, original: Value, patch: Value) -> Result<Value, String> {
         let gvk = match kind {
             "Deployment" => Gvk::new("apps", "v1", kind),
+            "Job" | "CronJob" => Gvk::new("batch", "v1", kind),
             _ => Gvk::new("", "v1", kind),
         };
         strategic_merge_patch(&gvk, &original, &patch).map_err(|e| e.to_string())
@@ -648,6 +649,28 @@ mod tests {
         assert_eq!(
             strategic_merge_patch(&gvk, &json!({}), &json!({})).map_err(|e| e.to_string()),
             Err("strategic merge patch is not supported for Widget".into())
+        );
+    }
+
+    #[test]
+    fn job_and_cronjob_containers_merge_by_name() {
+        let c = |image: &str| json!([{"name": "a", "image": image}, {"name": "b", "image": "b"}]);
+        let job = json!({"spec": {"template": {"spec": {"containers": c("old")}}}});
+        let patch = json!({"spec": {"template": {"spec": {
+            "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
+            "containers": [{"name": "a", "image": "new"}]}}}});
+        assert_eq!(
+            smp("Job", job, patch).map(|o| o["spec"]["template"]["spec"]["containers"].clone()),
+            Ok(c("new"))
+        );
+        let cj = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": c("old")}}}}}});
+        let patch = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {
+            "containers": [{"name": "a", "image": "new"}]}}}}}});
+        assert_eq!(
+            smp("CronJob", cj, patch).map(|o| o["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+                ["containers"]
+                .clone()),
+            Ok(c("new"))
         );
     }
 }

@@ -8,6 +8,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
+use super::batch::{validate_cronjob, validate_job};
 use super::cluster::{
     validate_binding, validate_event, validate_lease, validate_namespace, validate_node,
     validate_priority_class, validate_runtime_class,
@@ -61,6 +62,8 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => {
             validate_workload(&mut errs, gvk, obj, old)
         }
+        ("batch", "Job") => validate_job(&mut errs, obj, old),
+        ("batch", "CronJob") => validate_cronjob(&mut errs, obj),
         ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut errs, obj, old),
         ("node.k8s.io", "RuntimeClass") => validate_runtime_class(&mut errs, obj, old),
         _ => {}

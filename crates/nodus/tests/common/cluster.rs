@@ -299,22 +299,26 @@ pub fn prepare_node_dir(d: &Path, subnet: &str, runtime_root: &Path) {
         ),
     )
     .expect("runtime.toml");
-    let archive = d.join("busybox.tar");
-    testkit::image::busybox()
-        .write_oci_archive(&archive, "docker.io/library/busybox:latest")
-        .expect("busybox archive");
-    let out = std::process::Command::new(nodus_bin())
-        .args(["runtime", "import"])
-        .arg(&archive)
-        .arg("--root-dir")
-        .arg(runtime_root)
-        .output()
-        .expect("nodus runtime import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Also as `busybox:stable`, whose default pull policy (IfNotPresent) lets commands
+    // such as `kubectl create job --image=busybox:stable` run without a registry.
+    for tag in ["latest", "stable"] {
+        let archive = d.join(format!("busybox-{tag}.tar"));
+        testkit::image::busybox()
+            .write_oci_archive(&archive, &format!("docker.io/library/busybox:{tag}"))
+            .expect("busybox archive");
+        let out = std::process::Command::new(nodus_bin())
+            .args(["runtime", "import"])
+            .arg(&archive)
+            .arg("--root-dir")
+            .arg(runtime_root)
+            .output()
+            .expect("nodus runtime import");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 pub struct NodeProcess {

@@ -134,4 +134,30 @@ pub(super) static POINTERS: &[(&str, &str)] = fields! {
     "k8s.io.api.scheduling.v1" "PriorityClass": ["preemptionPolicy"];
 
     "k8s.io.api.authentication.v1" "TokenRequestSpec": ["expirationSeconds"];
+
+    "k8s.io.api.batch.v1" "JobSpec": [
+        "parallelism", "completions", "activeDeadlineSeconds", "backoffLimit",
+        "backoffLimitPerIndex", "maxFailedIndexes", "manualSelector", "ttlSecondsAfterFinished",
+        "completionMode", "suspend", "podReplacementPolicy", "managedBy",
+    ];
+    "k8s.io.api.batch.v1" "JobStatus": ["terminating", "failedIndexes", "ready"];
+    "k8s.io.api.batch.v1" "PodFailurePolicyOnExitCodesRequirement": ["containerName"];
+    "k8s.io.api.batch.v1" "SuccessPolicyRule": ["succeededIndexes", "succeededCount"];
+    "k8s.io.api.batch.v1" "CronJobSpec": [
+        "timeZone", "startingDeadlineSeconds", "suspend", "successfulJobsHistoryLimit",
+        "failedJobsHistoryLimit",
+    ];
+
+    "k8s.io.api.storage.v1" "CSIDriverSpec": [
+        "attachRequired", "podInfoOnMount", "storageCapacity", "fsGroupPolicy",
+        "requiresRepublish", "seLinuxMount", "nodeAllocatableUpdatePeriodSeconds",
+        "serviceAccountTokenInSecrets",
+    ];
+    "k8s.io.api.storage.v1" "StorageClass": [
+        "reclaimPolicy", "allowVolumeExpansion", "volumeBindingMode",
+    ];
+    "k8s.io.api.storage.v1" "TokenRequest": ["expirationSeconds"];
+    "k8s.io.api.storage.v1" "VolumeAttachmentSource": ["persistentVolumeName"];
+    "k8s.io.api.storage.v1" "VolumeError": ["errorCode"];
+    "k8s.io.api.storage.v1" "VolumeNodeResources": ["count"];
 };

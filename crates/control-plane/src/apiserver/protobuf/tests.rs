@@ -469,3 +469,70 @@ fn media_types() {
         "application/vnd.kubernetes.protobuf, application/json;q=0"
     ));
 }
+
+#[test]
+fn job_with_zero_pointers_and_indexed_status() {
+    // parallelism 0 (a paused Job), suspend false and ready 0 are Go pointers: kept.
+    round_trip(json!({
+        "kind": "Job",
+        "apiVersion": "batch/v1",
+        "metadata": {"name": "idx", "namespace": "default", "uid": "u1",
+            "labels": {"batch.kubernetes.io/job-name": "idx"}},
+        "spec": {
+            "parallelism": 0, "completions": 3, "backoffLimit": 6, "completionMode": "Indexed",
+            "suspend": false, "manualSelector": false, "podReplacementPolicy": "TerminatingOrFailed",
+            "ttlSecondsAfterFinished": 0,
+            "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u1"}},
+            "podFailurePolicy": {"rules": [
+                {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+            ]},
+            "template": {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "u1"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+                    "command": ["sh", "-c", "echo $JOB_COMPLETION_INDEX"]}]}}
+        },
+        "status": {
+            "startTime": "2024-01-01T00:00:00Z", "completionTime": "2024-01-01T00:00:42Z",
+            "succeeded": 3, "ready": 0, "terminating": 0, "completedIndexes": "0-2",
+            "uncountedTerminatedPods": {},
+            "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                "message": "Reached expected number of succeeded pods",
+                "lastProbeTime": "2024-01-01T00:00:42Z", "lastTransitionTime": "2024-01-01T00:00:42Z"}]
+        }
+    }));
+}
+
+#[test]
+fn cronjob_with_history_limits_zero_and_active_refs() {
+    round_trip(json!({
+        "kind": "CronJob",
+        "apiVersion": "batch/v1",
+        "metadata": {"name": "hello", "namespace": "default"},
+        "spec": {
+            "schedule": "*/1 * * * *", "timeZone": "Etc/UTC", "startingDeadlineSeconds": 0,
+            "concurrencyPolicy": "Forbid", "suspend": false,
+            "successfulJobsHistoryLimit": 0, "failedJobsHistoryLimit": 0,
+            "jobTemplate": {"metadata": {"labels": {"app": "hello"}},
+                "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "OnFailure",
+                    "containers": [{"name": "c", "image": "busybox"}]}}}}
+        },
+        "status": {
+            "active": [{"kind": "Job", "namespace": "default", "name": "hello-28401121",
+                "uid": "u2", "apiVersion": "batch/v1", "resourceVersion": "7"}],
+            "lastScheduleTime": "2024-01-01T00:01:00Z"
+        }
+    }));
+}
+
+#[test]
+fn storage_class_with_pointer_fields() {
+    round_trip(json!({
+        "kind": "StorageClass",
+        "apiVersion": "storage.k8s.io/v1",
+        "metadata": {"name": "local"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "reclaimPolicy": "Delete",
+        "allowVolumeExpansion": false,
+        "volumeBindingMode": "WaitForFirstConsumer"
+    }));
+}

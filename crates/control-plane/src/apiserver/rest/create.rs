@@ -162,6 +162,7 @@ pub fn prepare_for_create(t: &Target, obj: &mut Value) {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
             obj["status"] = json!({"phase": "Active"});
         }
+        "Job" if t.info.group == "batch" => nodus_k8s::defaults::generate_job_selector(obj),
         _ => {}
     }
 }
