@@ -16,6 +16,7 @@ mod names;
 mod network;
 mod object;
 mod pod;
+mod storage;
 mod userns;
 mod workloads;
 
