@@ -78,7 +78,7 @@ fn owner_uids(o: &Value) -> Vec<String> {
 }
 
 /// Removes a finalizer; deletes the object if it was the last thing holding it.
-fn drop_finalizer(st: &ApiState, key: &str, f: &str) {
+pub(crate) fn drop_finalizer(st: &ApiState, key: &str, f: &str) {
     let _ = st.store.mutate(key, &mut |cur| {
         let Some(cur) = cur else {
             return Ok(Mutation::Keep);

@@ -2,7 +2,8 @@
 //! control-plane process over informer caches of the store ([`cache`]):
 //! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
-//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes). Namespace deletion, the ServiceAccount
+//! EndpointSlices and Endpoints kube-proxy reads), [`podgc`] (pods of deleted nodes) and
+//! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner). Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
@@ -13,6 +14,7 @@ pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
 pub mod tainteviction;
+pub mod volume;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +41,13 @@ pub struct ControllersConfig {
     /// How long pods of a deleted node wait before the pod GC removes them (upstream's
     /// quarantine, 40 s).
     pub pod_gc_quarantine: Duration,
+    /// Where local-path volumes are made on the nodes (k3s's
+    /// `--default-local-storage-path`).
+    pub local_storage_path: std::path::PathBuf,
 }
+
+/// nodus's counterpart of k3s's `/var/lib/rancher/k3s/storage`.
+pub const DEFAULT_LOCAL_STORAGE_PATH: &str = "/var/lib/nodus/storage";
 
 impl Default for ControllersConfig {
     fn default() -> Self {
@@ -52,6 +60,7 @@ impl Default for ControllersConfig {
             node_eviction_rate: 0.1,
             max_endpoints_per_slice: 100,
             pod_gc_quarantine: Duration::from_secs(40),
+            local_storage_path: DEFAULT_LOCAL_STORAGE_PATH.into(),
         }
     }
 }
@@ -66,5 +75,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(tainteviction::run(st.clone()));
         tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
         tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
+        tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
     }
 }
