@@ -467,7 +467,7 @@ fn access_modes_string(modes: &[Value]) -> String {
     .join(",")
 }
 
-fn phase_or_terminating<'a>(o: &'a Value) -> &'a str {
+fn phase_or_terminating(o: &Value) -> &str {
     if o.pointer("/metadata/deletionTimestamp").is_some() {
         "Terminating"
     } else {
@@ -1349,13 +1349,11 @@ mod tests {
 
     #[test]
     fn storage_tables_match_kubectl() {
-        let zero: Vec<String> = |k: &str, g: &str| -> Vec<String> {
-            names(k, g)
-                .into_iter()
-                .filter(|(_, p)| *p == 0)
-                .map(|(n, _)| n)
-                .collect()
-        }("PersistentVolume", "");
+        let zero: Vec<String> = names("PersistentVolume", "")
+            .into_iter()
+            .filter(|(_, p)| *p == 0)
+            .map(|(n, _)| n)
+            .collect();
         assert_eq!(
             zero.join(" "),
             "NAME CAPACITY ACCESS MODES RECLAIM POLICY STATUS CLAIM STORAGECLASS VOLUMEATTRIBUTESCLASS REASON AGE"
