@@ -38,6 +38,9 @@ pub struct ControlPlaneArgs {
     /// The most endpoints one EndpointSlice holds.
     #[arg(long, default_value_t = 100)]
     pub max_endpoints_per_slice: usize,
+    /// Where the local-path provisioner puts volumes on every node (as k3s's flag).
+    #[arg(long, default_value = crate::controllers::DEFAULT_LOCAL_STORAGE_PATH)]
+    pub default_local_storage_path: PathBuf,
     /// Run the API server without the scheduler (another scheduler binds pods).
     #[arg(long)]
     pub disable_scheduler: bool,
@@ -119,6 +122,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
     cfg.controllers.node_eviction_rate = args.node_eviction_rate.max(0.0);
     cfg.controllers.max_endpoints_per_slice = args.max_endpoints_per_slice.clamp(1, 1000);
     cfg.controllers.scheduler = !args.disable_scheduler;
+    cfg.controllers.local_storage_path = args.default_local_storage_path.clone();
     let handle = server::start(cfg).await?;
     println!(
         "nodus control plane: API server at {} ; kubeconfig {}",

@@ -165,6 +165,30 @@ static CATALOG: &[ResourceInfo] = &[
         ],
     ),
     entry(
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        true,
+        &["pvc"],
+        NONE,
+        ALL_VERBS,
+        &["status"],
+    ),
+    entry(
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        "persistentvolume",
+        false,
+        &["pv"],
+        NONE,
+        ALL_VERBS,
+        &["status"],
+    ),
+    entry(
         "", "v1", "Secret", "secrets", "secret", true, NONE, NONE, ALL_VERBS, NONE,
     ),
     entry(
@@ -259,6 +283,18 @@ static CATALOG: &[ResourceInfo] = &[
         "priorityclass",
         false,
         &["pc"],
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        "storageclass",
+        false,
+        &["sc"],
         NONE,
         ALL_VERBS,
         NONE,
@@ -374,5 +410,21 @@ mod tests {
                 .is_some_and(|r| r.subresources.contains(&"scale"))
         );
         assert_eq!(by_plural("apps", "v2", "deployments"), None);
+        let storage: Vec<_> = [
+            ("", "PersistentVolume"),
+            ("", "PersistentVolumeClaim"),
+            ("storage.k8s.io", "StorageClass"),
+        ]
+        .iter()
+        .filter_map(|(g, k)| by_kind(g, k).map(|r| (r.short_names, r.namespaced)))
+        .collect();
+        assert_eq!(
+            storage,
+            vec![
+                (&["pv"][..], false),
+                (&["pvc"][..], true),
+                (&["sc"][..], false)
+            ]
+        );
     }
 }

@@ -55,8 +55,37 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
         ("apps", "DaemonSet") => default_daemonset(o),
         ("batch", "Job") => default_job(o),
         ("batch", "CronJob") => default_cronjob(o),
+        ("", "PersistentVolume") => default_persistent_volume(o),
+        ("", "PersistentVolumeClaim") => default_persistent_volume_claim(o),
+        ("storage.k8s.io", "StorageClass") => {
+            set_val(o, "reclaimPolicy", json!("Delete"));
+            set_val(o, "volumeBindingMode", json!("Immediate"));
+        }
         _ => {}
     }
+}
+
+/// Upstream's `SetDefaults_PersistentVolume` (and the hostPath type default inside it).
+fn default_persistent_volume(o: &mut Map<String, Value>) {
+    let spec = obj_mut(o, "spec");
+    set_str(spec, "persistentVolumeReclaimPolicy", "Retain");
+    set_str(spec, "volumeMode", "Filesystem");
+    if let Some(Value::Object(h)) = spec.get_mut("hostPath") {
+        set_val(h, "type", json!(""));
+    }
+    canonical_resource_list(spec.get_mut("capacity"));
+    set_str(obj_mut(o, "status"), "phase", "Pending");
+}
+
+/// Upstream's `SetDefaults_PersistentVolumeClaim`.
+fn default_persistent_volume_claim(o: &mut Map<String, Value>) {
+    let spec = obj_mut(o, "spec");
+    set_str(spec, "volumeMode", "Filesystem");
+    if let Some(Value::Object(r)) = spec.get_mut("resources") {
+        canonical_resource_list(r.get_mut("requests"));
+        canonical_resource_list(r.get_mut("limits"));
+    }
+    set_str(obj_mut(o, "status"), "phase", "Pending");
 }
 
 /// The DefaultTolerationSeconds admission plugin: pods that do not tolerate the not-ready and
@@ -799,6 +828,34 @@ mod tests {
             ds["spec"]["updateStrategy"],
             json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
         );
+    }
+
+    #[test]
+    fn storage_defaults_match_upstream() {
+        let pv = defaulted(
+            "PersistentVolume",
+            "",
+            json!({"spec": {"capacity": {"storage": "1024Mi"}, "hostPath": {"path": "/x"}}}),
+        );
+        assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+        assert_eq!(pv["spec"]["volumeMode"], "Filesystem");
+        assert_eq!(pv["spec"]["hostPath"]["type"], "");
+        assert_eq!(pv["spec"]["capacity"]["storage"], "1Gi");
+        assert_eq!(pv["status"]["phase"], "Pending");
+        let pvc = defaulted(
+            "PersistentVolumeClaim",
+            "",
+            json!({"spec": {"resources": {"requests": {"storage": "1G"}}}}),
+        );
+        assert_eq!(pvc["spec"]["volumeMode"], "Filesystem");
+        assert_eq!(pvc["status"]["phase"], "Pending");
+        let sc = defaulted(
+            "StorageClass",
+            "storage.k8s.io",
+            json!({"provisioner": "x", "reclaimPolicy": "Retain"}),
+        );
+        assert_eq!(sc["reclaimPolicy"], "Retain");
+        assert_eq!(sc["volumeBindingMode"], "Immediate");
     }
 
     #[test]

@@ -400,6 +400,98 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
             ),
             w("Selector", JOB_SELECTOR_DOC),
         ],
+        ("", "PersistentVolume") => vec![
+            name_col(),
+            s(
+                "Capacity",
+                "capacity is the description of the persistent volume's resources and capacity.",
+            ),
+            s(
+                "Access Modes",
+                "accessModes contains all ways the volume can be mounted.",
+            ),
+            s(
+                "Reclaim Policy",
+                "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.",
+            ),
+            s(
+                "Status",
+                "phase indicates if a volume is available, bound to a claim, or released by a claim.",
+            ),
+            s(
+                "Claim",
+                "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim.",
+            ),
+            s(
+                "StorageClass",
+                "storageClassName is the name of StorageClass to which this persistent volume belongs.",
+            ),
+            s(
+                "VolumeAttributesClass",
+                "volumeAttributesClassName is the name of VolumeAttributesClass to which this persistent volume belongs.",
+            ),
+            s(
+                "Reason",
+                "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI.",
+            ),
+            age_col(),
+            w(
+                "VolumeMode",
+                "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state.",
+            ),
+        ],
+        ("", "PersistentVolumeClaim") => vec![
+            name_col(),
+            s(
+                "Status",
+                "phase represents the current phase of PersistentVolumeClaim.",
+            ),
+            s(
+                "Volume",
+                "volumeName is the binding reference to the PersistentVolume backing this claim.",
+            ),
+            s(
+                "Capacity",
+                "capacity represents the actual resources of the underlying volume.",
+            ),
+            s(
+                "Access Modes",
+                "accessModes contains the actual access modes the volume backing the PVC has.",
+            ),
+            s(
+                "StorageClass",
+                "storageClassName is the name of the StorageClass required by the claim.",
+            ),
+            s(
+                "VolumeAttributesClass",
+                "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.",
+            ),
+            age_col(),
+            w(
+                "VolumeMode",
+                "volumeMode defines what type of volume is required by the claim.",
+            ),
+        ],
+        ("storage.k8s.io", "StorageClass") => vec![
+            name_col(),
+            s(
+                "Provisioner",
+                "provisioner indicates the type of the provisioner.",
+            ),
+            s(
+                "ReclaimPolicy",
+                "reclaimPolicy controls the reclaimPolicy for dynamically provisioned PersistentVolumes of this storage class.",
+            ),
+            s(
+                "VolumeBindingMode",
+                "volumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound.",
+            ),
+            s(
+                "AllowVolumeExpansion",
+                "allowVolumeExpansion shows whether the storage class allow volume expand.",
+            ),
+            age_col(),
+        ],
         _ => vec![name_col(), age_col()],
     }
 }
@@ -488,6 +580,124 @@ fn cronjob_cells(o: &Value, now: Timestamp) -> Vec<Value> {
         json!(containers),
         json!(images),
         json!(selector),
+    ]
+}
+
+/// Upstream's `GetAccessModesAsString`: the short forms in a fixed order, each once.
+fn access_modes_string(modes: &[Value]) -> String {
+    let has = |m: &str| modes.iter().any(|x| x.as_str() == Some(m));
+    [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ]
+    .iter()
+    .filter(|(long, _)| has(long))
+    .map(|(_, short)| *short)
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+fn phase_or_terminating(o: &Value) -> &str {
+    if o.pointer("/metadata/deletionTimestamp").is_some() {
+        "Terminating"
+    } else {
+        s_at(o, "/status/phase")
+    }
+}
+
+fn unset_or(o: &Value, ptr: &str) -> String {
+    match o.pointer(ptr).and_then(Value::as_str) {
+        Some(v) => v.to_string(),
+        None => "<unset>".to_string(),
+    }
+}
+
+/// The class of a PV or PVC: the field, else the beta annotation upstream still honours.
+fn storage_class_of(o: &Value) -> &str {
+    match s_at(o, "/spec/storageClassName") {
+        "" => s_at(
+            o,
+            "/metadata/annotations/volume.beta.kubernetes.io~1storage-class",
+        ),
+        c => c,
+    }
+}
+
+/// Whether a StorageClass is the cluster default (upstream's `IsDefaultAnnotation`).
+pub fn is_default_storage_class(o: &Value) -> bool {
+    [
+        "/metadata/annotations/storageclass.kubernetes.io~1is-default-class",
+        "/metadata/annotations/storageclass.beta.kubernetes.io~1is-default-class",
+    ]
+    .iter()
+    .any(|p| s_at(o, p) == "true")
+}
+
+fn persistent_volume_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
+    let claim = match o.pointer("/spec/claimRef") {
+        Some(r) if r.is_object() => format!("{}/{}", s_at(r, "/namespace"), s_at(r, "/name")),
+        _ => String::new(),
+    };
+    vec![
+        name,
+        json!(s_at(o, "/spec/capacity/storage")),
+        json!(access_modes_string(arr(o, "/spec/accessModes"))),
+        json!(s_at(o, "/spec/persistentVolumeReclaimPolicy")),
+        json!(phase_or_terminating(o)),
+        json!(claim),
+        json!(storage_class_of(o)),
+        json!(unset_or(o, "/spec/volumeAttributesClassName")),
+        json!(s_at(o, "/status/reason")),
+        age,
+        json!(unset_or(o, "/spec/volumeMode")),
+    ]
+}
+
+fn persistent_volume_claim_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
+    let bound = !s_at(o, "/spec/volumeName").is_empty();
+    let (capacity, modes) = if bound {
+        (
+            s_at(o, "/status/capacity/storage").to_string(),
+            access_modes_string(arr(o, "/status/accessModes")),
+        )
+    } else {
+        (String::new(), String::new())
+    };
+    vec![
+        name,
+        json!(phase_or_terminating(o)),
+        json!(s_at(o, "/spec/volumeName")),
+        json!(capacity),
+        json!(modes),
+        json!(storage_class_of(o)),
+        json!(unset_or(o, "/spec/volumeAttributesClassName")),
+        age,
+        json!(unset_or(o, "/spec/volumeMode")),
+    ]
+}
+
+fn storage_class_cells(o: &Value, age: Value) -> Vec<Value> {
+    let mut name = s_at(o, "/metadata/name").to_string();
+    if is_default_storage_class(o) {
+        name.push_str(" (default)");
+    }
+    let or = |ptr: &str, d: &str| match s_at(o, ptr) {
+        "" => d.to_string(),
+        v => v.to_string(),
+    };
+    vec![
+        json!(name),
+        json!(s_at(o, "/provisioner")),
+        json!(or("/reclaimPolicy", "Delete")),
+        json!(or("/volumeBindingMode", "Immediate")),
+        json!(
+            o.get("allowVolumeExpansion")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        ),
+        age,
     ]
 }
 
@@ -606,6 +816,9 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
             ]
         }
         ("node.k8s.io", "RuntimeClass") => vec![name, json!(s_at(o, "/handler")), age],
+        ("", "PersistentVolume") => persistent_volume_cells(o, name, age),
+        ("", "PersistentVolumeClaim") => persistent_volume_claim_cells(o, name, age),
+        ("storage.k8s.io", "StorageClass") => storage_class_cells(o, age),
         ("scheduling.k8s.io", "PriorityClass") => vec![
             name,
             json!(i_at(o, "/value")),
@@ -1266,6 +1479,104 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn storage_tables_match_kubectl() {
+        let zero: Vec<String> = names("PersistentVolume", "")
+            .into_iter()
+            .filter(|(_, p)| *p == 0)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            zero.join(" "),
+            "NAME CAPACITY ACCESS MODES RECLAIM POLICY STATUS CLAIM STORAGECLASS VOLUMEATTRIBUTESCLASS REASON AGE"
+        );
+        let pvc: Vec<String> = names("PersistentVolumeClaim", "")
+            .into_iter()
+            .filter(|(_, p)| *p == 0)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            pvc.join(" "),
+            "NAME STATUS VOLUME CAPACITY ACCESS MODES STORAGECLASS VOLUMEATTRIBUTESCLASS AGE"
+        );
+        let sc: Vec<String> = names("StorageClass", "storage.k8s.io")
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            sc.join(" "),
+            "NAME PROVISIONER RECLAIMPOLICY VOLUMEBINDINGMODE ALLOWVOLUMEEXPANSION AGE"
+        );
+        let created = "2024-01-01T11:00:00Z";
+        let pv = json!({"metadata": {"name": "pvc-1", "creationTimestamp": created},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-path",
+                "claimRef": {"namespace": "default", "name": "data"}, "volumeMode": "Filesystem"},
+            "status": {"phase": "Bound"}});
+        assert_eq!(
+            row("PersistentVolume", "", pv),
+            vec![
+                json!("pvc-1"),
+                json!("1Gi"),
+                json!("RWO,RWX"),
+                json!("Delete"),
+                json!("Bound"),
+                json!("default/data"),
+                json!("local-path"),
+                json!("<unset>"),
+                json!(""),
+                json!("60m"),
+                json!("Filesystem"),
+            ]
+        );
+        let pending = json!({"metadata": {"name": "data", "creationTimestamp": created},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                "storageClassName": "local-path"},
+            "status": {"phase": "Pending"}});
+        assert_eq!(
+            row("PersistentVolumeClaim", "", pending),
+            vec![
+                json!("data"),
+                json!("Pending"),
+                json!(""),
+                json!(""),
+                json!(""),
+                json!("local-path"),
+                json!("<unset>"),
+                json!("60m"),
+                json!("<unset>"),
+            ]
+        );
+        let bound = json!({"metadata": {"name": "data", "creationTimestamp": created,
+                "deletionTimestamp": created},
+            "spec": {"volumeName": "pvc-1", "storageClassName": "local-path", "volumeMode": "Filesystem"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}});
+        assert_eq!(
+            row("PersistentVolumeClaim", "", bound)[..5],
+            [
+                json!("data"),
+                json!("Terminating"),
+                json!("pvc-1"),
+                json!("1Gi"),
+                json!("RWO")
+            ]
+        );
+        let class = json!({"metadata": {"name": "local-path", "creationTimestamp": created,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "rancher.io/local-path", "volumeBindingMode": "WaitForFirstConsumer"});
+        assert_eq!(
+            row("StorageClass", "storage.k8s.io", class),
+            vec![
+                json!("local-path (default)"),
+                json!("rancher.io/local-path"),
+                json!("Delete"),
+                json!("WaitForFirstConsumer"),
+                json!(false),
+                json!("60m"),
+            ]
+        );
     }
 
     #[test]

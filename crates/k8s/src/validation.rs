@@ -17,6 +17,7 @@ mod names;
 mod network;
 mod object;
 mod pod;
+mod storage;
 mod userns;
 mod workloads;
 

@@ -274,6 +274,9 @@ impl SyncLoop {
         }
         // Pod directories of pods that are gone.
         let root = &self.core.kr.settings.root_dir;
+        if let Some(client) = self.core.kr.objects.get().and_then(|c| c.client()) {
+            volumes::persistent::clean_up(root, &client).await;
+        }
         for u in volumes::pod_dirs(root) {
             if !desired.contains(&u) && !self.workers.is_known(&u) && !listed.contains_key(&u) {
                 tracing::info!(pod_uid = %u, "removing the directory of a deleted pod");

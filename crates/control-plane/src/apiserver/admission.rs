@@ -1,5 +1,7 @@
 //! Built-in admission: ServiceAccount (pod serviceAccountName), DefaultTolerationSeconds,
-//! Priority (priorityClassName → priority), Service ClusterIP and NodePort allocation.
+//! Priority (priorityClassName → priority), Service ClusterIP and NodePort allocation,
+//! DefaultStorageClass (a claim without a class gets the default one) and
+//! StorageObjectInUseProtection (the pvc-/pv-protection finalizers on create).
 //!
 //! ServiceAccount admission does not mount a token volume yet (no token controller).
 
@@ -301,6 +303,15 @@ pub async fn create<'a>(
             admit_pod(st, obj)?;
             Ok(None)
         }
+        ("", "PersistentVolumeClaim") => {
+            admit_claim(st, obj)?;
+            add_finalizer(obj, PVC_PROTECTION);
+            Ok(None)
+        }
+        ("", "PersistentVolume") => {
+            add_finalizer(obj, PV_PROTECTION);
+            Ok(None)
+        }
         ("", "Service") => {
             let mut guard = lock_for(st, t).await;
             if let Some(g) = guard.as_mut() {
@@ -322,6 +333,56 @@ pub fn update(
 ) -> ApiResult<()> {
     if let ("", "Service", Some(a)) = (t.info.group, t.info.kind, alloc) {
         allocate_service(st, new, Some(old), a)?;
+    }
+    Ok(())
+}
+
+/// The finalizer that keeps a claim while pods use it (upstream's pvc-protection).
+pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+/// The finalizer that keeps a volume while a claim is bound to it (pv-protection).
+pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+
+/// Appends `f` to the object's finalizers unless it is there.
+pub fn add_finalizer(obj: &mut Value, f: &str) {
+    let list = &mut obj["metadata"]["finalizers"];
+    if !list.is_array() {
+        *list = json!([]);
+    }
+    if let Some(a) = list.as_array_mut()
+        && !a.iter().any(|x| x == f)
+    {
+        a.push(json!(f));
+    }
+}
+
+/// DefaultStorageClass: a claim that names no class (the field absent, not `""`) gets the
+/// default StorageClass; with several defaults, the newest wins, as upstream since 1.26.
+fn admit_claim(st: &ApiState, pvc: &mut Value) -> ApiResult<()> {
+    if !matches!(
+        pvc.pointer("/spec/storageClassName"),
+        None | Some(Value::Null)
+    ) {
+        return Ok(());
+    }
+    let (classes, _) = st
+        .store
+        .list("/storage.k8s.io/storageclasses/")
+        .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+    let newest = classes
+        .iter()
+        .filter(|c| nodus_k8s::printers::is_default_storage_class(&c.object))
+        .max_by_key(|c| {
+            (
+                meta_str(&c.object, "creationTimestamp")
+                    .unwrap_or("")
+                    .to_string(),
+                meta_str(&c.object, "name").unwrap_or("").to_string(),
+            )
+        });
+    if let Some(c) = newest.and_then(|c| meta_str(&c.object, "name"))
+        && let Some(spec) = pvc.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("storageClassName".into(), json!(c));
     }
     Ok(())
 }

@@ -279,10 +279,62 @@ fn node_authorize(node: &str, a: &Attributes<'_>, store: &dyn Store) -> Result<(
                 "no relationship found between node {node:?} and this object"
             ))
         }
+        ("", "persistentvolumes", "") => {
+            if verb == "get"
+                && let Some(pv) = name
+                && volume_visible_to_node(store, node, pv)
+            {
+                return Ok(());
+            }
+            deny(&format!(
+                "no relationship found between node {node:?} and this object"
+            ))
+        }
         _ => deny(&format!(
             "no relationship found between node {node:?} and this object"
         )),
     }
+}
+
+/// Whether the node may read the PersistentVolume `pv`: upstream's graph edge (a pod on
+/// the node → its claim → the claim's volume), and, as a nodus addition for node-local
+/// storage, a volume pinned to this node by `kubernetes.io/hostname` or one that no longer
+/// exists (the kubelet learns from the 404 that it may remove a local-path directory).
+fn volume_visible_to_node(store: &dyn Store, node: &str, pv: &str) -> bool {
+    let obj = match store.get(&format!("/core/persistentvolumes/{pv}")) {
+        Ok(None) => return true,
+        Ok(Some(s)) => s.object,
+        Err(_) => return false,
+    };
+    let pinned = obj
+        .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["matchExpressions"].as_array().into_iter().flatten())
+        .any(|e| {
+            e["key"] == "kubernetes.io/hostname"
+                && e["operator"] == "In"
+                && e["values"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|x| x == node))
+        });
+    if pinned {
+        return true;
+    }
+    let (Some(ns), Some(claim)) = (
+        obj.pointer("/spec/claimRef/namespace")
+            .and_then(Value::as_str),
+        obj.pointer("/spec/claimRef/name").and_then(Value::as_str),
+    ) else {
+        return false;
+    };
+    let claimed = store
+        .get(&format!("/core/persistentvolumeclaims/{ns}/{claim}"))
+        .ok()
+        .flatten()
+        .is_some_and(|c| c.object.pointer("/spec/volumeName").and_then(Value::as_str) == Some(pv));
+    claimed && referenced_by_node_pod(store, node, ns, "persistentvolumeclaims", claim)
 }
 
 fn pod_bound_to(store: &dyn Store, t: &Target, node: &str) -> bool {

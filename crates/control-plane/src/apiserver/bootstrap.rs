@@ -1,6 +1,6 @@
 //! Objects every cluster has from its first start: the four system namespaces, the
-//! `kubernetes` Service with its Endpoints and EndpointSlice, and the two system
-//! PriorityClasses.
+//! `kubernetes` Service with its Endpoints and EndpointSlice, the two system
+//! PriorityClasses and k3s's default `local-path` StorageClass.
 
 use serde_json::{Value, json};
 
@@ -111,6 +111,19 @@ pub fn ensure(st: &ApiState) -> Result<(), StoreError> {
             "description": desc, "preemptionPolicy": "PreemptLowerPriority"}),
         )?;
     }
+    // k3s ships local-path-provisioner's class as the default; nodus provisions it in
+    // `controllers::volume::provisioner`.
+    ensure_object(
+        st,
+        "storage.k8s.io",
+        "storageclasses",
+        None,
+        json!({
+        "metadata": {"name": crate::controllers::volume::LOCAL_PATH_CLASS,
+                     "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": crate::controllers::volume::LOCAL_PATH_PROVISIONER,
+        "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"}),
+    )?;
     let ip = crate::apiserver::admission::first_service_ip(st.config.service_cidr).to_string();
     let port = st.config.secure_port;
     let addr = if st.config.advertise_address.is_unspecified() {

@@ -2,7 +2,8 @@
 //! control-plane process over informer caches of the store ([`cache`]):
 //! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
-//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes);
+//! EndpointSlices and Endpoints kube-proxy reads), [`podgc`] (pods of deleted nodes),
+//! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner);
 //! the batch controllers [`job`], [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
@@ -17,6 +18,7 @@ pub mod objects;
 pub mod podgc;
 pub mod tainteviction;
 pub mod ttlafterfinished;
+pub mod volume;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +45,13 @@ pub struct ControllersConfig {
     /// How long pods of a deleted node wait before the pod GC removes them (upstream's
     /// quarantine, 40 s).
     pub pod_gc_quarantine: Duration,
+    /// Where local-path volumes are made on the nodes (k3s's
+    /// `--default-local-storage-path`).
+    pub local_storage_path: std::path::PathBuf,
 }
+
+/// nodus's counterpart of k3s's `/var/lib/rancher/k3s/storage`.
+pub const DEFAULT_LOCAL_STORAGE_PATH: &str = "/var/lib/nodus/storage";
 
 impl Default for ControllersConfig {
     fn default() -> Self {
@@ -56,6 +64,7 @@ impl Default for ControllersConfig {
             node_eviction_rate: 0.1,
             max_endpoints_per_slice: 100,
             pod_gc_quarantine: Duration::from_secs(40),
+            local_storage_path: DEFAULT_LOCAL_STORAGE_PATH.into(),
         }
     }
 }
@@ -73,5 +82,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(job::run(st.clone()));
         tasks.spawn(cronjob::run(st.clone()));
         tasks.spawn(ttlafterfinished::run(st.clone()));
+        tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
     }
 }

@@ -430,6 +430,7 @@ impl Scheduler {
             match r {
                 Ok(_) => {
                     tracing::debug!(pod = %key, node = %node, "scheduler: bound");
+                    crate::controllers::volume::select_node_for_claims(&self.st, &v, &node);
                     self.pending.remove(&key);
                     self.unschedulable.remove(&key);
                     let msg = format!(

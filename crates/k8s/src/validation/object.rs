@@ -17,6 +17,9 @@ use super::config::{validate_config_map, validate_secret};
 use super::meta::{is_namespaced, validate_meta, validate_meta_update};
 use super::network::{validate_endpoint_slice, validate_endpoints, validate_service};
 use super::pod::{validate_pod_spec, validate_pod_update};
+use super::storage::{
+    validate_persistent_volume, validate_persistent_volume_claim, validate_storage_class,
+};
 use super::workloads::{validate_pdb, validate_workload};
 use super::{FieldError, Path};
 use crate::gvk::Gvk;
@@ -66,6 +69,9 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("batch", "CronJob") => validate_cronjob(&mut errs, obj),
         ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut errs, obj, old),
         ("node.k8s.io", "RuntimeClass") => validate_runtime_class(&mut errs, obj, old),
+        ("", "PersistentVolume") => validate_persistent_volume(&mut errs, obj, old),
+        ("", "PersistentVolumeClaim") => validate_persistent_volume_claim(&mut errs, obj, old),
+        ("storage.k8s.io", "StorageClass") => validate_storage_class(&mut errs, obj, old),
         _ => {}
     }
     errs

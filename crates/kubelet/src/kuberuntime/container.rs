@@ -204,7 +204,17 @@ fn mounts(
                     .map_err(|e| ConfigError(format!("subPath {}: {e}", host.display())))?;
             }
         }
-        let readonly = vm.read_only.unwrap_or(false);
+        // A claim's `readOnly` forces every mount of it read-only, as upstream.
+        let claim_read_only = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|v| v.name == vm.name)
+            .and_then(|v| v.persistent_volume_claim.as_ref())
+            .is_some_and(|c| c.read_only == Some(true));
+        let readonly = vm.read_only.unwrap_or(false) || claim_read_only;
         out.push(pb::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),

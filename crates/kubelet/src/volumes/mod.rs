@@ -7,12 +7,14 @@
 //! `<root-dir>/pods/<uid>/etc-hosts`, `<root-dir>/pods/<uid>/containers/<name>/<restart>`.
 //! The API objects a pod's volumes need are fetched first ([`fetch`], async, from the
 //! [`crate::objectcache`]); [`set_up`] then writes every volume on each pod sync, so a
-//! changed configMap or secret reaches the running pod at its next sync. Other sources
-//! (PVCs, CSI…) are refused with a message naming the volume.
+//! changed configMap or secret reaches the running pod at its next sync. Claims
+//! ([`persistent`]) resolve to their bound PV's hostPath/local directory. Other sources
+//! (CSI…) are refused with a message naming the volume.
 
 pub mod atomic_writer;
 pub mod configmap;
 pub mod downwardapi;
+pub mod persistent;
 pub mod projected;
 pub mod secret;
 
@@ -28,6 +30,8 @@ pub struct PodObjects {
     pub objects: HashMap<(Kind, String), Result<ObjectData, ObjectError>>,
     /// (volume, path) → token, for projected serviceAccountToken sources.
     pub tokens: HashMap<(String, String), Result<String, String>>,
+    /// Volume name → the bound PV's path, for persistentVolumeClaim volumes.
+    pub claims: HashMap<String, Result<persistent::ClaimMount, String>>,
 }
 
 impl PodObjects {
@@ -66,6 +70,27 @@ pub async fn fetch(cache: Option<&ObjectCache>, pod: &Pod) -> PodObjects {
         return out;
     };
     cache.register_pod(pod);
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let Some(c) = &v.persistent_volume_claim else {
+            continue;
+        };
+        let m = match cache.client() {
+            Some(client) => {
+                persistent::resolve(&client, &ns, &c.claim_name, c.read_only.unwrap_or(false)).await
+            }
+            None => Err(format!(
+                "error processing PVC {ns}/{}: the kubelet has no API server",
+                c.claim_name
+            )),
+        };
+        out.claims.insert(v.name.clone(), m);
+    }
     for (k, name) in refs {
         let v = cache.get(k, &ns, &name).await;
         out.objects.insert((k, name), v);
@@ -139,6 +164,10 @@ async fn request_token(
 pub enum VolumeError {
     #[error("MountVolume.SetUp failed for volume {volume:?} : {message}")]
     SetUp { volume: String, message: String },
+    #[error(
+        "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[], failed to process volumes=[{volume}]: {message}"
+    )]
+    Unmountable { volume: String, message: String },
     #[error(
         "unable to attach or mount volumes: volume {0:?} named in volumeMounts is not defined in the pod"
     )]
@@ -263,6 +292,25 @@ pub fn set_up(
             check_host_path(&p, hp.type_.as_deref().unwrap_or(""))
                 .map_err(|m| setup_failed(v, m))?;
             p
+        } else if v.persistent_volume_claim.is_some() {
+            let m = match sources.objects.claims.get(&v.name) {
+                Some(Ok(m)) => m,
+                Some(Err(message)) => {
+                    return Err(VolumeError::Unmountable {
+                        volume: v.name.clone(),
+                        message: message.clone(),
+                    });
+                }
+                None => {
+                    return Err(VolumeError::Unmountable {
+                        volume: v.name.clone(),
+                        message: "the claim was not resolved for this pod".into(),
+                    });
+                }
+            };
+            persistent::record(root, m).map_err(io(&m.path))?;
+            check_host_path(&m.path, &m.host_path_type).map_err(|e| setup_failed(v, e))?;
+            m.path.clone()
         } else if let Some(cm) = &v.config_map {
             let p = plugin_dir(root, uid, "configmap", &v.name);
             write_payload(v, &p, false, configmap::payload(cm, &sources.objects))?;

@@ -76,6 +76,8 @@ pub(super) static POINTERS: &[(&str, &str)] = fields! {
     "k8s.io.api.core.v1" "PersistentVolumeClaimSpec": [
         "storageClassName", "volumeMode", "volumeAttributesClassName",
     ];
+    "k8s.io.api.core.v1" "PersistentVolumeSpec": ["volumeMode", "volumeAttributesClassName"];
+    "k8s.io.api.core.v1" "LocalVolumeSource": ["fsType"];
     "k8s.io.api.core.v1" "TypedLocalObjectReference": ["apiGroup"];
     "k8s.io.api.core.v1" "TypedObjectReference": ["apiGroup", "namespace"];
     "k8s.io.api.core.v1" "Toleration": ["tolerationSeconds"];
