@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod defaults;
 pub mod duration;
 pub mod gvk;
+pub mod intstr;
 pub mod patch;
 pub mod printers;
 pub mod qos;
