@@ -249,8 +249,32 @@ async fn binding_eviction_and_scale() {
     assert!(msg.contains("is already assigned to node \"n1\""), "{msg}");
 
     pods.create(&pp, &pod("q")).await.expect("pod");
+    // A Pending pod is evicted without a budget check (upstream's canIgnorePDB): q runs.
+    pods.patch_status("q", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+        .await
+        .expect("q running");
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     pdbs.create(&pp, &from(json!({"metadata": {"name": "budget"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}}))).await.expect("pdb");
+    let observed = |generation: i64| {
+        let pdbs = pdbs.clone();
+        async move {
+            common::eventually("the disruption controller's status", || async {
+                let b = pdbs.get("budget").await.ok()?;
+                let st = b.status?;
+                (st.observed_generation == Some(generation)).then_some(st)
+            })
+            .await
+        }
+    };
+    let st = observed(1).await;
+    assert_eq!(
+        (
+            st.current_healthy,
+            st.desired_healthy,
+            st.disruptions_allowed
+        ),
+        (1, 1, 0)
+    );
     let (code, msg) = api_code(
         pods.evict("q", &EvictParams::default())
             .await
@@ -261,9 +285,14 @@ async fn binding_eviction_and_scale() {
         msg,
         "Cannot evict pod as it would violate the pod's disruption budget."
     );
-    pdbs.patch_status("budget", &PatchParams::default(), &Patch::Merge(json!({"status": {"disruptionsAllowed": 1, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2, "observedGeneration": 1}})))
-        .await
-        .expect("pdb status");
+    pdbs.patch(
+        "budget",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
+    )
+    .await
+    .expect("lower the budget");
+    assert_eq!(observed(2).await.disruptions_allowed, 1);
     pods.evict("q", &EvictParams::default())
         .await
         .expect("evicted");

@@ -331,3 +331,215 @@ async fn pods_of_a_deleted_node_are_garbage_collected() {
     })
     .await;
 }
+
+/// upstream's MarkPodsNotReady: the pods of a node that goes Unknown stop being Ready at
+/// once, with a NodeNotReady warning, so their endpoints stop receiving traffic long
+/// before the 300 s tolerations run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_a_silent_node_turn_not_ready_and_leave_their_endpoints() {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let c = common::start_with_controllers(ControllersConfig {
+        node_monitor_period: Duration::from_millis(200),
+        node_monitor_grace_period: Duration::from_secs(3),
+        node_eviction_rate: 100.0,
+        ..Default::default()
+    })
+    .await;
+    let client = c.client().await;
+    make_node(&client, "alive").await;
+    make_node(&client, "silent").await;
+    let keep = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                renew(&client, "alive").await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}))
+    .expect("svc");
+    svcs.create(&PostParams::default(), &svc)
+        .await
+        .expect("svc");
+    for (name, node, ip) in [
+        ("on-silent", "silent", "10.0.0.1"),
+        ("on-alive", "alive", "10.0.0.2"),
+    ] {
+        let p: Pod =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "web"}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))
+            .expect("pod");
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+        pods.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                "conditions": [
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .expect("pod status");
+    }
+    let ready_endpoints = || async {
+        let list = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await
+            .ok()?;
+        let mut out: Vec<(String, bool)> = list
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .map(|e| {
+                let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false);
+                (e.addresses[0].clone(), ready)
+            })
+            .collect();
+        out.sort();
+        Some(out)
+    };
+    eventually("both endpoints ready", || async {
+        let e = ready_endpoints().await?;
+        (e == vec![
+            ("10.0.0.1".to_string(), true),
+            ("10.0.0.2".to_string(), true),
+        ])
+        .then_some(())
+    })
+    .await;
+
+    // The silent node goes Unknown: its pod's Ready turns False, the other pod's stays.
+    let p = eventually("on-silent Ready=False", || async {
+        let p = pods.get("on-silent").await.ok()?;
+        let ready = p
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .clone();
+        (ready.status == "False").then_some(p)
+    })
+    .await;
+    let conds = p.status.and_then(|s| s.conditions).unwrap_or_default();
+    let ready = conds.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_ne!(
+        ready.last_transition_time.as_ref().map(|t| t.0.to_string()),
+        Some("2026-01-01T00:00:00Z".to_string())
+    );
+    // Only Ready, as upstream: ContainersReady is the kubelet's to say.
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "ContainersReady" && c.status == "True")
+    );
+    // Not evicted: the default 300 s tolerations still run.
+    assert!(p.metadata.deletion_timestamp.is_none());
+    eventually("the silent node's endpoint not ready", || async {
+        let e = ready_endpoints().await?;
+        (e == vec![
+            ("10.0.0.1".to_string(), false),
+            ("10.0.0.2".to_string(), true),
+        ])
+        .then_some(())
+    })
+    .await;
+    let alive = pods.get("on-alive").await.expect("on-alive");
+    assert!(
+        alive
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let evs = eventually("NodeNotReady event on the pod", || async {
+        let evs = events
+            .list(&ListParams::default().fields("involvedObject.name=on-silent"))
+            .await
+            .ok()?;
+        evs.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("NodeNotReady"))
+    })
+    .await;
+    assert_eq!(evs.type_.as_deref(), Some("Warning"));
+    assert_eq!(evs.message.as_deref(), Some("Node is not ready"));
+    keep.abort();
+}
+
+/// A toleration's tolerationSeconds counts from when the taint manager first sees the pod
+/// on the tainted node, as upstream's timed workers, not from the taint's timeAdded: a pod
+/// bound to a node tainted long ago still gets its full toleration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toleration_seconds_count_from_when_the_pod_is_seen() {
+    let c = common::start_with_controllers(ControllersConfig {
+        node_monitor_period: Duration::from_millis(200),
+        ..Default::default()
+    })
+    .await;
+    let client = c.client().await;
+    make_node(&client, "tainted").await;
+    let keep = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                renew(&client, "tainted").await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            "tainted",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"taints": [{"key": "example.com/maintenance",
+                "effect": "NoExecute", "timeAdded": "2020-01-01T00:00:00Z"}]}}),
+            ),
+        )
+        .await
+        .expect("taint");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let tol = |secs: i64| json!([{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": secs}]);
+    pods.create(
+        &PostParams::default(),
+        &pod_on("untolerated", "tainted", json!([])),
+    )
+    .await
+    .expect("pod");
+    pods.create(
+        &PostParams::default(),
+        &pod_on("patient", "tainted", tol(6)),
+    )
+    .await
+    .expect("pod");
+    // The pod that does not tolerate the taint goes at once …
+    eventually("untolerated evicted", || async {
+        let p = pods.get("untolerated").await.ok()?;
+        p.metadata.deletion_timestamp.is_some().then_some(())
+    })
+    .await;
+    // … the one tolerating 6 s is still there (the taint's timeAdded is six years old) …
+    let p = pods.get("patient").await.expect("patient");
+    assert!(
+        p.metadata.deletion_timestamp.is_none(),
+        "evicted at once: tolerationSeconds counted from timeAdded"
+    );
+    // … and goes once its own 6 s have passed.
+    eventually("patient evicted", || async {
+        let p = pods.get("patient").await.ok()?;
+        p.metadata.deletion_timestamp.is_some().then_some(())
+    })
+    .await;
+    keep.abort();
+}

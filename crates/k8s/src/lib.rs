@@ -22,6 +22,7 @@ pub mod cron;
 pub mod defaults;
 pub mod duration;
 pub mod gvk;
+pub mod intstr;
 pub mod patch;
 pub mod printers;
 pub mod qos;

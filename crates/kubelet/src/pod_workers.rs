@@ -77,6 +77,7 @@ impl PodWorkers {
     /// Routes an update to the pod's worker, starting one if needed. Returns true when a
     /// pod was re-added under a UID that is still terminating (a static pod restart).
     pub fn update(&self, update: Update) -> bool {
+        let update = terminating_if_deleted(update);
         let (uid, pod) = match &update {
             Update::Sync(p, _) | Update::Kill { pod: p, .. } => {
                 (p.metadata.uid.clone().unwrap_or_default(), p.clone())
@@ -162,6 +163,24 @@ impl PodWorkers {
     }
 }
 
+/// upstream's UpdatePod: a pod that carries a deletion timestamp is terminating, whatever
+/// the update says, so a pod first seen already deleted (after a kubelet restart, or
+/// deleted before the kubelet started it) goes straight to terminating and is never
+/// started; its grace period is the one the API server set for the deletion.
+fn terminating_if_deleted(update: Update) -> Update {
+    match update {
+        Update::Sync(pod, _) if pod.metadata.deletion_timestamp.is_some() => {
+            let grace = pod.metadata.deletion_grace_period_seconds;
+            Update::Kill {
+                pod,
+                grace,
+                remove: false,
+            }
+        }
+        other => other,
+    }
+}
+
 async fn run_worker(
     uid: String,
     state: Arc<Mutex<WorkerState>>,
@@ -237,4 +256,95 @@ enum Work {
     Sync(Pod, &'static str),
     Terminate(Pod, Option<i64>),
     Cleanup(Pod),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use std::time::Duration;
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl PodSyncer for Arc<Recorder> {
+        fn sync(&self, _pod: Pod, operation: &'static str) -> BoxFuture<'static, ()> {
+            self.0.lock().unwrap().push(format!("sync {operation}"));
+            Box::pin(async {})
+        }
+        fn terminate(&self, _pod: Pod, grace: Option<i64>) -> BoxFuture<'static, ()> {
+            self.0.lock().unwrap().push(format!("terminate {grace:?}"));
+            Box::pin(async {})
+        }
+        fn cleanup(&self, _pod: Pod) -> BoxFuture<'static, ()> {
+            self.0.lock().unwrap().push("cleanup".into());
+            Box::pin(async {})
+        }
+    }
+
+    fn pod(deleted: bool) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some("u1".into());
+        p.metadata.name = Some("p".into());
+        if deleted {
+            p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+            p.metadata.deletion_grace_period_seconds = Some(7);
+        }
+        p
+    }
+
+    async fn settle(workers: &PodWorkers, uid: &str, phase: Option<WorkerPhase>) {
+        for _ in 0..200 {
+            if workers.phase(uid) == phase {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("worker of {uid} never reached {phase:?}");
+    }
+
+    #[tokio::test]
+    async fn a_pod_first_seen_deleted_is_terminated_never_started() {
+        let rec = Arc::new(Recorder::default());
+        let workers = PodWorkers::new(Arc::new(Arc::clone(&rec)));
+        workers.update(Update::Sync(pod(true), "create"));
+        settle(&workers, "u1", Some(WorkerPhase::Terminated)).await;
+        // Later syncs (PLEG, resync) of the deleted pod change nothing.
+        workers.update(Update::Sync(pod(true), "sync"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            vec!["terminate Some(7)".to_string()]
+        );
+        // Its removal from the source releases it.
+        workers.update(Update::Kill {
+            pod: pod(true),
+            grace: None,
+            remove: true,
+        });
+        settle(&workers, "u1", None).await;
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            vec!["terminate Some(7)".to_string(), "cleanup".to_string()]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_running_pod_updated_with_a_deletion_timestamp_terminates() {
+        let rec = Arc::new(Recorder::default());
+        let workers = PodWorkers::new(Arc::new(Arc::clone(&rec)));
+        workers.update(Update::Sync(pod(false), "create"));
+        for _ in 0..200 {
+            if !rec.0.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        workers.update(Update::Sync(pod(true), "update"));
+        settle(&workers, "u1", Some(WorkerPhase::Terminated)).await;
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            vec!["sync create".to_string(), "terminate Some(7)".to_string()]
+        );
+    }
 }

@@ -155,9 +155,14 @@ impl SyncLoop {
                         .collect();
                     // The eviction manager's handler runs before the resource fit, as
                     // upstream registers them.
+                    // A pod already being deleted is not admitted: its worker only stops
+                    // what it may still run (upstream skips admission for pods whose
+                    // termination was requested), so it never competes for resources.
+                    let deleted = pod.metadata.deletion_timestamp.is_some();
                     let pressure = self.core.pressure.conditions();
-                    if let Err(r) = crate::cm::admission::admit_pressure(&pod, &pressure)
-                        .and_then(|()| self.core.kr.cm.admit(&pod, &others))
+                    if !deleted
+                        && let Err(r) = crate::cm::admission::admit_pressure(&pod, &pressure)
+                            .and_then(|()| self.core.kr.cm.admit(&pod, &others))
                     {
                         self.pods.set(&pod);
                         self.core.reject(&pod, r);

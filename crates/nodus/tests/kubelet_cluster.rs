@@ -621,3 +621,87 @@ fn api_server_outage_loses_no_status() {
         p["status"]["phase"] == "Running"
     });
 }
+
+/// Containers of pod `pod` in any state (created, running, exited).
+fn all_containers(c: &Cluster, pod: &str) -> usize {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cl = c.node.rt.clients().await;
+        cl.runtime
+            .clone()
+            .list_containers(cri::runtime::v1::ListContainersRequest {
+                filter: Some(cri::runtime::v1::ContainerFilter {
+                    label_selector: [("io.kubernetes.pod.name".to_string(), pod.to_string())]
+                        .into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .containers
+            .len()
+    })
+}
+
+/// A pod deleted while its kubelet is down is, once the kubelet is back, stopped and
+/// removed from the API (upstream's pod workers take a pod first seen with a deletion
+/// timestamp straight to terminating; the status manager then deletes it); a pod deleted
+/// before the kubelet ever started it is never started.
+#[test]
+fn pods_deleted_while_the_kubelet_is_down_are_stopped_not_started() {
+    if !common::have_root() {
+        return;
+    }
+    let mut c = Cluster::start("10.99.65.0/24");
+    c.wait(&["node", NODE_NAME], "node Ready", is_ready);
+    c.cp.apply(WEB);
+    c.wait(&["pod", "web"], "web Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert_eq!(c.running_containers("web"), 1);
+
+    c.kubelet.kill();
+    // The runtime keeps the container running while the kubelet is away.
+    assert_eq!(c.running_containers("web"), 1);
+    let (ok, out, err) = c.cp.kubectl(&["delete", "pod", "web", "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    // Bound to the node, but the kubelet never saw it before its deletion.
+    c.cp.apply(&WEB.replace("name: web", "name: late"));
+    let (ok, out, err) = c.cp.kubectl(&["delete", "pod", "late", "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    for p in ["web", "late"] {
+        let pod =
+            c.cp.get_json(&["pod", p])
+                .expect("still in the API, terminating");
+        assert!(pod["metadata"]["deletionTimestamp"].is_string(), "{pod}");
+    }
+
+    c.kubelet.start_again();
+    for p in ["web", "late"] {
+        let deadline = std::time::Instant::now() + T;
+        while c.cp.get_json(&["pod", p]).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pod {p} still in the API\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    assert_eq!(c.running_containers("web"), 0, "{}", c.logs());
+    assert_eq!(
+        all_containers(&c, "late"),
+        0,
+        "a deleted pod got a container\n{}",
+        c.logs()
+    );
+    let ev = events_for(&c.cp, "default", "late");
+    assert!(
+        !ev.iter().any(|(r, _)| r == "Started" || r == "Created"),
+        "{ev:?}"
+    );
+}

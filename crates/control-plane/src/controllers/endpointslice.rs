@@ -47,7 +47,7 @@ fn selects(sel: &BTreeMap<String, String>, l: &BTreeMap<String, String>) -> bool
     sel.iter().all(|(k, v)| l.get(k) == Some(v))
 }
 
-fn pod_ready(p: &Value) -> bool {
+pub(crate) fn pod_ready(p: &Value) -> bool {
     p.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {

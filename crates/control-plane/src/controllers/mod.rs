@@ -3,6 +3,7 @@
 //! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
 //! EndpointSlices and Endpoints kube-proxy reads), [`podgc`] (pods of deleted nodes),
+//! [`disruption`] (PodDisruptionBudget status, which pod evictions spend),
 //! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner);
 //! the batch controllers [`job`], [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
@@ -10,6 +11,7 @@
 
 pub mod cache;
 pub mod cronjob;
+pub mod disruption;
 pub mod endpointslice;
 pub mod events;
 pub mod job;
@@ -83,5 +85,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(cronjob::run(st.clone()));
         tasks.spawn(ttlafterfinished::run(st.clone()));
         tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
+        tasks.spawn(disruption::run(st.clone()));
     }
 }

@@ -9,6 +9,8 @@
 //! `node.kubernetes.io/unreachable` / `not-ready` ones that drive taint-based eviction,
 //! added at `node-eviction-rate` per second, and withheld when a whole zone is down (then
 //! the problem is more likely the control plane's own connectivity, as upstream reasons).
+//! When a node leaves Ready, the Ready condition of its pods turns False at once
+//! (upstream's MarkPodsNotReady), so Services stop sending them traffic.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +37,11 @@ struct Health {
     lease_renew: String,
     ready_heartbeat: String,
     probe: Instant,
+    /// The node's Ready status as this controller last observed it.
+    observed_ready: String,
+    /// The node left Ready and its pods are still to be marked not ready (kept until a
+    /// round succeeds, as upstream retries MarkPodsNotReady).
+    mark_pods: bool,
 }
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
@@ -179,6 +186,56 @@ fn mark_unknown(node: &mut Value) -> bool {
     changed
 }
 
+/// Sets the Ready condition of the pod False (reason and message left as the kubelet
+/// wrote them, as upstream); true when it changed.
+fn set_pod_not_ready(pod: &mut Value) -> bool {
+    let Some(conds) = pod
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    else {
+        return false;
+    };
+    let Some(c) = conds.iter_mut().find(|c| c["type"] == "Ready") else {
+        return false;
+    };
+    if c["status"] == "False" {
+        return false;
+    }
+    c["status"] = json!("False");
+    c["lastTransitionTime"] = json!(now_rfc3339());
+    true
+}
+
+/// upstream's MarkPodsNotReady for the pods bound to `node`: each one's Ready condition
+/// turns False, with a `NodeNotReady` warning on the pod. False when a write failed (the
+/// next round tries again).
+fn mark_pods_not_ready(st: &ApiState, pods: &Cache, node: &str, recorder: &Recorder) -> bool {
+    let mut ok = true;
+    for (key, p) in &pods.objects {
+        if s(p, "/spec/nodeName") != node {
+            continue;
+        }
+        match objects::modify(st, key, &mut set_pod_not_ready) {
+            Ok(Some(updated)) => {
+                tracing::info!(pod = %format!("{}/{}", s(p, "/metadata/namespace"), s(p, "/metadata/name")), node, "node-lifecycle: pod ready status set to false");
+                recorder.record(
+                    st,
+                    &updated.object,
+                    "Warning",
+                    "NodeNotReady",
+                    "Node is not ready",
+                );
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(pod = %key, error = %e, "node-lifecycle: cannot mark pod not ready");
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
 fn zone_of(node: &Value) -> String {
     let l = |k: &str| {
         node.pointer(&format!("/metadata/labels/{}", k.replace('/', "~1")))
@@ -196,6 +253,7 @@ pub async fn run(st: Arc<ApiState>, cfg: ControllersConfig) {
         st.store.clone(),
         "/coordination.k8s.io/leases/kube-node-lease/",
     );
+    let mut pods = Cache::new(st.store.clone(), "/core/pods/");
     let recorder = Recorder::new("node-controller");
     let mut health: HashMap<String, Health> = HashMap::new();
     let mut tick = tokio::time::interval(cfg.node_monitor_period);
@@ -208,6 +266,7 @@ pub async fn run(st: Arc<ApiState>, cfg: ControllersConfig) {
             _ = tick.tick() => {}
             _ = nodes.next() => continue,
             _ = leases.next() => continue,
+            _ = pods.next() => continue,
         }
         while nodes.try_next().is_some() {}
         while leases.try_next().is_some() {}
@@ -234,6 +293,8 @@ pub async fn run(st: Arc<ApiState>, cfg: ControllersConfig) {
                 ready_heartbeat: hb.clone(),
                 // A node first seen now (or at controller start) gets a full grace period.
                 probe: now,
+                observed_ready: ready_status(node).to_string(),
+                mark_pods: false,
             });
             if h.lease_renew != lease || h.ready_heartbeat != hb {
                 h.lease_renew = lease;
@@ -290,6 +351,26 @@ pub async fn run(st: Arc<ApiState>, cfg: ControllersConfig) {
                     .unwrap_or_else(|| v.clone())
             })
             .collect();
+        // Pods of a node that just left Ready stop being ready (upstream's
+        // MarkPodsNotReady), so their endpoints stop receiving traffic now rather than
+        // when the pods are evicted.
+        while pods.try_next().is_some() {}
+        for ((_, name, _), node) in views.iter().zip(fresh.iter()) {
+            let Some(h) = health.get_mut(name) else {
+                continue;
+            };
+            let ready = ready_status(node);
+            if ready == "True" {
+                h.mark_pods = false;
+            } else if h.observed_ready == "True" {
+                h.mark_pods = true;
+            }
+            h.observed_ready = ready.to_string();
+            if h.mark_pods && mark_pods_not_ready(&st, &pods, name, &recorder) {
+                h.mark_pods = false;
+            }
+        }
+
         let mut zones: HashMap<String, (usize, usize)> = HashMap::new();
         for n in &fresh {
             let e = zones.entry(zone_of(n)).or_default();
@@ -388,6 +469,23 @@ mod tests {
         // Ready again: the controller's taints go, the foreign one stays.
         assert!(set_taints(&mut n, &[], Some(None)));
         assert_eq!(n["spec"]["taints"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_pod_is_marked_not_ready_once_keeping_the_kubelets_reason() {
+        let mut p = json!({"status": {"conditions": [
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "Ready", "status": "True", "reason": "r", "lastTransitionTime": "2020-01-01T00:00:00Z"}]}});
+        assert!(set_pod_not_ready(&mut p));
+        let c = &p["status"]["conditions"];
+        assert_eq!(c[1]["status"], "False");
+        assert_eq!(c[1]["reason"], "r");
+        assert_ne!(c[1]["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        // ContainersReady is the kubelet's alone.
+        assert_eq!(c[0]["status"], "True");
+        assert!(!set_pod_not_ready(&mut p));
+        // A pod without a Ready condition (never reported) is left alone.
+        assert!(!set_pod_not_ready(&mut json!({"status": {}})));
     }
 
     #[test]

@@ -140,3 +140,11 @@ pub fn modify(
     })?;
     Ok(out.stored)
 }
+
+/// The ownerReference of `obj` marked `controller: true` (upstream's GetControllerOf).
+pub fn controller_of(obj: &Value) -> Option<&Value> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+}

@@ -9,9 +9,11 @@ use serde_json::{Value, json};
 use super::delete::{DeleteOptions, delete_object};
 use super::list::labels_of;
 use super::update::{Part, apply_patch, patch_part, put_part, write};
-use super::{ApiError, ApiResult, Req, json_response, meta_str};
+use super::{ApiError, ApiResult, Req, json_response, meta_str, now_ts};
 use crate::apiserver::rest::path::{self, Target};
 use crate::apiserver::state::ApiState;
+use crate::controllers::disruption;
+use crate::controllers::endpointslice::pod_ready;
 use crate::storage::{Mutation, StoreError};
 
 pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResult<Response> {
@@ -212,8 +214,12 @@ pub fn bind_pod(
     Ok(())
 }
 
-/// POST pods/<name>/eviction: refuses when a matching PodDisruptionBudget allows no
-/// disruption, otherwise deletes the pod and spends one allowed disruption.
+/// POST pods/<name>/eviction (upstream's EvictionREST): a pod that is finished, Pending or
+/// already terminating goes without a budget check; otherwise the one PodDisruptionBudget
+/// matching it must allow a disruption, which is spent and the pod recorded in its
+/// `disruptedPods` ([`disruption::check_and_decrement`]), unless the pod is not Ready and
+/// the budget's `unhealthyPodEvictionPolicy` lets it go (then it is deleted only if it is
+/// still the version that was judged).
 fn evict(req: &Req) -> ApiResult<Response> {
     let pod_name = req.target.name.clone().unwrap_or_default();
     let eviction = req.json_body()?;
@@ -232,9 +238,12 @@ fn evict(req: &Req) -> ApiResult<Response> {
         .pointer("/status/phase")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let terminal = phase == "Succeeded" || phase == "Failed";
+    // upstream's canIgnorePDB.
+    let ignore_budget = matches!(phase, "Succeeded" | "Failed" | "Pending")
+        || pod.object.pointer("/metadata/deletionTimestamp").is_some();
+    let mut only_this_version = false;
     if let (false, Some(pdbs)) = (
-        terminal,
+        ignore_budget,
         nodus_k8s::catalog::by_plural("policy", "v1", "poddisruptionbudgets"),
     ) {
         let (items, _) = req
@@ -252,36 +261,36 @@ fn evict(req: &Req) -> ApiResult<Response> {
             )));
         }
         if let Some(pdb) = matching.first() {
-            let allowed = pdb
-                .object
-                .pointer("/status/disruptionsAllowed")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if allowed <= 0 {
-                let pdb_name = meta_str(&pdb.object, "name").unwrap_or("");
-                let mut s = status::too_many_requests(
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                    0,
-                );
-                s["details"] = json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {} healthy pods and has {} currently", pdb.object.pointer("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0), pdb.object.pointer("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0))}]});
-                return Err(ApiError(s));
-            }
-            if !req.dry_run() {
+            if !pod_ready(&pod.object) && disruption::unhealthy_pod_may_go(&pdb.object) {
+                only_this_version = true;
+            } else {
                 let mut t = pod_t.clone();
                 t.info = pdbs;
                 let key = t.key_for(meta_str(&pdb.object, "name").unwrap_or(""));
-                let _ = req.st.store.mutate(&key, &mut |cur| {
-                    let Some(cur) = cur else {
-                        return Ok(Mutation::Keep);
-                    };
-                    let mut new = (*cur.object).clone();
-                    let a = new
-                        .pointer("/status/disruptionsAllowed")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0);
-                    new["status"]["disruptionsAllowed"] = json!((a - 1).max(0));
-                    Ok(Mutation::Put(new))
-                });
+                let mut refused: Option<Value> = None;
+                let dry_run = req.dry_run();
+                req.st
+                    .store
+                    .mutate(&key, &mut |cur| {
+                        // Judged on the budget as stored now, so two evictions never
+                        // spend the same disruption.
+                        let Some(cur) = cur else {
+                            return Ok(Mutation::Keep);
+                        };
+                        let mut new = (*cur.object).clone();
+                        match disruption::check_and_decrement(&mut new, &pod_name, now_ts()) {
+                            Err(s) => {
+                                refused = Some(s);
+                                Ok(Mutation::Keep)
+                            }
+                            Ok(()) if dry_run => Ok(Mutation::Keep),
+                            Ok(()) => Ok(Mutation::Put(new)),
+                        }
+                    })
+                    .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+                if let Some(s) = refused {
+                    return Err(ApiError(s));
+                }
             }
         }
     }
@@ -299,6 +308,9 @@ fn evict(req: &Req) -> ApiResult<Response> {
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
+    }
+    if only_this_version && opts.resource_version.is_none() {
+        opts.resource_version = meta_str(&pod.object, "resourceVersion").map(str::to_string);
     }
     delete_object(&req.st, &pod_t, &pod_name, &opts)?;
     Ok(json_response(
