@@ -266,6 +266,18 @@ static CATALOG: &[ResourceInfo] = &[
     entry(
         "apps",
         "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        "controllerrevision",
+        true,
+        NONE,
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "apps",
+        "v1",
         "DaemonSet",
         "daemonsets",
         "daemonset",

@@ -2,13 +2,16 @@
 //! control-plane process over informer caches of the store ([`cache`]):
 //! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
-//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes). Namespace deletion, the ServiceAccount
+//! EndpointSlices and Endpoints kube-proxy reads), [`podgc`] (pods of deleted nodes) and
+//! [`daemonset`] (a pod per eligible node, rolled out through [`history`]'s revisions). Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
 pub mod cache;
+pub mod daemonset;
 pub mod endpointslice;
 pub mod events;
+pub(crate) mod history;
 pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
@@ -66,5 +69,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(tainteviction::run(st.clone()));
         tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
         tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
+        tasks.spawn(daemonset::run(st.clone()));
     }
 }

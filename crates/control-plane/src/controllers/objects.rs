@@ -65,6 +65,18 @@ pub fn create(
     obj: Value,
 ) -> Result<Stored, StoreError> {
     let (t, mut obj) = prepare(group, plural, ns, obj)?;
+    // A controller's pods go through the admission a client's would (DaemonSet and
+    // ReplicaSet pods get their service account and priority like any other).
+    if t.info.kind == "Pod" {
+        crate::apiserver::admission::admit_pod(st, &mut obj).map_err(|e| {
+            StoreError::Backend(
+                e.0["message"]
+                    .as_str()
+                    .unwrap_or("pod admission")
+                    .to_string(),
+            )
+        })?;
+    }
     let generate = obj
         .pointer("/metadata/generateName")
         .and_then(Value::as_str)
