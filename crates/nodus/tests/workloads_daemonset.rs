@@ -1,8 +1,9 @@
 //! A DaemonSet end to end, with the real kubectl: `nodus control-plane` and a real
 //! `nodus node` in one private network namespace. The node gets a Running daemon pod, a
 //! tainted node (a Node object without a kubelet) gets none, an image change rolls out
-//! (`kubectl rollout status`), and a second real node, started after the first one is
-//! gone (two kubelets cannot share the namespace's ports), gets its own Running pod.
+//! (`kubectl rollout status`), and a second real node, started after the first one and its
+//! Node object are gone (two kubelets cannot share the namespace's ports), gets its own
+//! Running pod.
 
 mod common;
 
@@ -138,6 +139,9 @@ fn a_daemonset_runs_on_every_node_but_the_tainted_one_and_rolls_out() {
 
     // The first node goes away; a second one started later gets its own pod.
     drop(node);
+    // Its Node object goes too (otherwise it would turn unreachable and still count).
+    let (ok, out, err) = cp.kubectl(&["delete", "node", "node-a"]);
+    assert!(ok, "{out}{err}");
     let node_b = NodeProcess::start(&netns, &cp, "node-b", "10.99.66.0/24", &cgroup.path());
     let logs_b = || node_b.log();
     cp.wait_json(&["node", "node-b"], T, "node-b Ready", &logs_b, ready);
