@@ -362,5 +362,15 @@ mod tests {
                 .is_some_and(|r| r.subresources.contains(&"scale"))
         );
         assert_eq!(by_plural("apps", "v2", "deployments"), None);
+        let cr = by_plural("apps", "v1", "controllerrevisions").map(|r| {
+            (
+                r.kind,
+                r.short_names,
+                r.categories,
+                r.namespaced,
+                r.verbs.len(),
+            )
+        });
+        assert_eq!(cr, Some(("ControllerRevision", &[][..], &[][..], true, 8)));
     }
 }
