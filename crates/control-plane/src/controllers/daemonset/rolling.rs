@@ -170,7 +170,8 @@ mod tests {
     #[test]
     fn budgets_as_upstream() {
         let ds = |ru: Value| json!({"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": ru}}});
-        let cases: &[(Value, i64, Option<(i64, i64)>)] = &[
+        type Case = (Value, i64, Option<(i64, i64)>);
+        let cases: &[Case] = &[
             (json!({"maxUnavailable": 1, "maxSurge": 0}), 5, Some((0, 1))),
             (
                 json!({"maxUnavailable": "30%", "maxSurge": 0}),
