@@ -302,6 +302,18 @@ static CATALOG: &[ResourceInfo] = &[
     entry(
         "apps",
         "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        "controllerrevision",
+        true,
+        NONE,
+        NONE,
+        ALL_VERBS,
+        NONE,
+    ),
+    entry(
+        "apps",
+        "v1",
         "DaemonSet",
         "daemonsets",
         "daemonset",
@@ -426,5 +438,15 @@ mod tests {
                 (&["sc"][..], false)
             ]
         );
+        let cr = by_plural("apps", "v1", "controllerrevisions").map(|r| {
+            (
+                r.kind,
+                r.short_names,
+                r.categories,
+                r.namespaced,
+                r.verbs.len(),
+            )
+        });
+        assert_eq!(cr, Some(("ControllerRevision", &[][..], &[][..], true, 8)));
     }
 }

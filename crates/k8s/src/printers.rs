@@ -318,6 +318,15 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
                 "Selector is a label query over pods that should match the replica count.",
             ),
         ],
+        ("apps", "ControllerRevision") => vec![
+            name_col(),
+            s("Controller", "Controller of the object"),
+            s(
+                "Revision",
+                "Revision indicates the revision of the state represented by Data.",
+            ),
+            age_col(),
+        ],
         ("apps", "DaemonSet") => vec![
             name_col(),
             i(
@@ -878,6 +887,12 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
                 json!(selector_string(o)),
             ]
         }
+        ("apps", "ControllerRevision") => vec![
+            name,
+            json!(controller_name(o)),
+            json!(o.get("revision").and_then(Value::as_i64).unwrap_or(0)),
+            age,
+        ],
         ("apps", "DaemonSet") => {
             let (containers, images) = container_cells(o);
             vec![
@@ -899,6 +914,28 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
         _ => vec![name, age],
     };
     (cells, None)
+}
+
+/// `<kind>.<group>/<name>` of the controlling owner (upstream's formatResourceName with
+/// the kind), `<none>` without one.
+fn controller_name(o: &Value) -> String {
+    arr(o, "/metadata/ownerReferences")
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .map(|r| {
+            let group = s_at(r, "/apiVersion")
+                .rsplit_once('/')
+                .map(|(g, _)| g)
+                .unwrap_or("");
+            let kind = s_at(r, "/kind").to_lowercase();
+            let gk = if group.is_empty() {
+                kind
+            } else {
+                format!("{kind}.{group}")
+            };
+            format!("{gk}/{}", s_at(r, "/name"))
+        })
+        .unwrap_or_else(|| "<none>".to_string())
 }
 
 fn container_cells(o: &Value) -> (String, String) {
@@ -1576,6 +1613,35 @@ mod tests {
                 json!(false),
                 json!("60m"),
             ]
+        );
+    }
+
+    #[test]
+    fn controller_revision_names_its_controller_and_revision() {
+        let cr = json!({"metadata": {"name": "web-5d4b9c8f7", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "1"},
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "web", "uid": "2", "controller": true}]},
+            "data": {}, "revision": 3});
+        assert_eq!(
+            row("ControllerRevision", "apps", cr),
+            vec![
+                json!("web-5d4b9c8f7"),
+                json!("daemonset.apps/web"),
+                json!(3),
+                json!("<unknown>")
+            ]
+        );
+        let orphan = json!({"metadata": {"name": "o"}, "revision": 1});
+        assert_eq!(
+            row("ControllerRevision", "apps", orphan)[1],
+            json!("<none>")
+        );
+        assert_eq!(
+            names("ControllerRevision", "apps")
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
+            vec!["NAME", "CONTROLLER", "REVISION", "AGE"]
         );
     }
 

@@ -387,7 +387,9 @@ fn admit_claim(st: &ApiState, pvc: &mut Value) -> ApiResult<()> {
     Ok(())
 }
 
-fn admit_pod(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
+/// Pod admission (service account, default tolerations, priority), also for pods the
+/// in-process controllers create.
+pub(crate) fn admit_pod(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
     let mirror = pod
         .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
         .is_some();

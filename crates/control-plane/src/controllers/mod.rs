@@ -4,16 +4,19 @@
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
 //! EndpointSlices and Endpoints kube-proxy reads), [`podgc`] (pods of deleted nodes),
 //! [`disruption`] (PodDisruptionBudget status, which pod evictions spend),
-//! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner);
+//! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner),
+//! [`daemonset`] (a pod per eligible node, rolled out through [`history`]'s revisions);
 //! the batch controllers [`job`], [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
 pub mod cache;
 pub mod cronjob;
+pub mod daemonset;
 pub mod disruption;
 pub mod endpointslice;
 pub mod events;
+pub(crate) mod history;
 pub mod job;
 pub mod nodelifecycle;
 pub mod objects;
@@ -86,5 +89,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(ttlafterfinished::run(st.clone()));
         tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
         tasks.spawn(disruption::run(st.clone()));
+        tasks.spawn(daemonset::run(st.clone()));
     }
 }

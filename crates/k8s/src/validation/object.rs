@@ -20,7 +20,7 @@ use super::pod::{validate_pod_spec, validate_pod_update};
 use super::storage::{
     validate_persistent_volume, validate_persistent_volume_claim, validate_storage_class,
 };
-use super::workloads::{validate_pdb, validate_workload};
+use super::workloads::{validate_controller_revision, validate_pdb, validate_workload};
 use super::{FieldError, Path};
 use crate::gvk::Gvk;
 
@@ -67,6 +67,7 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         }
         ("batch", "Job") => validate_job(&mut errs, obj, old),
         ("batch", "CronJob") => validate_cronjob(&mut errs, obj),
+        ("apps", "ControllerRevision") => validate_controller_revision(&mut errs, obj, old),
         ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut errs, obj, old),
         ("node.k8s.io", "RuntimeClass") => validate_runtime_class(&mut errs, obj, old),
         ("", "PersistentVolume") => validate_persistent_volume(&mut errs, obj, old),
@@ -556,6 +557,50 @@ mod tests {
             Vec::<String>::new()
         );
         assert_eq!(check("DaemonSet", "apps", ok, None), Vec::<String>::new());
+    }
+
+    #[test]
+    fn controller_revision_data_is_mandatory_and_immutable() {
+        let cr = |data: Value, rev: i64| json!({"metadata": {"name": "ds-abc", "namespace": "default"}, "data": data, "revision": rev});
+        let ok = cr(json!({"spec": {}}), 1);
+        assert_eq!(
+            check("ControllerRevision", "apps", ok.clone(), None),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(
+                "ControllerRevision",
+                "apps",
+                json!({"metadata": {"name": "ds-abc", "namespace": "default"}, "revision": 1}),
+                None
+            ),
+            vec!["data: Required value: data is mandatory"]
+        );
+        assert_eq!(
+            check("ControllerRevision", "apps", cr(json!({}), -1), None),
+            vec!["revision: Invalid value: -1: must be greater than or equal to 0"]
+        );
+        // A rollback moves the revision number; the data stays.
+        assert_eq!(
+            check(
+                "ControllerRevision",
+                "apps",
+                cr(json!({"spec": {}}), 4),
+                Some(ok.clone())
+            ),
+            Vec::<String>::new()
+        );
+        let errs = check(
+            "ControllerRevision",
+            "apps",
+            cr(json!({"spec": {"x": 1}}), 1),
+            Some(ok),
+        );
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("data: Invalid value: ") && errs[0].ends_with("field is immutable"),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Deployment, ReplicaSet, DaemonSet and PodDisruptionBudget validation.
+//! Deployment, ReplicaSet, DaemonSet, ControllerRevision and PodDisruptionBudget validation.
 
 use serde_json::{Value, json};
 
@@ -159,6 +159,25 @@ pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Op
         errs.push(FieldError::invalid(
             sp.child("selector"),
             spec.get("selector").cloned().unwrap_or(Value::Null),
+            "field is immutable",
+        ));
+    }
+}
+
+/// Upstream's ValidateControllerRevision(Update): data is mandatory and, once written,
+/// immutable (a revision is a snapshot); the revision number may move (a rollback bumps it).
+pub(super) fn validate_controller_revision(errs: &mut Errs, obj: &Value, old: Option<&Value>) {
+    let data = obj.get("data").filter(|d| !d.is_null());
+    if data.is_none() {
+        errs.push(FieldError::required(Path::new("data"), "data is mandatory"));
+    }
+    nonnegative(errs, Path::new("revision"), obj, "revision");
+    if let Some(old) = old
+        && data != old.get("data").filter(|d| !d.is_null())
+    {
+        errs.push(FieldError::invalid(
+            Path::new("data"),
+            data.cloned().unwrap_or(Value::Null),
             "field is immutable",
         ));
     }

@@ -158,6 +158,7 @@ pub fn prepare_for_create(t: &Target, obj: &mut Value) {
             }
             obj["status"] = st;
         }
+        "DaemonSet" => super::update::template_generation(obj, None),
         "Namespace" => {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
             obj["status"] = json!({"phase": "Active"});

@@ -97,6 +97,38 @@ pub fn prepare_for_update(t: &Target, old: &Value, new: &mut Value, part: Part) 
     }
 }
 
+/// apps/v1 keeps the DaemonSet's internal `spec.templateGeneration` in this annotation.
+pub(crate) const TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+/// Upstream's DaemonSet strategy for `spec.templateGeneration`: 1 on create (or what the
+/// client set, if higher), then only the server moves it, by one whenever the pod
+/// template changes. The controller labels its pods with it (`pod-template-generation`).
+pub(crate) fn template_generation(new: &mut Value, old: Option<&Value>) {
+    let read = |o: &Value| {
+        o.pointer("/metadata/annotations")
+            .and_then(|a| a.get(TEMPLATE_GENERATION))
+            .and_then(Value::as_str)
+            .and_then(|g| g.parse::<i64>().ok())
+    };
+    let generation = match old {
+        None => read(new).unwrap_or(0).max(1),
+        Some(old) => {
+            let g = read(old).unwrap_or(1);
+            if old.pointer("/spec/template") != new.pointer("/spec/template") {
+                g + 1
+            } else {
+                g
+            }
+        }
+    };
+    let m = meta_mut(new);
+    let ann = m.entry("annotations").or_insert_with(|| json!({}));
+    if !ann.is_object() {
+        *ann = json!({});
+    }
+    ann[TEMPLATE_GENERATION] = json!(generation.to_string());
+}
+
 /// Whether the object, being deleted, has nothing left holding it.
 pub fn ready_to_delete(obj: &Value) -> bool {
     if obj.pointer("/metadata/deletionTimestamp").is_none() {
@@ -181,6 +213,10 @@ pub fn write(
             prepare_for_update(t, &cur_view, &mut new, part);
             if part == Part::Main {
                 nodus_k8s::defaults::default_object(&t.gvk(), &mut new);
+                // Compared once both templates carry their defaults.
+                if t.info.kind == "DaemonSet" {
+                    template_generation(&mut new, Some(&cur_view));
+                }
             }
             admission::update(&req.st, t, &cur_view, &mut new, alloc.as_deref_mut())?;
             validate(t, &new, Some(&cur_view))?;
