@@ -165,6 +165,18 @@ static CATALOG: &[ResourceInfo] = &[
         ],
     ),
     entry(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        "replicationcontroller",
+        true,
+        &["rc"],
+        ALL,
+        ALL_VERBS,
+        &["status", "scale"],
+    ),
+    entry(
         "", "v1", "Secret", "secrets", "secret", true, NONE, NONE, ALL_VERBS, NONE,
     ),
     entry(
@@ -350,5 +362,11 @@ mod tests {
                 .is_some_and(|r| r.subresources.contains(&"scale"))
         );
         assert_eq!(by_plural("apps", "v2", "deployments"), None);
+        let rc = by_plural("", "v1", "replicationcontrollers")
+            .map(|r| (r.short_names, r.categories, r.subresources));
+        assert_eq!(
+            rc,
+            Some((&["rc"][..], &["all"][..], &["status", "scale"][..]))
+        );
     }
 }
