@@ -640,3 +640,78 @@ async fn restart_mid_rollout_makes_no_extra_pods() {
     assert_eq!(pods_of(&pods, "app=r").await.len(), 3);
     second.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_creations_set_replica_failure_and_back_off() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Admission refuses every pod of this template (no such PriorityClass).
+    let mut rs = rs_json("bad", 2, json!({"app": "bad"}));
+    if let Some(t) = rs
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.as_mut())
+        .and_then(|t| t.spec.as_mut())
+    {
+        t.priority_class_name = Some("missing".into());
+    }
+    sets.create(&PostParams::default(), &rs)
+        .await
+        .expect("create rs");
+    let cond = eventually("ReplicaFailure", || async {
+        let st = sets.get("bad").await.ok()?.status?;
+        st.conditions?
+            .into_iter()
+            .find(|c| c.type_ == "ReplicaFailure")
+    })
+    .await;
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_deref()),
+        ("True", Some("FailedCreate"))
+    );
+    assert!(
+        cond.message
+            .unwrap_or_default()
+            .contains("no PriorityClass with name missing was found")
+    );
+    let evs = events_for(&events, "bad").await;
+    assert!(
+        evs.iter().any(|(r, m)| r == "FailedCreate"
+            && m.starts_with("Error creating: ")
+            && m.contains("missing")),
+        "{evs:?}"
+    );
+    assert!(pods_of(&pods, "app=bad").await.is_empty());
+    // Backing off, not spinning: a few seconds bring a handful of attempts, not hundreds.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let count: i32 = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some("bad")
+                && e.reason.as_deref() == Some("FailedCreate")
+        })
+        .map(|e| e.count.unwrap_or(1))
+        .sum();
+    assert!(count < 20, "{count} failed creations in a few seconds");
+    // Fixed template (the PriorityClass appears): pods come, the condition goes.
+    let pc = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "missing"}, "value": 10});
+    c.apply(&serde_json::to_string(&pc).expect("pc")).await.ok();
+    eventually_n("pods after the fix", 900, || async {
+        let st = sets.get("bad").await.ok()?.status?;
+        let gone = st
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .all(|c| c.type_ != "ReplicaFailure");
+        (gone && st.replicas == 2).then_some(())
+    })
+    .await;
+}
