@@ -715,3 +715,52 @@ async fn failed_creations_set_replica_failure_and_back_off() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_rollout_exceeds_its_progress_deadline() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let mut d = deploy_json("stuck", 2, "busybox");
+    if let Some(s) = d.spec.as_mut() {
+        s.progress_deadline_seconds = Some(2);
+    }
+    deploys
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+    // Nobody marks the pods ready: the deadline passes.
+    let d = eventually("ProgressDeadlineExceeded", || async {
+        let d = deploys.get("stuck").await.ok()?;
+        (condition(&d, "Progressing").1 == "ProgressDeadlineExceeded").then_some(d)
+    })
+    .await;
+    let rs = sets_of(&sets, "stuck").await;
+    let rs_name = rs[0].metadata.name.clone().unwrap_or_default();
+    assert_eq!(
+        condition(&d, "Progressing"),
+        (
+            "False".into(),
+            "ProgressDeadlineExceeded".into(),
+            format!("ReplicaSet \"{rs_name}\" has timed out progressing.")
+        )
+    );
+    assert_eq!(
+        condition(&d, "Available"),
+        (
+            "False".into(),
+            "MinimumReplicasUnavailable".into(),
+            "Deployment does not have minimum availability.".into()
+        )
+    );
+    let out = c
+        .kubectl(&["rollout", "status", "deployment/stuck", "--timeout=10s"])
+        .await;
+    assert!(
+        out.fails()
+            .contains("deployment \"stuck\" exceeded its progress deadline"),
+        "{}",
+        out.stderr
+    );
+}

@@ -26,7 +26,8 @@ use crate::apiserver::state::ApiState;
 pub struct ControllersConfig {
     /// Run the scheduler in this process.
     pub scheduler: bool,
-    /// Run the node-lifecycle, taint-eviction and EndpointSlice controllers.
+    /// Run the node-lifecycle, taint-eviction, EndpointSlice, pod GC, ReplicaSet,
+    /// ReplicationController and Deployment controllers.
     pub controllers: bool,
     /// `--node-monitor-period` (5s).
     pub node_monitor_period: Duration,
