@@ -189,6 +189,18 @@ static CATALOG: &[ResourceInfo] = &[
         &["status"],
     ),
     entry(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        "replicationcontroller",
+        true,
+        &["rc"],
+        ALL,
+        ALL_VERBS,
+        &["status", "scale"],
+    ),
+    entry(
         "", "v1", "Secret", "secrets", "secret", true, NONE, NONE, ALL_VERBS, NONE,
     ),
     entry(
@@ -448,5 +460,11 @@ mod tests {
             )
         });
         assert_eq!(cr, Some(("ControllerRevision", &[][..], &[][..], true, 8)));
+        let rc = by_plural("", "v1", "replicationcontrollers")
+            .map(|r| (r.short_names, r.categories, r.subresources));
+        assert_eq!(
+            rc,
+            Some((&["rc"][..], &["all"][..], &["status", "scale"][..]))
+        );
     }
 }

@@ -61,6 +61,7 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
             set_val(o, "reclaimPolicy", json!("Delete"));
             set_val(o, "volumeBindingMode", json!("Immediate"));
         }
+        ("", "ReplicationController") => default_replication_controller(o),
         _ => {}
     }
 }
@@ -448,6 +449,37 @@ fn default_deployment(o: &mut Map<String, Value>) {
     }
     set_val(spec, "revisionHistoryLimit", json!(10));
     set_val(spec, "progressDeadlineSeconds", json!(600));
+    default_template(spec);
+}
+
+/// Upstream's SetDefaults_ReplicationController: an empty selector, or empty labels,
+/// default to the template's labels.
+fn default_replication_controller(o: &mut Map<String, Value>) {
+    let template_labels = o
+        .get("spec")
+        .and_then(|s| s.pointer("/template/metadata/labels"))
+        .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
+        .cloned();
+    if let Some(l) = &template_labels {
+        let spec = obj_mut(o, "spec");
+        if spec
+            .get("selector")
+            .and_then(Value::as_object)
+            .is_none_or(|m| m.is_empty())
+        {
+            spec.insert("selector".into(), l.clone());
+        }
+        let meta = obj_mut(o, "metadata");
+        if meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .is_none_or(|m| m.is_empty())
+        {
+            meta.insert("labels".into(), l.clone());
+        }
+    }
+    let spec = obj_mut(o, "spec");
+    set_val(spec, "replicas", json!(1));
     default_template(spec);
 }
 

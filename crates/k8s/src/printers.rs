@@ -296,7 +296,7 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
                 "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
             ),
         ],
-        ("apps", "ReplicaSet") => vec![
+        ("apps", "ReplicaSet") | ("", "ReplicationController") => vec![
             name_col(),
             i("Desired", "Replicas is the number of desired replicas."),
             i(
@@ -870,7 +870,7 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
                 json!(selector_string(o)),
             ]
         }
-        ("apps", "ReplicaSet") => {
+        ("apps", "ReplicaSet") | ("", "ReplicationController") => {
             let (containers, images) = container_cells(o);
             vec![
                 name,
@@ -949,6 +949,18 @@ fn selector_string(o: &Value) -> String {
     let Some(sel) = o.pointer("/spec/selector") else {
         return String::new();
     };
+    // A ReplicationController's selector is a plain label map.
+    if o.get("kind").and_then(Value::as_str) == Some("ReplicationController") {
+        let map: std::collections::BTreeMap<String, String> = sel
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        return crate::selector::LabelSelector::from_map(&map).to_string();
+    }
     match serde_json::from_value(sel.clone())
         .map_err(|_| ())
         .and_then(|s| crate::selector::from_metav1(&s).map_err(|_| ()))

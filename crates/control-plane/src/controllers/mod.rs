@@ -4,15 +4,18 @@
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
 //! EndpointSlices and Endpoints kube-proxy reads), [`podgc`] (pods of deleted nodes),
 //! [`disruption`] (PodDisruptionBudget status, which pod evictions spend),
-//! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner),
-//! [`daemonset`] (a pod per eligible node, rolled out through [`history`]'s revisions);
-//! the batch controllers [`job`], [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
+//! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner);
+//! the workload controllers [`replicaset`] (ReplicaSets and ReplicationControllers → pods),
+//! [`deployment`] (Deployments → ReplicaSets), [`daemonset`] (a pod per eligible node,
+//! rolled out through [`history`]'s revisions), and the batch controllers [`job`],
+//! [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
 pub mod cache;
 pub mod cronjob;
 pub mod daemonset;
+pub mod deployment;
 pub mod disruption;
 pub mod endpointslice;
 pub mod events;
@@ -21,6 +24,7 @@ pub mod job;
 pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
+pub mod replicaset;
 pub mod tainteviction;
 pub mod ttlafterfinished;
 pub mod volume;
@@ -35,7 +39,8 @@ use crate::apiserver::state::ApiState;
 pub struct ControllersConfig {
     /// Run the scheduler in this process.
     pub scheduler: bool,
-    /// Run the node-lifecycle, taint-eviction and EndpointSlice controllers.
+    /// Run the node-lifecycle, taint-eviction, EndpointSlice, pod GC, ReplicaSet,
+    /// ReplicationController and Deployment controllers.
     pub controllers: bool,
     /// `--node-monitor-period` (5s).
     pub node_monitor_period: Duration,
@@ -90,5 +95,11 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
         tasks.spawn(disruption::run(st.clone()));
         tasks.spawn(daemonset::run(st.clone()));
+        tasks.spawn(replicaset::run(st.clone(), replicaset::Kind::ReplicaSet));
+        tasks.spawn(deployment::run(st.clone()));
+        tasks.spawn(replicaset::run(
+            st.clone(),
+            replicaset::Kind::ReplicationController,
+        ));
     }
 }

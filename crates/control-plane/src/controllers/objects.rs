@@ -148,3 +148,56 @@ pub fn controller_of(obj: &Value) -> Option<&Value> {
         .iter()
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
 }
+
+/// Creates `obj` as a client POST would: namespace checked, admission run (a pod gets its
+/// service account, default tolerations and priority) and validated. A refusal comes back
+/// as the API's Status, whose `message` is what upstream's controllers put in their
+/// FailedCreate events.
+pub async fn create_as_client(
+    st: &ApiState,
+    group: &str,
+    plural: &str,
+    ns: &str,
+    obj: Value,
+) -> Result<Stored, crate::apiserver::rest::ApiError> {
+    use crate::apiserver::rest::ApiError;
+    use crate::apiserver::rest::create::{check_namespace, validate};
+    let internal = |e: StoreError| ApiError(nodus_k8s::status::internal(&e.to_string()));
+    check_namespace(st, ns)?;
+    let (t, mut obj) = prepare(group, plural, Some(ns), obj).map_err(internal)?;
+    let generate = obj
+        .pointer("/metadata/generateName")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    crate::apiserver::admission::create(st, &t, &mut obj, false).await?;
+    for _ in 0..8 {
+        let name = match (
+            &generate,
+            obj.pointer("/metadata/name").and_then(Value::as_str),
+        ) {
+            (_, Some(n)) if !n.is_empty() => n.to_string(),
+            (Some(g), _) => {
+                let n = format!("{g}{}", crate::apiserver::rest::generate_suffix());
+                obj["metadata"]["name"] = json!(n);
+                n
+            }
+            _ => return Err(internal(StoreError::Backend("object has no name".into()))),
+        };
+        validate(&t, &obj, None)?;
+        match st.store.create(&key(t.info, Some(ns), &name), obj.clone()) {
+            Err(StoreError::AlreadyExists(_)) if generate.is_some() => {
+                obj["metadata"]["name"] = Value::Null;
+                continue;
+            }
+            Err(StoreError::AlreadyExists(_)) => {
+                return Err(ApiError(nodus_k8s::status::already_exists(
+                    group, plural, &name,
+                )));
+            }
+            other => return other.map_err(internal),
+        }
+    }
+    Err(internal(StoreError::Backend(
+        "could not generate a free name".into(),
+    )))
+}

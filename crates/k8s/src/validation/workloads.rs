@@ -1,4 +1,5 @@
-//! Deployment, ReplicaSet, DaemonSet, ControllerRevision and PodDisruptionBudget validation.
+//! Deployment, ReplicaSet, ReplicationController, DaemonSet, ControllerRevision and
+//! PodDisruptionBudget validation.
 
 use serde_json::{Value, json};
 
@@ -21,7 +22,24 @@ pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Op
         .pointer("/template/metadata/labels")
         .cloned()
         .unwrap_or_else(|| json!({}));
+    let rc_selector = (gvk.kind == "ReplicationController")
+        .then(|| strmap(spec, "selector"))
+        .filter(|m| !m.is_empty());
     match spec.get("selector").filter(|v| !v.is_null()) {
+        _ if gvk.kind == "ReplicationController" => match &rc_selector {
+            None => errs.push(FieldError::required(sp.child("selector"), "")),
+            Some(sel) => {
+                validate_labels(errs, sel, &sp.child("selector"));
+                let labels = strmap(&json!({"l": template_labels}), "l");
+                if !crate::selector::LabelSelector::from_map(sel).matches(&labels) {
+                    errs.push(FieldError::invalid(
+                        sp.child("template").child("metadata").child("labels"),
+                        template_labels.clone(),
+                        "`selector` does not match template `labels`",
+                    ));
+                }
+            }
+        },
         None => errs.push(FieldError::required(sp.child("selector"), "")),
         Some(sel) => {
             let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
@@ -153,7 +171,9 @@ pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Op
             &["OnDelete", "RollingUpdate"],
         );
     }
+    // A ReplicationController's selector may change; apps/v1 selectors may not.
     if let Some(old) = old
+        && gvk.kind != "ReplicationController"
         && spec.get("selector").map(semantic) != old.pointer("/spec/selector").map(semantic)
     {
         errs.push(FieldError::invalid(

@@ -339,8 +339,14 @@ pub fn selector_matches(
 
 fn scale_of(obj: &Value) -> Value {
     let meta = obj.get("metadata").cloned().unwrap_or(json!({}));
+    // A ReplicationController's selector is the label map itself.
+    let labels_at = if obj.get("kind").and_then(Value::as_str) == Some("ReplicationController") {
+        "/spec/selector"
+    } else {
+        "/spec/selector/matchLabels"
+    };
     let selector = obj
-        .pointer("/spec/selector/matchLabels")
+        .pointer(labels_at)
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
