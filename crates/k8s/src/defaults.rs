@@ -53,6 +53,7 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
             default_template(spec);
         }
         ("apps", "DaemonSet") => default_daemonset(o),
+        ("apps", "StatefulSet") => default_statefulset(o),
         _ => {}
     }
 }
@@ -430,6 +431,33 @@ fn default_daemonset(o: &mut Map<String, Value>) {
         set_val(ru, "maxSurge", json!(0));
     }
     set_val(spec, "revisionHistoryLimit", json!(10));
+    default_template(spec);
+}
+
+/// Upstream's SetDefaults_StatefulSet (apps/v1), claim templates defaulted as PVCs are.
+fn default_statefulset(o: &mut Map<String, Value>) {
+    let spec = obj_mut(o, "spec");
+    set_val(spec, "replicas", json!(1));
+    set_str(spec, "podManagementPolicy", "OrderedReady");
+    let strategy = obj_mut(spec, "updateStrategy");
+    set_str(strategy, "type", "RollingUpdate");
+    if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+        let ru = obj_mut(strategy, "rollingUpdate");
+        set_val(ru, "partition", json!(0));
+    }
+    set_val(spec, "revisionHistoryLimit", json!(10));
+    let retention = obj_mut(spec, "persistentVolumeClaimRetentionPolicy");
+    set_str(retention, "whenDeleted", "Retain");
+    set_str(retention, "whenScaled", "Retain");
+    for claim in arr_mut(spec, "volumeClaimTemplates") {
+        if let Value::Object(c) = claim {
+            set_str(c, "apiVersion", "v1");
+            set_str(c, "kind", "PersistentVolumeClaim");
+            let cs = obj_mut(c, "spec");
+            set_str(cs, "volumeMode", "Filesystem");
+            set_val(obj_mut(c, "status"), "phase", json!("Pending"));
+        }
+    }
     default_template(spec);
 }
 

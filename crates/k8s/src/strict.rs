@@ -67,6 +67,7 @@ fn typed_round_trip(gvk: &Gvk, obj: &Value) -> Option<Result<Value, String>> {
             ("apps", "v1", "Deployment") => round_trip::<apps::v1::Deployment>(v),
             ("apps", "v1", "ReplicaSet") => round_trip::<apps::v1::ReplicaSet>(v),
             ("apps", "v1", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(v),
+            ("apps", "v1", "StatefulSet") => round_trip::<apps::v1::StatefulSet>(v),
             _ => return None,
         },
     )

@@ -2,16 +2,18 @@
 //! control-plane process over informer caches of the store ([`cache`]):
 //! [`nodelifecycle`] (lease → Ready=Unknown → taints), [`tainteviction`] (NoExecute taints
 //! → pods deleted after their tolerationSeconds) and [`endpointslice`] (pods → the
-//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes). Namespace deletion, the ServiceAccount
+//! EndpointSlices and Endpoints kube-proxy reads) and [`podgc`] (pods of deleted nodes), [`statefulset`] (StatefulSets → pods with sticky identities and their claims). Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
 pub mod cache;
+pub(crate) mod controller_utils;
 pub mod endpointslice;
 pub mod events;
 pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
+pub mod statefulset;
 pub mod tainteviction;
 
 use std::sync::Arc;
@@ -66,5 +68,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(tainteviction::run(st.clone()));
         tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
         tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
+        tasks.spawn(statefulset::run(st.clone()));
     }
 }

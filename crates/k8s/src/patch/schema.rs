@@ -91,12 +91,15 @@ pub fn lookup(ty: Ty, field: &str) -> FieldMeta {
         (Ty::Root("Node"), "spec") => obj(Ty::NodeSpec),
         (Ty::Root("Node"), "status") => obj(Ty::NodeStatus),
         (Ty::Root("ServiceAccount"), "secrets") => keyed(Ty::Plain, "name"),
-        (Ty::Root("Deployment" | "ReplicaSet" | "DaemonSet"), "spec") => obj(Ty::WorkloadSpec),
+        (Ty::Root("Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet"), "spec") => {
+            obj(Ty::WorkloadSpec)
+        }
         (
             Ty::Root(
                 "Deployment"
                 | "ReplicaSet"
                 | "DaemonSet"
+                | "StatefulSet"
                 | "Namespace"
                 | "Service"
                 | "PodDisruptionBudget",

@@ -58,7 +58,7 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("", "Event") => validate_event(&mut errs, obj),
         ("coordination.k8s.io", "Lease") => validate_lease(&mut errs, obj),
         ("discovery.k8s.io", "EndpointSlice") => validate_endpoint_slice(&mut errs, obj, old),
-        ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => {
+        ("apps", "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet") => {
             validate_workload(&mut errs, gvk, obj, old)
         }
         ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut errs, obj, old),
