@@ -230,7 +230,8 @@ pub(crate) fn plan(
     };
     let update_min = partition.clamp(0, set.replicas) as usize;
     for slot in replicas[update_min..].iter().rev() {
-        let Some(p) = slot else { continue };
+        // A pod being made again is not healthy yet: the update waits for it.
+        let Some(p) = slot else { return plan };
         if revision(p) != update_rev && !deleting(p) {
             plan.actions.push(Action::Delete {
                 name: s(p, "/metadata/name").to_string(),
@@ -442,6 +443,12 @@ mod tests {
                     pod(2, "ready", "b"),
                 ],
                 vec![delete(1, Update)],
+            ),
+            (
+                "parallel: a replaced pod being made again holds the update back",
+                spec(3, true, RU),
+                vec![pod(0, "ready", "a"), pod(1, "ready", "a")],
+                vec![create(2)],
             ),
             (
                 "partition 2 keeps web-0 and web-1 at the old revision",
