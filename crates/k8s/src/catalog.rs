@@ -350,6 +350,18 @@ static CATALOG: &[ResourceInfo] = &[
     entry(
         "apps",
         "v1",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        true,
+        &["sts"],
+        ALL,
+        ALL_VERBS,
+        &["status", "scale"],
+    ),
+    entry(
+        "apps",
+        "v1",
         "ReplicaSet",
         "replicasets",
         "replicaset",

@@ -62,6 +62,7 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
             set_val(o, "volumeBindingMode", json!("Immediate"));
         }
         ("", "ReplicationController") => default_replication_controller(o),
+        ("apps", "StatefulSet") => default_statefulset(o),
         _ => {}
     }
 }
@@ -608,6 +609,33 @@ fn default_cronjob(o: &mut Map<String, Value>) {
     set_val(spec, "failedJobsHistoryLimit", json!(1));
     let job_spec = obj_mut(obj_mut(spec, "jobTemplate"), "spec");
     default_template(job_spec);
+}
+
+/// Upstream's SetDefaults_StatefulSet (apps/v1), claim templates defaulted as PVCs are.
+fn default_statefulset(o: &mut Map<String, Value>) {
+    let spec = obj_mut(o, "spec");
+    set_val(spec, "replicas", json!(1));
+    set_str(spec, "podManagementPolicy", "OrderedReady");
+    let strategy = obj_mut(spec, "updateStrategy");
+    set_str(strategy, "type", "RollingUpdate");
+    if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+        let ru = obj_mut(strategy, "rollingUpdate");
+        set_val(ru, "partition", json!(0));
+    }
+    set_val(spec, "revisionHistoryLimit", json!(10));
+    let retention = obj_mut(spec, "persistentVolumeClaimRetentionPolicy");
+    set_str(retention, "whenDeleted", "Retain");
+    set_str(retention, "whenScaled", "Retain");
+    for claim in arr_mut(spec, "volumeClaimTemplates") {
+        if let Value::Object(c) = claim {
+            set_str(c, "apiVersion", "v1");
+            set_str(c, "kind", "PersistentVolumeClaim");
+            let cs = obj_mut(c, "spec");
+            set_str(cs, "volumeMode", "Filesystem");
+            set_val(obj_mut(c, "status"), "phase", json!("Pending"));
+        }
+    }
+    default_template(spec);
 }
 
 fn default_service(o: &mut Map<String, Value>) {

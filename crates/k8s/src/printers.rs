@@ -327,6 +327,16 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
             ),
             age_col(),
         ],
+        ("apps", "StatefulSet") => vec![
+            name_col(),
+            s("Ready", "Number of the pod with ready state"),
+            age_col(),
+            w("Containers", "Names of each container in the template."),
+            w(
+                "Images",
+                "Images referenced by each container in the template.",
+            ),
+        ],
         ("apps", "DaemonSet") => vec![
             name_col(),
             i(
@@ -893,6 +903,20 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
             json!(o.get("revision").and_then(Value::as_i64).unwrap_or(0)),
             age,
         ],
+        ("apps", "StatefulSet") => {
+            let desired = o
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let (containers, images) = container_cells(o);
+            vec![
+                name,
+                json!(format!("{}/{}", i_at(o, "/status/readyReplicas"), desired)),
+                age,
+                json!(containers),
+                json!(images),
+            ]
+        }
         ("apps", "DaemonSet") => {
             let (containers, images) = container_cells(o);
             vec![

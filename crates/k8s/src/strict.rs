@@ -68,6 +68,7 @@ fn typed_round_trip(gvk: &Gvk, obj: &Value) -> Option<Result<Value, String>> {
             ("apps", "v1", "ReplicaSet") => round_trip::<apps::v1::ReplicaSet>(v),
             ("apps", "v1", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(v),
             ("apps", "v1", "ControllerRevision") => round_trip::<apps::v1::ControllerRevision>(v),
+            ("apps", "v1", "StatefulSet") => round_trip::<apps::v1::StatefulSet>(v),
             _ => return None,
         },
     )

@@ -7,13 +7,15 @@
 //! [`volume`] (the PV controller, pvc-/pv-protection and k3s's local-path provisioner);
 //! the workload controllers [`replicaset`] (ReplicaSets and ReplicationControllers → pods),
 //! [`deployment`] (Deployments → ReplicaSets), [`daemonset`] (a pod per eligible node,
-//! rolled out through [`history`]'s revisions), and the batch controllers [`job`],
-//! [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
+//! rolled out through [`history`]'s revisions), [`statefulset`] (pods with sticky
+//! identities and their claims), sharing [`controller_utils`]; and the batch controllers
+//! [`job`], [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
 pub mod cache;
 pub mod cronjob;
+pub(crate) mod controller_utils;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
@@ -25,6 +27,7 @@ pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
 pub mod replicaset;
+pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;
 pub mod volume;
@@ -101,5 +104,6 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
             st.clone(),
             replicaset::Kind::ReplicationController,
         ));
+        tasks.spawn(statefulset::run(st.clone()));
     }
 }

@@ -95,7 +95,7 @@ pub fn lookup(ty: Ty, field: &str) -> FieldMeta {
         (Ty::Root("Node"), "spec") => obj(Ty::NodeSpec),
         (Ty::Root("Node"), "status") => obj(Ty::NodeStatus),
         (Ty::Root("ServiceAccount"), "secrets") => keyed(Ty::Plain, "name"),
-        (Ty::Root("Deployment" | "ReplicaSet" | "DaemonSet" | "Job"), "spec") => {
+        (Ty::Root("Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet" | "Job"), "spec") => {
             obj(Ty::WorkloadSpec)
         }
         (Ty::Root("CronJob"), "spec") => obj(Ty::CronJobSpec),
@@ -108,6 +108,7 @@ pub fn lookup(ty: Ty, field: &str) -> FieldMeta {
                 | "ReplicaSet"
                 | "DaemonSet"
                 | "Job"
+                | "StatefulSet"
                 | "Namespace"
                 | "Service"
                 | "PodDisruptionBudget",

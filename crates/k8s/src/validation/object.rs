@@ -62,7 +62,8 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("", "Event") => validate_event(&mut errs, obj),
         ("coordination.k8s.io", "Lease") => validate_lease(&mut errs, obj),
         ("discovery.k8s.io", "EndpointSlice") => validate_endpoint_slice(&mut errs, obj, old),
-        ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") | ("", "ReplicationController") => {
+        ("apps", "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet")
+        | ("", "ReplicationController") => {
             validate_workload(&mut errs, gvk, obj, old)
         }
         ("batch", "Job") => validate_job(&mut errs, obj, old),

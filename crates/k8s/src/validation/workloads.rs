@@ -53,6 +53,7 @@ pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Op
                     let what = match gvk.kind.as_str() {
                         "Deployment" => "empty selector is invalid for deployment",
                         "DaemonSet" => "empty selector is invalid for daemonset",
+                        "StatefulSet" => "empty selector is invalid for statefulset",
                         _ => "empty selector is invalid for deployment",
                     };
                     errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), what));
@@ -171,9 +172,13 @@ pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Op
             &["OnDelete", "RollingUpdate"],
         );
     }
-    // A ReplicationController's selector may change; apps/v1 selectors may not.
+    if gvk.kind == "StatefulSet" {
+        validate_statefulset(errs, spec, old);
+    }
+    // A ReplicationController's selector may change; apps/v1 selectors may not, and
+    // a StatefulSet's spec has its own rule.
     if let Some(old) = old
-        && gvk.kind != "ReplicationController"
+        && !matches!(gvk.kind.as_str(), "ReplicationController" | "StatefulSet")
         && spec.get("selector").map(semantic) != old.pointer("/spec/selector").map(semantic)
     {
         errs.push(FieldError::invalid(
@@ -200,6 +205,131 @@ pub(super) fn validate_controller_revision(errs: &mut Errs, obj: &Value, old: Op
             data.cloned().unwrap_or(Value::Null),
             "field is immutable",
         ));
+    }
+}
+
+/// Upstream's ValidateStatefulSetSpec and ValidateStatefulSetUpdate beyond what every
+/// workload shares.
+fn validate_statefulset(errs: &mut Errs, spec: &Value, old: Option<&Value>) {
+    let sp = Path::new("spec");
+    let policy = s(spec, "podManagementPolicy");
+    if !policy.is_empty() && !matches!(policy, "OrderedReady" | "Parallel") {
+        errs.push(FieldError::invalid(
+            sp.child("podManagementPolicy"),
+            json!(policy),
+            "must be 'OrderedReady' or 'Parallel'",
+        ));
+    }
+    let strategy = spec
+        .get("updateStrategy")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let sp_us = sp.child("updateStrategy");
+    match s(&strategy, "type") {
+        "" | "RollingUpdate" => {
+            if let Some(ru) = strategy.get("rollingUpdate").filter(|v| !v.is_null()) {
+                nonnegative(
+                    errs,
+                    sp_us.child("rollingUpdate").child("partition"),
+                    ru,
+                    "partition",
+                );
+                if present(ru, "maxUnavailable") {
+                    int_or_percent(
+                        errs,
+                        ru.get("maxUnavailable"),
+                        sp_us.child("rollingUpdate").child("maxUnavailable"),
+                        true,
+                    );
+                }
+            }
+        }
+        "OnDelete" => {
+            if present(&strategy, "rollingUpdate") {
+                errs.push(FieldError::invalid(
+                    sp_us.child("rollingUpdate"),
+                    strategy["rollingUpdate"].clone(),
+                    "only allowed for updateStrategy 'RollingUpdate'",
+                ));
+            }
+        }
+        other => errs.push(FieldError::invalid(
+            sp_us,
+            json!(other),
+            "must be 'RollingUpdate' or 'OnDelete'",
+        )),
+    }
+    nonnegative(
+        errs,
+        sp.child("revisionHistoryLimit"),
+        spec,
+        "revisionHistoryLimit",
+    );
+    nonnegative(errs, sp.child("minReadySeconds"), spec, "minReadySeconds");
+    if let Some(o) = spec.get("ordinals").filter(|v| !v.is_null()) {
+        nonnegative(errs, sp.child("ordinals").child("start"), o, "start");
+    }
+    let rp = sp.child("persistentVolumeClaimRetentionPolicy");
+    for field in ["whenDeleted", "whenScaled"] {
+        if let Some(v) = spec
+            .pointer(&format!("/persistentVolumeClaimRetentionPolicy/{field}"))
+            .and_then(Value::as_str)
+        {
+            enum_field(errs, rp.child(field), v, &["Retain", "Delete"]);
+        }
+    }
+    for (i, claim) in arr(spec, "volumeClaimTemplates").iter().enumerate() {
+        let cp = sp.child("volumeClaimTemplates").index(i);
+        if claim
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            errs.push(FieldError::required(cp.child("metadata").child("name"), ""));
+        }
+        if arr(claim.get("spec").unwrap_or(&json!({})), "accessModes").is_empty() {
+            errs.push(FieldError::required(
+                cp.child("spec").child("accessModes"),
+                "at least 1 access mode is required",
+            ));
+        }
+        if claim.pointer("/spec/resources/requests/storage").is_none() {
+            errs.push(FieldError::required(
+                cp.child("spec")
+                    .child("resources")
+                    .child("requests")
+                    .child("storage"),
+                "",
+            ));
+        }
+    }
+    // Upstream lets only these fields change after creation.
+    if let Some(old) = old {
+        let mut a = spec.clone();
+        let mut b = old.get("spec").cloned().unwrap_or_else(|| json!({}));
+        for f in [
+            "replicas",
+            "ordinals",
+            "template",
+            "updateStrategy",
+            "persistentVolumeClaimRetentionPolicy",
+            "minReadySeconds",
+        ] {
+            if let Value::Object(m) = &mut a {
+                m.remove(f);
+            }
+            if let Value::Object(m) = &mut b {
+                m.remove(f);
+            }
+        }
+        if semantic(&a) != semantic(&b) {
+            errs.push(FieldError::forbidden(
+                sp,
+                "updates to statefulset spec for fields other than 'replicas', 'ordinals', \
+                 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and \
+                 'minReadySeconds' are forbidden",
+            ));
+        }
     }
 }
 
