@@ -51,31 +51,38 @@ fn condition<'a>(p: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// Upstream's IsPodActive: not finished and not being deleted.
+pub(crate) fn pod_active(p: &Value) -> bool {
+    !matches!(s(p, "/status/phase"), "Succeeded" | "Failed") && !deleting(p)
+}
+
+/// When the pod last became Ready, if it is Ready.
+pub(crate) fn ready_since(p: &Value) -> Option<Timestamp> {
+    condition(p, "Ready")
+        .filter(|c| c["status"] == "True")?
+        .get("lastTransitionTime")
+        .and_then(Value::as_str)
+        .and_then(parse_ts)
+}
+
 pub(crate) fn pod_ready(p: &Value) -> bool {
     condition(p, "Ready").is_some_and(|c| c["status"] == "True")
 }
 
 /// Upstream's IsPodAvailable: Ready for at least `min_ready` seconds.
 pub(crate) fn pod_available(p: &Value, min_ready: i64, now: Timestamp) -> bool {
-    let Some(c) = condition(p, "Ready").filter(|c| c["status"] == "True") else {
+    if !pod_ready(p) {
         return false;
-    };
+    }
     if min_ready <= 0 {
         return true;
     }
-    c.get("lastTransitionTime")
-        .and_then(Value::as_str)
-        .and_then(parse_ts)
-        .is_some_and(|t| t.as_second() + min_ready <= now.as_second())
+    ready_since(p).is_some_and(|t| t.as_second() + min_ready <= now.as_second())
 }
 
 /// Seconds until a Ready pod becomes available, when it is not yet.
 pub(crate) fn seconds_to_available(p: &Value, min_ready: i64, now: Timestamp) -> Option<i64> {
-    let since = condition(p, "Ready")
-        .filter(|c| c["status"] == "True")?
-        .get("lastTransitionTime")
-        .and_then(Value::as_str)
-        .and_then(parse_ts)?;
+    let since = ready_since(p)?;
     let left = since.as_second() + min_ready - now.as_second();
     (left > 0).then_some(left)
 }

@@ -25,9 +25,10 @@ use crate::apiserver::rest::subresources::selector_matches;
 use crate::apiserver::rest::{now_rfc3339, now_ts};
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::Cache;
-use crate::controllers::endpointslice::pod_ready;
+use crate::controllers::controller_utils::controller_ref as controller_of;
+use crate::controllers::controller_utils::pod_ready;
 use crate::controllers::events::Recorder;
-use crate::controllers::objects::{self, controller_of};
+use crate::controllers::objects;
 
 /// How long an evicted pod may stay before the budget counts it again (upstream's
 /// DeletionTimeout).

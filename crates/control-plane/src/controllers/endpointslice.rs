@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::apiserver::rest::now_rfc3339;
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::{Cache, Change};
+use crate::controllers::controller_utils::pod_ready;
 use crate::controllers::objects;
 use crate::storage::{EventKind, StoreError};
 
@@ -45,15 +46,6 @@ fn selector(svc: &Value) -> Option<BTreeMap<String, String>> {
 
 fn selects(sel: &BTreeMap<String, String>, l: &BTreeMap<String, String>) -> bool {
     sel.iter().all(|(k, v)| l.get(k) == Some(v))
-}
-
-pub(crate) fn pod_ready(p: &Value) -> bool {
-    p.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
 }
 
 /// The pod's IPv4 address, if it has one yet.

@@ -75,6 +75,18 @@ pub(crate) fn template_patch(owner: &Value) -> Value {
     json!({"spec": {"template": template}})
 }
 
+/// The pod template a revision made by [`template_patch`] restores.
+pub(crate) fn template_of(revision: &Value) -> Value {
+    let mut t = revision
+        .pointer("/data/spec/template")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(m) = t.as_object_mut() {
+        m.remove("$patch");
+    }
+    t
+}
+
 /// Whether `obj` names `owner` as its controller.
 pub(crate) fn controlled_by(obj: &Value, owner: &Value) -> bool {
     let uid = s(owner, "/metadata/uid");

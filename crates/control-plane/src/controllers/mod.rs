@@ -14,8 +14,8 @@
 //! `apiserver::controllers`.
 
 pub mod cache;
-pub mod cronjob;
 pub(crate) mod controller_utils;
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;

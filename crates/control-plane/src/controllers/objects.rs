@@ -5,6 +5,7 @@
 use nodus_k8s::catalog;
 use serde_json::{Value, json};
 
+use crate::apiserver::rest::ApiError;
 use crate::apiserver::rest::create::prepare_for_create;
 use crate::apiserver::rest::path::{Target, key};
 use crate::apiserver::state::ApiState;
@@ -68,24 +69,6 @@ pub fn create(
     store_named(st, &t, ns, obj)
 }
 
-/// [`create`] with the built-in admission a client POST gets (a Pod's ServiceAccount,
-/// tolerations, priority), for objects a controller makes from a user's template.
-pub async fn create_admitted(
-    st: &ApiState,
-    group: &str,
-    plural: &str,
-    ns: Option<&str>,
-    obj: Value,
-) -> Result<Stored, StoreError> {
-    let (t, mut obj) = prepare(group, plural, ns, obj)?;
-    crate::apiserver::admission::create(st, &t, &mut obj, false)
-        .await
-        .map_err(|e| {
-            StoreError::Backend(e.0["message"].as_str().unwrap_or("admission").to_string())
-        })?;
-    store_named(st, &t, ns, obj)
-}
-
 /// Stores a prepared object under its name, or a fresh one from `metadata.generateName`.
 fn store_named(
     st: &ApiState,
@@ -141,14 +124,6 @@ pub fn modify(
     Ok(out.stored)
 }
 
-/// The ownerReference of `obj` marked `controller: true` (upstream's GetControllerOf).
-pub fn controller_of(obj: &Value) -> Option<&Value> {
-    obj.pointer("/metadata/ownerReferences")?
-        .as_array()?
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-}
-
 /// Creates `obj` as a client POST would: namespace checked, admission run (a pod gets its
 /// service account, default tolerations and priority) and validated. A refusal comes back
 /// as the API's Status, whose `message` is what upstream's controllers put in their
@@ -159,17 +134,37 @@ pub async fn create_as_client(
     plural: &str,
     ns: &str,
     obj: Value,
-) -> Result<Stored, crate::apiserver::rest::ApiError> {
-    use crate::apiserver::rest::ApiError;
-    use crate::apiserver::rest::create::{check_namespace, validate};
-    let internal = |e: StoreError| ApiError(nodus_k8s::status::internal(&e.to_string()));
-    check_namespace(st, ns)?;
+) -> Result<Stored, ApiError> {
+    crate::apiserver::rest::create::check_namespace(st, ns)?;
     let (t, mut obj) = prepare(group, plural, Some(ns), obj).map_err(internal)?;
+    crate::apiserver::admission::create(st, &t, &mut obj, false).await?;
+    store_validated(st, &t, ns, obj)
+}
+
+/// [`create_as_client`] for a pod, for controllers that create from a synchronous loop: pod
+/// admission needs no await.
+pub fn create_pod(st: &ApiState, ns: &str, pod: Value) -> Result<Stored, ApiError> {
+    crate::apiserver::rest::create::check_namespace(st, ns)?;
+    let (t, mut pod) = prepare("", "pods", Some(ns), pod).map_err(internal)?;
+    crate::apiserver::admission::admit_pod(st, &mut pod)?;
+    store_validated(st, &t, ns, pod)
+}
+
+fn internal(e: StoreError) -> ApiError {
+    ApiError(nodus_k8s::status::internal(&e.to_string()))
+}
+
+/// Validates an admitted object and stores it under its name or a fresh generated one.
+fn store_validated(
+    st: &ApiState,
+    t: &Target,
+    ns: &str,
+    mut obj: Value,
+) -> Result<Stored, ApiError> {
     let generate = obj
         .pointer("/metadata/generateName")
         .and_then(Value::as_str)
         .map(str::to_string);
-    crate::apiserver::admission::create(st, &t, &mut obj, false).await?;
     for _ in 0..8 {
         let name = match (
             &generate,
@@ -183,7 +178,7 @@ pub async fn create_as_client(
             }
             _ => return Err(internal(StoreError::Backend("object has no name".into()))),
         };
-        validate(&t, &obj, None)?;
+        crate::apiserver::rest::create::validate(t, &obj, None)?;
         match st.store.create(&key(t.info, Some(ns), &name), obj.clone()) {
             Err(StoreError::AlreadyExists(_)) if generate.is_some() => {
                 obj["metadata"]["name"] = Value::Null;
@@ -191,7 +186,9 @@ pub async fn create_as_client(
             }
             Err(StoreError::AlreadyExists(_)) => {
                 return Err(ApiError(nodus_k8s::status::already_exists(
-                    group, plural, &name,
+                    t.info.group,
+                    t.info.plural,
+                    &name,
                 )));
             }
             other => return other.map_err(internal),

@@ -22,6 +22,10 @@ use crate::apiserver::rest::list::labels_of;
 use crate::apiserver::rest::{now_rfc3339, now_ts};
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::{Cache, Change};
+pub(crate) use crate::controllers::controller_utils::{
+    controller_ref, deleting, i, label_selector, owner_ref, parse_ts, pod_active, pod_available,
+    pod_ready, ready_since, s,
+};
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
 use crate::storage::EventKind;
@@ -34,14 +38,6 @@ const SLOW_START_INITIAL_BATCH: usize = 1;
 const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Upstream's `controller.kubernetes.io/pod-deletion-cost`.
 pub(crate) const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
-
-pub(crate) fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or("")
-}
-
-pub(crate) fn i(v: &Value, p: &str) -> i64 {
-    v.pointer(p).and_then(Value::as_i64).unwrap_or(0)
-}
 
 /// The two resources this controller runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,75 +94,12 @@ impl Kind {
     }
 }
 
-/// A metav1.LabelSelector in JSON, parsed.
-pub(crate) fn label_selector(sel: &Value) -> Option<LabelSelector> {
-    let ls: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
-        serde_json::from_value(sel.clone()).ok()?;
-    nodus_k8s::selector::from_metav1(&ls).ok()
-}
-
-pub(crate) fn parse_ts(v: &str) -> Option<Timestamp> {
-    v.parse::<Timestamp>().ok()
-}
-
-/// The owner reference marked `controller: true`, if any.
-pub(crate) fn controller_ref(obj: &Value) -> Option<&Value> {
-    obj.pointer("/metadata/ownerReferences")?
-        .as_array()?
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-}
-
-/// The controller reference an owner puts on what it creates or adopts.
-pub(crate) fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
-    json!({"apiVersion": api_version, "kind": kind, "name": s(owner, "/metadata/name"),
-        "uid": s(owner, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true})
-}
-
-pub(crate) fn deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-}
-
-/// Upstream's IsPodActive: not finished and not being deleted.
-pub(crate) fn pod_active(p: &Value) -> bool {
-    !matches!(s(p, "/status/phase"), "Succeeded" | "Failed") && !deleting(p)
-}
-
-fn ready_condition(p: &Value) -> Option<&Value> {
-    p.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Ready")
-}
-
-pub(crate) fn pod_ready(p: &Value) -> bool {
-    ready_condition(p).is_some_and(|c| c["status"] == "True")
-}
-
-/// Upstream's IsPodAvailable: Ready for at least `min_ready` seconds.
-pub(crate) fn pod_available(p: &Value, min_ready: i64, now: Timestamp) -> bool {
-    if !pod_ready(p) {
-        return false;
-    }
-    if min_ready <= 0 {
-        return true;
-    }
-    let since = ready_condition(p)
-        .and_then(|c| c["lastTransitionTime"].as_str())
-        .and_then(parse_ts);
-    since.is_some_and(|t| now.as_second() - t.as_second() >= min_ready)
-}
-
 /// When a ready pod that is not yet available becomes so (for the requeue).
 fn available_at(p: &Value, min_ready: i64) -> Option<i64> {
     if min_ready <= 0 || !pod_ready(p) {
         return None;
     }
-    let since = ready_condition(p)
-        .and_then(|c| c["lastTransitionTime"].as_str())
-        .and_then(parse_ts)?;
-    Some(since.as_second() + min_ready)
+    Some(ready_since(p)?.as_second() + min_ready)
 }
 
 /// Upstream's podPhaseToOrdinal, for the scale-down order.
@@ -222,11 +155,7 @@ impl RankedPod {
                 .map(i64::from)
                 .unwrap_or(0),
             rank,
-            ready_since: ready_condition(p)
-                .filter(|c| c["status"] == "True")
-                .and_then(|c| c["lastTransitionTime"].as_str())
-                .and_then(parse_ts)
-                .map(|t| t.as_second()),
+            ready_since: ready_since(p).map(|t| t.as_second()),
             restarts,
             created: parse_ts(s(p, "/metadata/creationTimestamp")).map(|t| t.as_second()),
         }

@@ -63,9 +63,7 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("coordination.k8s.io", "Lease") => validate_lease(&mut errs, obj),
         ("discovery.k8s.io", "EndpointSlice") => validate_endpoint_slice(&mut errs, obj, old),
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet")
-        | ("", "ReplicationController") => {
-            validate_workload(&mut errs, gvk, obj, old)
-        }
+        | ("", "ReplicationController") => validate_workload(&mut errs, gvk, obj, old),
         ("batch", "Job") => validate_job(&mut errs, obj, old),
         ("batch", "CronJob") => validate_cronjob(&mut errs, obj),
         ("apps", "ControllerRevision") => validate_controller_revision(&mut errs, obj, old),

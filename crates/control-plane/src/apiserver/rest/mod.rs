@@ -31,6 +31,13 @@ use path::{Parsed, Target};
 #[derive(Debug, Clone)]
 pub struct ApiError(pub Value);
 
+/// The Status's message, as controllers quote a refusal in their events.
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0["message"].as_str().unwrap_or("request refused"))
+    }
+}
+
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl IntoResponse for ApiError {

@@ -12,8 +12,8 @@ use super::update::{Part, apply_patch, patch_part, put_part, write};
 use super::{ApiError, ApiResult, Req, json_response, meta_str, now_ts};
 use crate::apiserver::rest::path::{self, Target};
 use crate::apiserver::state::ApiState;
+use crate::controllers::controller_utils::pod_ready;
 use crate::controllers::disruption;
-use crate::controllers::endpointslice::pod_ready;
 use crate::storage::{Mutation, StoreError};
 
 pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResult<Response> {

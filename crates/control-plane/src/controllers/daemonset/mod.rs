@@ -425,7 +425,7 @@ impl Controller {
         let ns = s(ds, "/metadata/namespace").to_string();
         for node in creates {
             let pod = eligibility::new_pod(ds, &node, hash, generation);
-            match objects::create(&self.st, "", "pods", Some(&ns), pod) {
+            match objects::create_pod(&self.st, &ns, pod) {
                 Ok(stored) => {
                     let name = s(&stored.object, "/metadata/name").to_string();
                     self.expectations.expect_add(key, &name, Instant::now());

@@ -3,7 +3,6 @@
 
 use std::cmp::Ordering;
 
-use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use crate::controllers::history::HASH_LABEL;
@@ -35,34 +34,9 @@ pub(crate) fn phase(pod: &Value) -> &str {
     s(pod, "/status/phase")
 }
 
-pub(crate) fn deleting(pod: &Value) -> bool {
-    pod.pointer("/metadata/deletionTimestamp").is_some()
-}
-
-fn ready_condition(pod: &Value) -> Option<&Value> {
-    pod.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
-pub(crate) fn is_ready(pod: &Value) -> bool {
-    ready_condition(pod).is_some()
-}
-
-/// Ready for at least `min_ready_seconds` (upstream's IsPodAvailable).
-pub(crate) fn is_available(pod: &Value, min_ready_seconds: i64, now: Timestamp) -> bool {
-    let Some(c) = ready_condition(pod) else {
-        return false;
-    };
-    if min_ready_seconds <= 0 {
-        return true;
-    }
-    c.get("lastTransitionTime")
-        .and_then(Value::as_str)
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .is_some_and(|t| t.as_second() + min_ready_seconds <= now.as_second())
-}
+pub(crate) use crate::controllers::controller_utils::{
+    deleting, pod_available as is_available, pod_ready as is_ready,
+};
 
 /// Upstream's podByCreationTimestampAndPhase: scheduled pods first, then oldest, then name.
 pub(crate) fn keep_order(a: &Value, b: &Value) -> Ordering {
@@ -76,6 +50,7 @@ pub(crate) fn keep_order(a: &Value, b: &Value) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
     #[test]

@@ -26,6 +26,7 @@ use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
 use crate::apiserver::rest::{now_rfc3339, now_ts};
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::Cache;
+use crate::controllers::controller_utils::pod_ready;
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
 
@@ -115,15 +116,6 @@ fn pod_finished(p: &Value) -> bool {
 
 fn pod_terminating(p: &Value) -> bool {
     p.pointer("/metadata/deletionTimestamp").is_some() && !pod_finished(p)
-}
-
-fn pod_ready(p: &Value) -> bool {
-    p.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
 }
 
 fn has_finalizer(p: &Value) -> bool {
@@ -683,7 +675,7 @@ impl Controller {
     async fn create_pod(&mut self, job: &Value, index: Option<i64>) {
         let ns = s(job, "/metadata/namespace").to_string();
         let pod = pods::from_template(job, index);
-        match objects::create_admitted(&self.st, "", "pods", Some(&ns), pod).await {
+        match objects::create_as_client(&self.st, "", "pods", &ns, pod).await {
             Ok(stored) => {
                 let name = s(&stored.object, "/metadata/name").to_string();
                 self.memory

@@ -1,6 +1,6 @@
 //! The StatefulSet controller (upstream's pkg/controller/statefulset): pods with a sticky
 //! identity ([`identity`]) made, replaced and updated in the order [`control`] plans, from
-//! the pod templates kept as ControllerRevisions ([`revision`]), each pod's claims made
+//! the pod templates kept as ControllerRevisions ([`history`]), each pod's claims made
 //! from the set's `volumeClaimTemplates` before the pod and kept after it (unless the
 //! set's `persistentVolumeClaimRetentionPolicy` says Delete).
 //!
@@ -10,7 +10,6 @@
 
 pub(crate) mod control;
 pub(crate) mod identity;
-pub(crate) mod revision;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +23,7 @@ use crate::apiserver::state::ApiState;
 use crate::controllers::cache::{Cache, Change};
 use crate::controllers::controller_utils::{controller_ref, deleting, i, label_selector, s};
 use crate::controllers::events::Recorder;
+use crate::controllers::history;
 use crate::controllers::objects;
 use crate::storage::{EventKind, StoreError};
 use control::{Action, DeleteReason, SetSpec, Strategy, plan};
@@ -103,7 +103,7 @@ pub async fn run(st: Arc<ApiState>) {
                 backoff.remove(&key);
                 continue;
             };
-            match ctl.sync(&set, &pods, &revisions) {
+            match ctl.sync(&set, &pods, &revisions).await {
                 Ok(requeue) => {
                     backoff.remove(&key);
                     match requeue {
@@ -174,7 +174,7 @@ fn note_pod(c: Change, sets: &Cache, dirty: &mut HashSet<String>) {
 
 impl Controller {
     /// One sync; returns when to sync again (minReadySeconds still running).
-    fn sync(
+    async fn sync(
         &self,
         set: &Value,
         pods: &Cache,
@@ -220,7 +220,7 @@ impl Controller {
         let now = crate::apiserver::rest::now_ts();
         let p = plan(&spec, &refs, &current_name, &update_name, now);
         for a in &p.actions {
-            self.act(set, a, &current, &update)?;
+            self.act(set, a, &current, &update).await?;
         }
         self.write_status(
             set,
@@ -271,69 +271,33 @@ impl Controller {
     /// The current and update revisions (creating the update revision when the template is
     /// new), and the collision count used to name it.
     fn revisions(&self, set: &Value, cache: &Cache) -> Result<(Value, Value, i64), SyncError> {
-        let ns = s(set, "/metadata/namespace");
-        let uid = s(set, "/metadata/uid");
-        let prefix = format!("{REVISIONS}{ns}/");
-        let mut owned: Vec<Value> = cache
-            .objects
-            .iter()
-            .filter(|(k, r)| {
-                k.starts_with(&prefix) && controller_ref(r).is_some_and(|c| c["uid"] == uid)
-            })
-            .map(|(_, r)| (**r).clone())
-            .collect();
-        owned.sort_by_key(revision::number);
-        let max = owned.last().map(revision::number).unwrap_or(0);
+        let owned = history::owned(cache.objects.values(), set);
+        let next = history::next_revision(&owned);
+        let data = history::template_patch(set);
         let mut collisions = i(set, "/status/collisionCount");
-        let wanted = revision::new_revision(set, max + 1, collisions);
-        let update = match owned.iter().find(|r| revision::same_data(r, &wanted)) {
+        let labels = set
+            .pointer("/spec/template/metadata/labels")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let update: Value = match owned.iter().find(|r| r.get("data") == Some(&data)) {
             // Rolling back to an older template makes its revision the newest again.
-            Some(existing) if revision::number(existing) < max => {
-                let key = objects::key_of(
-                    "apps",
-                    "controllerrevisions",
-                    Some(ns),
-                    s(existing, "/metadata/name"),
-                );
-                objects::modify(&self.st, &key, &mut |r| {
-                    r["revision"] = json!(max + 1);
-                    true
-                })?
-                .map(|s| (*s.object).clone())
-                .unwrap_or_else(|| existing.clone())
+            Some(existing) if history::revision_of(existing) < next - 1 => {
+                history::bump(&self.st, existing, next)?;
+                let mut r = (**existing).clone();
+                r["revision"] = json!(next);
+                r
             }
-            Some(existing) => existing.clone(),
+            Some(existing) => (**existing).clone(),
             None => loop {
-                let candidate = revision::new_revision(set, max + 1, collisions);
-                match objects::create(
-                    &self.st,
-                    "apps",
-                    "controllerrevisions",
-                    Some(ns),
-                    candidate.clone(),
-                ) {
-                    Ok(stored) => break (*stored.object).clone(),
-                    Err(StoreError::AlreadyExists(_)) => {
-                        // A revision of that name exists: ours (seen before the cache) or a
-                        // hash collision, which upstream resolves by counting it.
-                        let key = objects::key_of(
-                            "apps",
-                            "controllerrevisions",
-                            Some(ns),
-                            s(&candidate, "/metadata/name"),
-                        );
-                        if let Ok(Some(found)) = self.st.store.get(&key)
-                            && revision::same_data(&found.object, &candidate)
-                            && controller_ref(&found.object).is_some_and(|c| c["uid"] == uid)
-                        {
-                            break (*found.object).clone();
-                        }
-                        collisions += 1;
-                        if collisions > 100 {
-                            return Err(SyncError("too many revision name collisions".into()));
-                        }
+                let hash = history::hash(&data, Some(collisions));
+                match history::create(&self.st, set, &hash, &labels, data.clone(), next) {
+                    Ok(r) => break (*r).clone(),
+                    // Upstream resolves a hash collision by counting it into the name.
+                    Err(history::CreateError::Collision) if collisions < 100 => collisions += 1,
+                    Err(history::CreateError::Collision) => {
+                        return Err(SyncError("too many revision name collisions".into()));
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(history::CreateError::Store(e)) => return Err(e.into()),
                 }
             },
         };
@@ -341,12 +305,12 @@ impl Controller {
         let current = owned
             .iter()
             .find(|r| !current_name.is_empty() && s(r, "/metadata/name") == current_name)
-            .cloned()
+            .map(|r| (**r).clone())
             .unwrap_or_else(|| update.clone());
         Ok((current, update, collisions))
     }
 
-    fn act(
+    async fn act(
         &self,
         set: &Value,
         a: &Action,
@@ -358,15 +322,14 @@ impl Controller {
         match a {
             Action::Create { ordinal, at_update } => {
                 let rev = if *at_update { update } else { current };
-                let template = revision::template_of(rev);
+                let template = history::template_of(rev);
                 let pod = identity::new_pod(set, &template, *ordinal, s(rev, "/metadata/name"));
                 let pod_name = identity::pod_name(set_name, *ordinal);
                 for claim in identity::claims(set, *ordinal) {
-                    self.create_claim(set, &pod_name, claim)?;
+                    self.create_claim(set, &pod_name, claim).await?;
                 }
-                match objects::create(&self.st, "", "pods", Some(ns), pod) {
-                    Ok(stored) => {
-                        let _ = stored;
+                match objects::create_pod(&self.st, ns, pod) {
+                    Ok(_) => {
                         self.events.record(
                             &self.st,
                             set,
@@ -375,7 +338,8 @@ impl Controller {
                             &format!("create Pod {pod_name} in StatefulSet {set_name} successful"),
                         );
                     }
-                    Err(StoreError::AlreadyExists(_)) => {}
+                    // Names are fixed per ordinal: a pod made before the cache saw it.
+                    Err(e) if nodus_k8s::status::code(&e.0) == 409 => {}
                     Err(e) => {
                         self.events.record(
                             &self.st,
@@ -386,7 +350,7 @@ impl Controller {
                                 "create Pod {pod_name} in StatefulSet {set_name} failed error: {e}"
                             ),
                         );
-                        return Err(e.into());
+                        return Err(SyncError(e.to_string()));
                     }
                 }
             }
@@ -437,7 +401,12 @@ impl Controller {
 
     /// Creates a pod's claim unless it exists; with `whenDeleted: Delete` the set owns it,
     /// so deleting the set deletes its claims.
-    fn create_claim(&self, set: &Value, pod: &str, mut claim: Value) -> Result<(), SyncError> {
+    async fn create_claim(
+        &self,
+        set: &Value,
+        pod: &str,
+        mut claim: Value,
+    ) -> Result<(), SyncError> {
         let ns = s(set, "/metadata/namespace");
         let set_name = s(set, "/metadata/name");
         let name = s(&claim, "/metadata/name").to_string();
@@ -461,7 +430,7 @@ impl Controller {
             r["controller"] = json!(false);
             claim["metadata"]["ownerReferences"] = json!([r]);
         }
-        match objects::create(&self.st, "", "persistentvolumeclaims", Some(ns), claim) {
+        match objects::create_as_client(&self.st, "", "persistentvolumeclaims", ns, claim).await {
             Ok(_) => {
                 self.events.record(
                     &self.st,
@@ -472,7 +441,7 @@ impl Controller {
                 );
                 Ok(())
             }
-            Err(StoreError::AlreadyExists(_)) => Ok(()),
+            Err(e) if nodus_k8s::status::code(&e.0) == 409 => Ok(()),
             Err(e) => {
                 self.events.record(
                     &self.st,
@@ -481,7 +450,7 @@ impl Controller {
                     "FailedCreate",
                     &format!("create Claim {name} for Pod {pod} in StatefulSet {set_name} failed error: {e}"),
                 );
-                Err(e.into())
+                Err(SyncError(e.to_string()))
             }
         }
     }
@@ -581,6 +550,8 @@ impl Controller {
 
     /// Upstream's truncateHistory: revisions no pod runs and that are neither current nor
     /// update are kept up to `revisionHistoryLimit`, oldest removed first.
+    /// Upstream's truncateHistory: revisions no pod runs and that are neither current nor
+    /// update are kept up to `revisionHistoryLimit`, oldest removed first.
     fn truncate_history(
         &self,
         set: &Value,
@@ -589,43 +560,23 @@ impl Controller {
         current: &str,
         update: &str,
     ) {
-        let ns = s(set, "/metadata/namespace");
-        let uid = s(set, "/metadata/uid");
         let limit = set
             .pointer("/spec/revisionHistoryLimit")
             .and_then(Value::as_i64)
-            .unwrap_or(10)
-            .max(0) as usize;
-        let live: HashSet<&str> = pods
+            .unwrap_or(10);
+        // StatefulSet pods carry the revision's name; history speaks of its hash label.
+        let live_names: HashSet<&str> = pods
             .iter()
             .map(|p| s(p, "/metadata/labels/controller-revision-hash"))
             .collect();
-        let prefix = format!("{REVISIONS}{ns}/");
-        let mut history: Vec<&Arc<Value>> = cache
-            .objects
-            .iter()
-            .filter(|(k, r)| {
-                k.starts_with(&prefix)
-                    && controller_ref(r).is_some_and(|c| c["uid"] == uid)
-                    && !matches!(s(r, "/metadata/name"), n if n == current || n == update || live.contains(n))
+        let old: Vec<Arc<Value>> = history::owned(cache.objects.values(), set)
+            .into_iter()
+            .filter(|r| {
+                let n = s(r, "/metadata/name");
+                n != current && n != update && !live_names.contains(n)
             })
-            .map(|(_, r)| r)
             .collect();
-        if history.len() <= limit {
-            return;
-        }
-        history.sort_by_key(|r| revision::number(r));
-        let Some(mut t) = objects::target("apps", "controllerrevisions", Some(ns)) else {
-            return;
-        };
-        t.namespace = Some(ns.to_string());
-        for r in &history[..history.len() - limit] {
-            let _ = delete_object(
-                &self.st,
-                &t,
-                s(r, "/metadata/name"),
-                &DeleteOptions::default(),
-            );
-        }
+        let doomed = history::to_truncate(&old, &HashSet::new(), limit);
+        history::delete(&self.st, &doomed);
     }
 }
