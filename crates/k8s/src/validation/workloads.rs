@@ -81,10 +81,25 @@ pub(super) fn validate_workload(errs: &mut Errs, gvk: &Gvk, obj: &Value, old: Op
         &strmap(&tmeta, "labels"),
         &tp.child("metadata").child("labels"),
     );
-    let tspec = spec
+    let mut tspec = spec
         .pointer("/template/spec")
         .cloned()
         .unwrap_or_else(|| json!({}));
+    // A StatefulSet's claim templates are volumes of its pods, which mounts may name.
+    let claims: Vec<String> = arr(spec, "volumeClaimTemplates")
+        .iter()
+        .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
+    if gvk.kind == "StatefulSet" && !claims.is_empty() {
+        let mut vols = arr(&tspec, "volumes").to_vec();
+        for c in claims {
+            if !vols.iter().any(|v| v["name"] == c.as_str()) {
+                vols.push(json!({"name": c, "persistentVolumeClaim": {"claimName": c}}));
+            }
+        }
+        tspec["volumes"] = json!(vols);
+    }
     validate_pod_spec(errs, &tspec, &tp.child("spec"), false);
     let rp = s(&tspec, "restartPolicy");
     if rp != "Always" && !rp.is_empty() {
