@@ -486,7 +486,12 @@ async fn topology_spread_keeps_zones_within_max_skew() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_sets_pods_are_spread_by_default() {
-    let c = common::start().await;
+    // The test makes the ReplicaSet's pods itself, as its controller would.
+    let c = common::start_with_controllers(nodus_control_plane::controllers::ControllersConfig {
+        disabled: vec!["replicaset".into()],
+        ..Default::default()
+    })
+    .await;
     let client = c.client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");

@@ -61,6 +61,9 @@ pub struct ControllersConfig {
     /// Where local-path volumes are made on the nodes (k3s's
     /// `--default-local-storage-path`).
     pub local_storage_path: std::path::PathBuf,
+    /// Controllers left out, by upstream's names (kube-controller-manager's
+    /// `--controllers=*,-replicaset`): a test that plays a controller itself turns it off.
+    pub disabled: Vec<String>,
 }
 
 /// nodus's counterpart of k3s's `/var/lib/rancher/k3s/storage`.
@@ -78,6 +81,7 @@ impl Default for ControllersConfig {
             max_endpoints_per_slice: 100,
             pod_gc_quarantine: Duration::from_secs(40),
             local_storage_path: DEFAULT_LOCAL_STORAGE_PATH.into(),
+            disabled: Vec::new(),
         }
     }
 }
@@ -92,18 +96,39 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         tasks.spawn(tainteviction::run(st.clone()));
         tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
         tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
-        tasks.spawn(job::run(st.clone()));
-        tasks.spawn(cronjob::run(st.clone()));
-        tasks.spawn(ttlafterfinished::run(st.clone()));
-        tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
-        tasks.spawn(disruption::run(st.clone()));
-        tasks.spawn(daemonset::run(st.clone()));
-        tasks.spawn(replicaset::run(st.clone(), replicaset::Kind::ReplicaSet));
-        tasks.spawn(deployment::run(st.clone()));
-        tasks.spawn(replicaset::run(
-            st.clone(),
-            replicaset::Kind::ReplicationController,
-        ));
-        tasks.spawn(statefulset::run(st.clone()));
+        let on = |name: &str| !cfg.disabled.iter().any(|d| d == name);
+        if on("job") {
+            tasks.spawn(job::run(st.clone()));
+        }
+        if on("cronjob") {
+            tasks.spawn(cronjob::run(st.clone()));
+        }
+        if on("ttl-after-finished") {
+            tasks.spawn(ttlafterfinished::run(st.clone()));
+        }
+        if on("persistentvolume-binder") {
+            tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
+        }
+        if on("disruption") {
+            tasks.spawn(disruption::run(st.clone()));
+        }
+        if on("daemonset") {
+            tasks.spawn(daemonset::run(st.clone()));
+        }
+        if on("replicaset") {
+            tasks.spawn(replicaset::run(st.clone(), replicaset::Kind::ReplicaSet));
+        }
+        if on("deployment") {
+            tasks.spawn(deployment::run(st.clone()));
+        }
+        if on("replicationcontroller") {
+            tasks.spawn(replicaset::run(
+                st.clone(),
+                replicaset::Kind::ReplicationController,
+            ));
+        }
+        if on("statefulset") {
+            tasks.spawn(statefulset::run(st.clone()));
+        }
     }
 }
