@@ -41,15 +41,38 @@ pub struct ControlPlaneArgs {
     /// Where the local-path provisioner puts volumes on every node (as k3s's flag).
     #[arg(long, default_value = crate::controllers::DEFAULT_LOCAL_STORAGE_PATH)]
     pub default_local_storage_path: PathBuf,
+    /// Ordered authorizers on the secure port: comma-separated AlwaysAllow, AlwaysDeny,
+    /// Node, RBAC.
+    #[arg(long, default_value = crate::apiserver::authz::DEFAULT_MODES)]
+    pub authorization_mode: String,
+    /// The address published as the `kubernetes` Service's endpoint (default: the bind
+    /// address, or 127.0.0.1 when binding to all addresses).
+    #[arg(long)]
+    pub advertise_address: Option<IpAddr>,
+    /// The issuer (`iss`) of service-account tokens and of OIDC discovery.
+    #[arg(long, default_value = crate::apiserver::authn::serviceaccount::DEFAULT_ISSUER)]
+    pub service_account_issuer: String,
+    /// The audiences the API server accepts tokens for (comma-separated; default: the
+    /// service-account issuer).
+    #[arg(long, value_delimiter = ',')]
+    pub api_audiences: Vec<String>,
     /// Run the API server without the scheduler (another scheduler binds pods).
     #[arg(long)]
     pub disable_scheduler: bool,
+    /// The most non-mutating requests in flight at a time; more get 429 (0: no limit).
+    #[arg(long, default_value_t = 400)]
+    pub max_requests_inflight: usize,
+    /// The most mutating requests in flight at a time; more get 429 (0: no limit).
+    #[arg(long, default_value_t = 200)]
+    pub max_mutating_requests_inflight: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("{0}")]
     Server(#[from] ServerError),
+    #[error("invalid --authorization-mode: {0}")]
+    AuthorizationMode(String),
     #[error("invalid --{flag} {value:?}: {why}")]
     Flag {
         flag: &'static str,
@@ -99,6 +122,24 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
     let mut cfg = ControlPlaneConfig::new(&args.data_dir, args.bind_address, args.secure_port);
     cfg.api.service_cidr = parse_cidr(&args.service_cluster_ip_range)?;
     cfg.api.node_port_range = parse_range(&args.service_node_port_range)?;
+    cfg.api.authorization_modes = crate::apiserver::authz::parse_modes(&args.authorization_mode)
+        .map_err(RunError::AuthorizationMode)?;
+    cfg.advertise_address = args.advertise_address;
+    if args.service_account_issuer.is_empty() {
+        return Err(RunError::Flag {
+            flag: "service-account-issuer",
+            value: String::new(),
+            why: "must not be empty",
+        });
+    }
+    cfg.api.service_account_issuer = args.service_account_issuer.clone();
+    cfg.api.api_audiences = if args.api_audiences.is_empty() {
+        vec![args.service_account_issuer.clone()]
+    } else {
+        args.api_audiences.clone()
+    };
+    cfg.api.max_requests_inflight = args.max_requests_inflight;
+    cfg.api.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let duration = |flag: &'static str, v: &str| {
         nodus_k8s::duration::parse_duration(v).map_err(|_| RunError::Flag {
             flag,

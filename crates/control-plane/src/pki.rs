@@ -48,21 +48,33 @@ impl Pki {
 /// Writes a file with mode 0600 atomically (temp file + rename), so a crash never leaves a
 /// truncated key or kubeconfig behind.
 pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), PkiError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io(&tmp))?;
-        f.write_all(contents).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
+    nodus_serving::private::write(path, contents).map_err(io(path))
+}
+
+/// Creates a directory of keys or kubeconfigs mode 0700 (narrowing an existing one).
+fn private_dir(dir: &Path) -> Result<(), PkiError> {
+    nodus_serving::private::create_dir(dir).map_err(io(dir))
+}
+
+/// Narrows the files of an install made before keys were kept private.
+fn restrict_files(dir: &Path) -> Result<(), PkiError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(PkiError::Io {
+                path: dir.to_path_buf(),
+                err: e,
+            });
+        }
+    };
+    for entry in entries.flatten() {
+        let p = entry.path();
+        if p.is_file() {
+            nodus_serving::private::restrict_file(&p).map_err(io(&p))?;
+        }
     }
-    std::fs::rename(&tmp, path).map_err(io(path))
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<String, PkiError> {
@@ -103,7 +115,15 @@ fn client_cert(dir: &Path, cn: &str, orgs: &[&str]) -> Result<(String, String), 
 /// Creates the CA and serving certificate in `data_dir/pki` unless present, and returns them.
 pub fn ensure(data_dir: &Path, bind: IpAddr) -> Result<Pki, PkiError> {
     let dir = data_dir.join("pki");
-    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    private_dir(&dir)?;
+    restrict_files(&dir)?;
+    let nodes = data_dir.join("nodes");
+    if nodes.exists() {
+        private_dir(&nodes)?;
+        restrict_files(&nodes)?;
+    }
+    nodus_serving::private::restrict_file(&data_dir.join("admin.kubeconfig"))
+        .map_err(io(&data_dir.join("admin.kubeconfig")))?;
     let ca_crt = dir.join("ca.crt");
     let ca_key = dir.join("ca.key");
     if !ca_crt.exists() || !ca_key.exists() {
@@ -300,7 +320,7 @@ pub fn issue_node_kubeconfig(
     let ca = read(&dir.join("ca.crt"))?;
     let (cert, key) = client_cert(&dir, &format!("system:node:{node_name}"), &["system:nodes"])?;
     let out_dir = data_dir.join("nodes");
-    std::fs::create_dir_all(&out_dir).map_err(io(&out_dir))?;
+    private_dir(&out_dir)?;
     let path = out_dir.join(format!("{node_name}.kubeconfig"));
     let user = format!("system:node:{node_name}");
     write_private(
@@ -342,7 +362,7 @@ pub fn issue_kubelet_serving_cert(
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &issuer)?;
     let out_dir = data_dir.join("nodes");
-    std::fs::create_dir_all(&out_dir).map_err(io(&out_dir))?;
+    private_dir(&out_dir)?;
     let crt = out_dir.join(format!("{node_name}-kubelet.crt"));
     let key_path = out_dir.join(format!("{node_name}-kubelet.key"));
     write_private(&key_path, key.serialize_pem().as_bytes())?;
@@ -367,4 +387,103 @@ pub fn issue_user_kubeconfig(
         kubeconfig(&ca, server_url, user, &cert, &key).as_bytes(),
     )?;
     Ok(path)
+}
+
+/// The DER SubjectPublicKeyInfo prefix of an ECDSA P-256 key (id-ecPublicKey, prime256v1),
+/// followed by the 65-byte uncompressed point.
+const P256_SPKI_PREFIX: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+/// The SubjectPublicKeyInfo DER of a P-256 public key given as its uncompressed point.
+pub fn p256_spki_der(point: &[u8]) -> Vec<u8> {
+    let mut der = P256_SPKI_PREFIX.to_vec();
+    der.extend_from_slice(point);
+    der
+}
+
+fn pem_block(label: &str, der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// The service-account token signing key, `sa.key` (PKCS#8 PEM) with its public half in
+/// `sa.pub`, as kubeadm lays them out; created once (ECDSA P-256, signing ES256) and kept,
+/// so tokens already handed out stay valid across restarts. Returns the PKCS#8 DER.
+pub fn service_account_key(pki_dir: &Path) -> Result<Vec<u8>, PkiError> {
+    use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
+    let key_path = pki_dir.join("sa.key");
+    let pub_path = pki_dir.join("sa.pub");
+    let rng = ring::rand::SystemRandom::new();
+    let der = match read(&key_path) {
+        Ok(pem) => rustls_pemfile::private_key(&mut pem.as_bytes())
+            .ok()
+            .flatten()
+            .map(|k| k.secret_der().to_vec())
+            .ok_or_else(|| PkiError::Invalid(format!("{}: no private key", key_path.display())))?,
+        Err(_) => {
+            let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+                .map_err(|_| PkiError::Invalid("generating the service-account key".into()))?;
+            write_private(&key_path, pem_block("PRIVATE KEY", doc.as_ref()).as_bytes())?;
+            doc.as_ref().to_vec()
+        }
+    };
+    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &der, &rng)
+        .map_err(|e| PkiError::Invalid(format!("{}: {e}", key_path.display())))?;
+    let public = pem_block("PUBLIC KEY", &p256_spki_der(pair.public_key().as_ref()));
+    if read(&pub_path).ok().as_deref() != Some(public.as_str()) {
+        write_private(&pub_path, public.as_bytes())?;
+    }
+    Ok(der)
+}
+
+/// kubeadm's `--discovery-token-ca-cert-hash` of a CA: `sha256:` and the hex SHA-256 of the
+/// certificate's SubjectPublicKeyInfo, so it pins the key whatever the certificate says.
+pub fn ca_cert_hash(ca_pem: &str) -> Result<String, PkiError> {
+    use sha2::{Digest, Sha256};
+    let der = rustls_pemfile::certs(&mut ca_pem.as_bytes())
+        .next()
+        .and_then(Result::ok)
+        .ok_or_else(|| PkiError::Invalid("no certificate in the CA bundle".into()))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| PkiError::Invalid(format!("parsing the CA certificate: {e}")))?;
+    let digest = Sha256::digest(cert.tbs_certificate.subject_pki.raw);
+    Ok(format!(
+        "sha256:{}",
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ca_hash_pins_the_public_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = ensure(dir.path(), IpAddr::from([127, 0, 0, 1])).unwrap();
+        let h = ca_cert_hash(&p.ca_cert_pem).unwrap();
+        assert!(h.starts_with("sha256:") && h.len() == 7 + 64, "{h}");
+        // The same key reissued keeps the hash; the openssl equivalent is
+        // `openssl x509 -pubkey | openssl pkey -pubin -outform der | sha256sum`.
+        let key = KeyPair::from_pem(&read(&p.dir.join("ca.key")).unwrap()).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let again = params.self_signed(&key).unwrap().pem();
+        assert_eq!(ca_cert_hash(&again).unwrap(), h);
+        let other = KeyPair::generate().unwrap();
+        let foreign = params.self_signed(&other).unwrap().pem();
+        assert_ne!(ca_cert_hash(&foreign).unwrap(), h);
+        assert!(ca_cert_hash("junk").is_err());
+    }
 }

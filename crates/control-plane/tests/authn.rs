@@ -74,6 +74,22 @@ async fn anonymous_tokens_and_health() {
         "{body}"
     );
 
+    // alice's group may read kube-system, as an operator would grant it.
+    let admin = common::kubectl_with(
+        &handle.kubeconfig,
+        &[
+            "create",
+            "rolebinding",
+            "dev-view",
+            "--clusterrole=view",
+            "--group=dev",
+            "-n",
+            "kube-system",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(admin.code, 0, "{}", admin.stderr);
     let empty = dir.path().join("empty.kubeconfig");
     std::fs::write(&empty, "apiVersion: v1\nkind: Config\n").expect("empty kubeconfig");
     let server = format!("--server={}", handle.url);

@@ -1,5 +1,6 @@
 //! pods/log and nodes/proxy reach the node's kubelet over HTTPS verified by the cluster CA;
-//! an unreachable kubelet is a clear error naming it.
+//! an unreachable kubelet is a clear error naming it; `--insecure-skip-tls-verify-backend`
+//! reaches one whose certificate the CA did not sign.
 
 mod common;
 
@@ -16,10 +17,28 @@ async fn fake_kubelet(dir: &std::path::Path) -> u16 {
         &["127.0.0.1".parse().expect("ip")],
     )
     .expect("serving cert");
-    let certs = rustls_pemfile::certs(&mut std::fs::read(crt).expect("crt").as_slice())
+    serve_kubelet(
+        &std::fs::read_to_string(crt).expect("crt"),
+        &std::fs::read_to_string(key).expect("key"),
+    )
+    .await
+}
+
+/// [`fake_kubelet`] with a self-signed serving certificate the cluster CA knows nothing of.
+async fn self_signed_kubelet() -> u16 {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut p = rcgen::CertificateParams::new(vec!["n1".to_string()]).expect("params");
+    p.subject_alt_names
+        .push(rcgen::SanType::IpAddress("127.0.0.1".parse().expect("ip")));
+    let cert = p.self_signed(&key).expect("cert");
+    serve_kubelet(&cert.pem(), &key.serialize_pem()).await
+}
+
+async fn serve_kubelet(crt: &str, key: &str) -> u16 {
+    let certs = rustls_pemfile::certs(&mut crt.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .expect("certs");
-    let key = rustls_pemfile::private_key(&mut std::fs::read(key).expect("key").as_slice())
+    let key = rustls_pemfile::private_key(&mut key.as_bytes())
         .expect("key")
         .expect("a key");
     let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -114,6 +133,39 @@ async fn logs_and_node_proxy_go_to_the_kubelet() {
     assert!(
         text.contains("cannot reach the kubelet of node \"gone\" at https://127.0.0.1:1"),
         "{text}"
+    );
+    c.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_skip_tls_verify_backend_reaches_an_unverified_kubelet() {
+    let c = common::start().await;
+    let port = self_signed_kubelet().await;
+    let node = format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: n1}}\nstatus:\n  addresses: [{{type: InternalIP, address: 127.0.0.1}}]\n  daemonEndpoints: {{kubeletEndpoint: {{Port: {port}}}}}\n"
+    );
+    c.kubectl_stdin(&["create", "-f", "-"], Some(&node))
+        .await
+        .ok();
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: busybox}]\n";
+    c.kubectl_stdin(&["create", "-f", "-"], Some(pod))
+        .await
+        .ok();
+    let refused = c.kubectl(&["logs", "p"]).await;
+    let text = refused.fails();
+    assert!(
+        text.contains("cannot reach the kubelet of node \"n1\""),
+        "{text}"
+    );
+    let logs = c
+        .kubectl(&["logs", "p", "--insecure-skip-tls-verify-backend"])
+        .await;
+    assert!(
+        logs.ok()
+            .trim()
+            .starts_with("kubelet saw: GET /containerLogs/default/p/c?"),
+        "{}",
+        logs.stdout
     );
     c.handle.shutdown().await;
 }

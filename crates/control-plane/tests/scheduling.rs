@@ -2,7 +2,8 @@
 //! fit on Allocatable, taints and tolerations, nodeSelector, required node affinity,
 //! FailedScheduling with upstream's wording, and a pending pod placed once a node fits;
 //! inter-pod affinity and anti-affinity, topology spread constraints, and the default
-//! spreading of a ReplicaSet's pods.
+//! spreading of a ReplicaSet's pods; preemption of lower-priority pods by a pending
+//! higher-priority one.
 
 mod common;
 
@@ -547,4 +548,169 @@ async fn a_replica_sets_pods_are_spread_by_default() {
     .await
     .expect("loner");
     assert_eq!(bound_to(&pods, "loner").await, "big");
+}
+
+/// Events of `reason` about `name`, their messages.
+async fn events_of(client: &kube::Client, name: &str, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.message)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_pod_preempts_the_least_important_pods() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    let classes = c.apply(
+        r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: mid}
+value: 50
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 100
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: polite}
+value: 100
+preemptionPolicy: Never
+"#,
+    );
+    classes.await.ok();
+    for n in ["n1", "n2"] {
+        nodes
+            .create(&pp, &node(n, "2", json!({}), json!([])))
+            .await
+            .expect("node");
+    }
+    // n1 holds a low-priority pod, n2 a mid-priority one; each fills its node.
+    pods.create(
+        &pp,
+        &pod("low", "1500m", json!({"priorityClassName": "low"})),
+    )
+    .await
+    .expect("low");
+    assert_eq!(bound_to(&pods, "low").await, "n1");
+    pods.create(
+        &pp,
+        &pod("mid", "1500m", json!({"priorityClassName": "mid"})),
+    )
+    .await
+    .expect("mid");
+    assert_eq!(bound_to(&pods, "mid").await, "n2");
+
+    // preemptionPolicy: Never waits instead of preempting.
+    pods.create(
+        &pp,
+        &pod("polite", "1500m", json!({"priorityClassName": "polite"})),
+    )
+    .await
+    .expect("polite");
+    assert_eq!(
+        failed_scheduling(&client, &pods, "polite").await,
+        "0/2 nodes are available: 2 Insufficient cpu."
+    );
+    let p = pods.get("polite").await.expect("polite");
+    assert_eq!(p.status.and_then(|s| s.nominated_node_name), None);
+    for name in ["low", "mid"] {
+        let v = pods.get(name).await.expect("still there");
+        assert!(v.metadata.deletion_timestamp.is_none(), "{name} kept");
+    }
+    pods.delete(
+        "polite",
+        &kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("delete polite");
+
+    // A high-priority pod preempts the lowest-priority victim: low on n1.
+    let urgent = pods
+        .create(
+            &pp,
+            &pod("urgent", "1500m", json!({"priorityClassName": "high"})),
+        )
+        .await
+        .expect("urgent");
+    let uid = urgent.metadata.uid.expect("uid");
+    let nominated = eventually("urgent nominated", || async {
+        pods.get("urgent").await.ok()?.status?.nominated_node_name
+    })
+    .await;
+    assert_eq!(nominated, "n1");
+    let victim = eventually("low terminating", || async {
+        let p = pods.get("low").await.ok()?;
+        p.metadata.deletion_timestamp.is_some().then_some(p)
+    })
+    .await;
+    let cond = victim
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget condition");
+    assert_eq!(
+        (
+            cond.status.as_str(),
+            cond.reason.as_deref(),
+            cond.message.as_deref()
+        ),
+        (
+            "True",
+            Some("PreemptionByScheduler"),
+            Some("default-scheduler: preempting to accommodate a higher priority pod")
+        )
+    );
+    assert_eq!(
+        events_of(&client, "low", "Preempted").await,
+        vec![format!("Preempted by pod {uid} on node n1")]
+    );
+    let kept = pods.get("mid").await.expect("mid");
+    assert!(kept.metadata.deletion_timestamp.is_none(), "mid is spared");
+    assert_eq!(
+        pods.get("urgent")
+            .await
+            .expect("urgent")
+            .spec
+            .and_then(|s| s.node_name),
+        None,
+        "urgent waits for its victim to go"
+    );
+    // The victim's kubelet finishes it; the preemptor takes its place.
+    pods.delete(
+        "low",
+        &kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("finish low");
+    assert_eq!(bound_to(&pods, "urgent").await, "n1");
+    let out = c.kubectl(&["describe", "pod", "urgent"]).await;
+    assert!(out.ok().contains("n1"), "{}", out.stdout);
 }

@@ -2,7 +2,8 @@
 //! default `local-path` class, admission defaults and finalizers, an Immediate claim bound
 //! to a matching PV, a WaitForFirstConsumer claim that waits for its pod to be scheduled on
 //! a (fake) node and is then provisioned there, pvc-protection while a pod uses the claim,
-//! and the Delete and Retain reclaim policies.
+//! and the Delete and Retain reclaim policies; the scheduler's VolumeBinding filter keeping a
+//! StatefulSet pod on the node of its bound local volume.
 
 mod common;
 
@@ -382,4 +383,132 @@ async fn wait_for_first_consumer_provisions_on_the_scheduled_node_and_delete_rec
         pvs.get(&pv_name).await.is_err().then_some(())
     })
     .await;
+}
+
+/// The FailedScheduling message of `name`, once the scheduler has given up on it.
+async fn failed_scheduling(client: &kube::Client, name: &str) -> String {
+    eventually(&format!("FailedScheduling for {name}"), || async {
+        event_reasons(client, name)
+            .await
+            .into_iter()
+            .find(|(r, _)| r == "FailedScheduling")
+            .map(|(_, m)| m)
+    })
+    .await
+}
+
+async fn node_of(pods: &Api<Pod>, name: &str) -> String {
+    eventually(&format!("{name} bound"), || async {
+        pods.get(name).await.ok()?.spec?.node_name
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_local_volumes_pin_their_pods_to_the_volumes_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = common::start_with_controllers(nodus_control_plane::controllers::ControllersConfig {
+        local_storage_path: dir.path().join("storage"),
+        ..Default::default()
+    })
+    .await;
+    let client = c.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    // n1 starts cordoned, so the first placements land on n2.
+    let mut cordoned = ready_node("n1");
+    cordoned.spec = Some(serde_json::from_value(json!({"unschedulable": true})).expect("spec"));
+    nodes
+        .create(&PostParams::default(), &cordoned)
+        .await
+        .expect("n1");
+    nodes
+        .create(&PostParams::default(), &ready_node("n2"))
+        .await
+        .expect("n2");
+
+    // A claim that does not exist yet keeps the pod pending with upstream's words; the
+    // claim's creation brings it back.
+    pods.create(&PostParams::default(), &pod_using("early", "late"))
+        .await
+        .expect("pod");
+    assert_eq!(
+        failed_scheduling(&client, "early").await,
+        "0/2 nodes are available: persistentvolumeclaim \"late\" not found."
+    );
+    pvcs.create(&PostParams::default(), &claim("late", None, "1Gi"))
+        .await
+        .expect("pvc");
+    assert_eq!(node_of(&pods, "early").await, "n2");
+
+    c.apply(
+        r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers:
+      - name: c
+        image: busybox
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+"#,
+    )
+    .await
+    .ok();
+    assert_eq!(node_of(&pods, "db-0").await, "n2");
+    eventually("data-db-0 bound", || async {
+        (phase_of_claim(&pvcs, "data-db-0").await == "Bound").then_some(())
+    })
+    .await;
+
+    // With n1 open and emptier, only the volume's node affinity brings db-0 back to n2.
+    let open: Node = serde_json::from_value(json!({"spec": {"unschedulable": false}})).unwrap();
+    nodes
+        .patch(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&open),
+        )
+        .await
+        .expect("uncordon");
+    let first_uid = pods.get("db-0").await.expect("db-0").metadata.uid;
+    pods.delete("db-0", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete db-0");
+    eventually("db-0 made again", || async {
+        let p = pods.get("db-0").await.ok()?;
+        (p.metadata.uid != first_uid).then_some(())
+    })
+    .await;
+    assert_eq!(node_of(&pods, "db-0").await, "n2");
+    // A pod with the same claim that may only go to n1 fits nowhere, and says why.
+    let mut pinned = pod_using("elsewhere", "data-db-0");
+    pinned.spec.as_mut().expect("spec").node_selector =
+        Some([("kubernetes.io/hostname".to_string(), "n1".to_string())].into());
+    pods.create(&PostParams::default(), &pinned)
+        .await
+        .expect("pod");
+    assert_eq!(
+        failed_scheduling(&client, "elsewhere").await,
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, \
+         1 node(s) had volume node affinity conflict."
+    );
+    let out = c.kubectl(&["describe", "pod", "elsewhere"]).await;
+    assert!(
+        out.ok().contains("volume node affinity conflict"),
+        "{}",
+        out.stdout
+    );
 }

@@ -2,7 +2,8 @@
 //! server, without nodes: pods stay Pending (unscheduled) unless the test plays kubelet
 //! and marks them Running/Ready through the status subresource. Ownership and adoption,
 //! scale-down ranking, rollouts (rolling and Recreate), proportional scaling, history
-//! cleanup, validation 422s and a restart mid-rollout.
+//! cleanup, validation 422s and a restart mid-rollout; `kubectl describe` of every workload
+//! kind.
 
 mod common;
 
@@ -763,4 +764,174 @@ async fn a_stuck_rollout_exceeds_its_progress_deadline() {
         "{}",
         out.stderr
     );
+}
+
+/// `kubectl describe <args>` once its output holds every one of `wants` (the controllers
+/// may still be catching up).
+async fn describe(c: &common::Cluster, args: &[&str], wants: &[&str]) -> String {
+    let mut full = vec!["describe"];
+    full.extend_from_slice(args);
+    let mut last = String::new();
+    for _ in 0..300 {
+        let out = c.kubectl(&full).await;
+        if wants.iter().all(|w| out.stdout.contains(w)) {
+            return out.stdout;
+        }
+        last = format!("{}{}", out.stdout, out.stderr);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("kubectl describe {args:?} never showed all of {wants:?}:\n{last}");
+}
+
+/// `kubectl describe` on each workload kind names its key fields and the controller's
+/// events about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_workloads_and_their_events() {
+    let c = common::start().await;
+    c.apply(
+        r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}
+status:
+  allocatable: {cpu: "4", memory: 4Gi, pods: "110"}
+  capacity: {cpu: "4", memory: 4Gi, pods: "110"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: busybox}]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: c, image: busybox}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c, image: busybox}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  completions: 3
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox}]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: "0 3 * * *"
+  timeZone: Etc/UTC
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{name: c, image: busybox}]
+"#,
+    )
+    .await
+    .ok();
+    let d = describe(
+        &c,
+        &["deployment", "web"],
+        &[
+            "Replicas:",
+            "2 desired | 2 updated | 2 total",
+            "StrategyType:           RollingUpdate",
+            "25% max unavailable, 25% max surge",
+            "NewReplicaSet:",
+            "ScalingReplicaSet",
+            "Scaled up replica set web-",
+        ],
+    )
+    .await;
+    // The ReplicaSet it names, described in turn.
+    let rs = d
+        .lines()
+        .find(|l| l.starts_with("NewReplicaSet:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .expect("new replica set named")
+        .to_string();
+    describe(
+        &c,
+        &["replicaset", &rs],
+        &[
+            "Controlled By:  Deployment/web",
+            "2 current / 2 desired",
+            "Pods Status:",
+            "SuccessfulCreate",
+            "Created pod: web-",
+        ],
+    )
+    .await;
+    describe(
+        &c,
+        &["daemonset", "agent"],
+        &[
+            "Desired Number of Nodes Scheduled: 1",
+            "Current Number of Nodes Scheduled: 1",
+            "SuccessfulCreate",
+            "Created pod: agent-",
+        ],
+    )
+    .await;
+    describe(
+        &c,
+        &["statefulset", "db"],
+        &[
+            "1 desired | 1 total",
+            "Update Strategy:",
+            "RollingUpdate",
+            "SuccessfulCreate",
+            "create Pod db-0 in StatefulSet db successful",
+        ],
+    )
+    .await;
+    describe(
+        &c,
+        &["job", "once"],
+        &[
+            "Parallelism:",
+            "Completions:",
+            "Pods Statuses:",
+            "SuccessfulCreate",
+            "Created pod: once-",
+        ],
+    )
+    .await;
+    describe(
+        &c,
+        &["cronjob", "nightly"],
+        &[
+            "Schedule:",
+            "0 3 * * *",
+            "Concurrency Policy:",
+            "Allow",
+            "Suspend:",
+        ],
+    )
+    .await;
 }

@@ -53,6 +53,9 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
             default_template(spec);
         }
         ("apps", "DaemonSet") => default_daemonset(o),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            default_role_binding(o)
+        }
         ("batch", "Job") => default_job(o),
         ("batch", "CronJob") => default_cronjob(o),
         ("", "PersistentVolume") => default_persistent_volume(o),
@@ -610,6 +613,23 @@ fn default_cronjob(o: &mut Map<String, Value>) {
     let job_spec = obj_mut(obj_mut(spec, "jobTemplate"), "spec");
     default_template(job_spec);
 }
+
+/// Upstream's rbac/v1 defaults: the roleRef's group, and each subject's group by its kind
+/// (ServiceAccounts are in the core group, Users and Groups in RBAC's).
+fn default_role_binding(o: &mut Map<String, Value>) {
+    set_str(obj_mut(o, "roleRef"), "apiGroup", RBAC_GROUP);
+    for subject in arr_mut(o, "subjects") {
+        if let Value::Object(s) = subject {
+            let group = match s.get("kind").and_then(Value::as_str) {
+                Some("User" | "Group") => RBAC_GROUP,
+                _ => continue,
+            };
+            set_str(s, "apiGroup", group);
+        }
+    }
+}
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Upstream's SetDefaults_StatefulSet (apps/v1), claim templates defaulted as PVCs are.
 fn default_statefulset(o: &mut Map<String, Value>) {

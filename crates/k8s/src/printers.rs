@@ -208,6 +208,26 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
             w("Count", "The number of times this event has occurred."),
             col("Name", "string", 1, NAME_DOC),
         ],
+        ("certificates.k8s.io", "CertificateSigningRequest") => vec![
+            name_col(),
+            age_col(),
+            s(
+                "SignerName",
+                "signerName indicates the requested signer, and is a qualified name.",
+            ),
+            s(
+                "Requestor",
+                "request contains an x509 certificate signing request encoded in a \"CERTIFICATE REQUEST\" PEM block. When serialized as JSON or YAML, the data is additionally base64-encoded.",
+            ),
+            s(
+                "RequestedDuration",
+                "expirationSeconds is the requested duration of validity of the issued certificate. The certificate signer may issue a certificate with a different validity duration so a client must check the delta between the notBefore and and notAfter fields in the issued certificate to determine the actual duration.",
+            ),
+            s(
+                "Condition",
+                "conditions applied to the request. Known conditions are \"Approved\", \"Denied\", and \"Failed\".",
+            ),
+        ],
         ("coordination.k8s.io", "Lease") => vec![
             name_col(),
             s(
@@ -491,6 +511,30 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
                 "volumeMode defines what type of volume is required by the claim.",
             ),
         ],
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => {
+            vec![name_col(), col("Created At", "date", 0, AGE_DOC)]
+        }
+        ("rbac.authorization.k8s.io", kind @ ("RoleBinding" | "ClusterRoleBinding")) => {
+            let (what, role_doc) = if kind == "RoleBinding" {
+                (
+                    "roleBinding",
+                    "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable.",
+                )
+            } else {
+                (
+                    "clusterrolebinding",
+                    "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable.",
+                )
+            };
+            vec![
+                name_col(),
+                s("Role", role_doc),
+                age_col(),
+                w("Users", &format!("Users in the {what}")),
+                w("Groups", &format!("Groups in the {what}")),
+                w("ServiceAccounts", &format!("ServiceAccounts in the {what}")),
+            ]
+        }
         ("storage.k8s.io", "StorageClass") => vec![
             name_col(),
             s(
@@ -720,6 +764,46 @@ fn storage_class_cells(o: &Value, age: Value) -> Vec<Value> {
     ]
 }
 
+/// Upstream's `SubjectsStrings`: users, groups and `namespace/name` service accounts, each
+/// joined with ", ".
+fn subjects_strings(o: &Value) -> (String, String, String) {
+    let (mut users, mut groups, mut sas) = (Vec::new(), Vec::new(), Vec::new());
+    for sub in arr(o, "/subjects") {
+        let name = s_at(sub, "/name");
+        match s_at(sub, "/kind") {
+            "User" => users.push(name.to_string()),
+            "Group" => groups.push(name.to_string()),
+            "ServiceAccount" => match s_at(sub, "/namespace") {
+                "" => sas.push(name.to_string()),
+                ns => sas.push(format!("{ns}/{name}")),
+            },
+            _ => {}
+        }
+    }
+    (users.join(", "), groups.join(", "), sas.join(", "))
+}
+
+/// Upstream's `extractCSRStatus`: Denied over Approved over Pending, then `,Failed` and
+/// `,Issued`.
+fn csr_condition(o: &Value) -> String {
+    let has = |t: &str| arr(o, "/status/conditions").iter().any(|c| c["type"] == t);
+    let mut out = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_string();
+    if has("Failed") {
+        out.push_str(",Failed");
+    }
+    if !s_at(o, "/status/certificate").is_empty() {
+        out.push_str(",Issued");
+    }
+    out
+}
+
 fn s_at<'a>(o: &'a Value, ptr: &str) -> &'a str {
     o.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
@@ -802,6 +886,19 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
         ("", "ServiceAccount") => vec![name, json!(arr(o, "/secrets").len()), age],
         ("", "Event") => event_cells(o, now, false),
         ("events.k8s.io", "Event") => event_cells(o, now, true),
+        ("certificates.k8s.io", "CertificateSigningRequest") => vec![
+            name,
+            age,
+            json!(or_none(s_at(o, "/spec/signerName"))),
+            json!(s_at(o, "/spec/username")),
+            json!(
+                match o.pointer("/spec/expirationSeconds").and_then(Value::as_i64) {
+                    Some(secs) => human_duration(secs),
+                    None => "<none>".to_string(),
+                }
+            ),
+            json!(csr_condition(o)),
+        ],
         ("coordination.k8s.io", "Lease") => vec![name, json!(s_at(o, "/spec/holderIdentity")), age],
         ("discovery.k8s.io", "EndpointSlice") => {
             let ports: Vec<String> = arr(o, "/ports")
@@ -838,6 +935,21 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
         ("", "PersistentVolume") => persistent_volume_cells(o, name, age),
         ("", "PersistentVolumeClaim") => persistent_volume_claim_cells(o, name, age),
         ("storage.k8s.io", "StorageClass") => storage_class_cells(o, age),
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => {
+            vec![name, json!(s_at(o, "/metadata/creationTimestamp"))]
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            let role = format!("{}/{}", s_at(o, "/roleRef/kind"), s_at(o, "/roleRef/name"));
+            let (users, groups, sas) = subjects_strings(o);
+            vec![
+                name,
+                json!(role),
+                age,
+                json!(users),
+                json!(groups),
+                json!(sas),
+            ]
+        }
         ("scheduling.k8s.io", "PriorityClass") => vec![
             name,
             json!(i_at(o, "/value")),

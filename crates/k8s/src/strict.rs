@@ -28,7 +28,9 @@ fn round_trip<T: DeserializeOwned + Serialize>(obj: &Value) -> Result<Value, Str
 
 /// The typed round trip for catalogue kinds; `None` for kinds without a struct here.
 fn typed_round_trip(gvk: &Gvk, obj: &Value) -> Option<Result<Value, String>> {
-    use k8s_openapi::api::{apps, coordination, core, discovery, events, node, policy, scheduling};
+    use k8s_openapi::api::{
+        apps, coordination, core, discovery, events, node, policy, rbac, scheduling,
+    };
     let mut input = obj.clone();
     // The typed structs insist on their own apiVersion/kind; the caller has already routed
     // the object by its URL, so fill them in when the body omits them.
@@ -69,6 +71,16 @@ fn typed_round_trip(gvk: &Gvk, obj: &Value) -> Option<Result<Value, String>> {
             ("apps", "v1", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(v),
             ("apps", "v1", "ControllerRevision") => round_trip::<apps::v1::ControllerRevision>(v),
             ("apps", "v1", "StatefulSet") => round_trip::<apps::v1::StatefulSet>(v),
+            ("rbac.authorization.k8s.io", "v1", "Role") => round_trip::<rbac::v1::Role>(v),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole") => {
+                round_trip::<rbac::v1::ClusterRole>(v)
+            }
+            ("rbac.authorization.k8s.io", "v1", "RoleBinding") => {
+                round_trip::<rbac::v1::RoleBinding>(v)
+            }
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+                round_trip::<rbac::v1::ClusterRoleBinding>(v)
+            }
             _ => return None,
         },
     )

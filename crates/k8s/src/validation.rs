@@ -9,6 +9,7 @@ use std::fmt;
 use serde_json::Value;
 
 mod batch;
+pub mod certificates;
 mod cluster;
 mod common;
 mod config;
@@ -17,6 +18,7 @@ mod names;
 mod network;
 mod object;
 mod pod;
+mod rbac;
 mod storage;
 mod userns;
 mod workloads;

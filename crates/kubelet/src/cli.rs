@@ -77,7 +77,8 @@ pub struct KubeletArgs {
     /// The unauthenticated read-only port (/pods, /metrics, /healthz); 0 disables it [default: 0].
     #[arg(long)]
     pub read_only_port: Option<u16>,
-    /// Address the read-only port binds to [default: 0.0.0.0].
+    /// The address the kubelet API (`--port`) and the read-only port bind to
+    /// [default: 0.0.0.0].
     #[arg(long)]
     pub address: Option<IpAddr>,
     /// Feature gates, e.g. EventedPLEG=true.
@@ -147,6 +148,18 @@ pub struct KubeletArgs {
     /// (static pods only), as upstream.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// A kubeconfig with bootstrap credentials (a bootstrap token): when --kubeconfig does
+    /// not exist yet, a client certificate is requested with it (TLS bootstrap) and
+    /// --kubeconfig written to use `<cert-dir>/kubelet-client-current.pem`.
+    #[arg(long)]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Renew the client certificate through the CSR API as it nears expiry.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub rotate_certificates: Option<bool>,
+    /// Obtain the kubelet API's serving certificate from the cluster CA through the CSR API
+    /// (`serverTLSBootstrap`) instead of self-signing one.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub rotate_server_certificates: Option<bool>,
     /// Register the node with the API server (with --kubeconfig) [default: true].
     #[arg(long)]
     pub register_node: Option<bool>,
@@ -827,6 +840,34 @@ fn spawn_api_parts(p: ApiParts) {
 }
 
 /// Runs the kubelet until SIGTERM/SIGINT. Pods keep running when it stops, as upstream's.
+/// Renews the client certificate at upstream's jittered deadline, as the node itself
+/// (the approver's selfnodeclient rule). New connections use the renewed file.
+async fn rotate_client_certificate(client: kube::Client, cert_dir: PathBuf, node: String) {
+    use crate::certificate::{Kind, renewal_due, request};
+    loop {
+        let Some(due) = renewal_due(&cert_dir, Kind::Client) else {
+            return;
+        };
+        let wait = due
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::sleep(wait).await;
+        if let Err(e) = request(
+            client.clone(),
+            &cert_dir,
+            &node,
+            Kind::Client,
+            &[],
+            Duration::from_secs(15 * 60),
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "client certificate rotation failed; retrying");
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+    }
+}
+
 pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let node = node_name(&args);
     let r = resolve(&args)?;
@@ -835,6 +876,15 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
     let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
+    let cert_dir = args
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| args.root_dir.join("pki"));
+    if let (Some(kc), Some(bootstrap)) = (&args.kubeconfig, &args.bootstrap_kubeconfig) {
+        crate::certificate::bootstrap_client(kc, bootstrap, &cert_dir, &node)
+            .await
+            .map_err(|e| RunError::Flag(format!("TLS bootstrap: {e}")))?;
+    }
     let api_client = match &args.kubeconfig {
         Some(p) => Some(
             crate::apiclient::client_from_kubeconfig(p)
@@ -1028,7 +1078,71 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         started_ns: k8s_openapi::jiff::Timestamp::now().as_nanosecond() as i64,
         cpu: Arc::default(),
     };
-    if secure.addr.port() != 0 {
+    if let (Some(client), true) = (&api_client, args.rotate_certificates.unwrap_or(false)) {
+        tokio::spawn(rotate_client_certificate(
+            client.clone(),
+            cert_dir.clone(),
+            node.clone(),
+        ));
+    }
+    let server_bootstrap = secure.cert.is_none()
+        && args.rotate_server_certificates.unwrap_or(false)
+        && api_client.is_some();
+    if secure.addr.port() != 0 && server_bootstrap {
+        let auth = Arc::new(crate::server::auth::Auth::new(
+            secure.auth.clone(),
+            api_client.clone(),
+        ));
+        let client = api_client.clone().expect("checked above");
+        let ips: Vec<IpAddr> = kr
+            .settings
+            .host_ips
+            .iter()
+            .filter_map(|i| i.parse().ok())
+            .collect();
+        let (addr, st, node, client_ca) = (
+            secure.addr,
+            state.clone(),
+            node.clone(),
+            secure.client_ca.clone(),
+        );
+        let dir = cert_dir.clone();
+        // The API server trusts the serving certificate only once the cluster CA signs it;
+        // the kubelet API comes up when it is issued (the Node must be registered first).
+        tokio::spawn(async move {
+            let cert = if crate::certificate::current_valid(&dir, crate::certificate::Kind::Server)
+            {
+                crate::certificate::current_path(&dir, crate::certificate::Kind::Server)
+            } else {
+                match crate::certificate::request(
+                    client,
+                    &dir,
+                    &node,
+                    crate::certificate::Kind::Server,
+                    &ips,
+                    Duration::from_secs(3600),
+                )
+                .await
+                {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(error = %e, "no serving certificate: the kubelet API is not served");
+                        return;
+                    }
+                }
+            };
+            let tls = match crate::server::auth::server_tls(&cert, &cert, client_ca.as_deref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, "kubelet API TLS");
+                    return;
+                }
+            };
+            if let Err(e) = server::serve_secure(addr, st, auth, tls).await {
+                tracing::error!(address = %addr, error = %e, "kubelet API server failed");
+            }
+        });
+    } else if secure.addr.port() != 0 {
         let (cert, key) = match &secure.cert {
             Some(pair) => pair.clone(),
             None => {

@@ -9,6 +9,7 @@
 //! [`mirror`] pods and [`events`]; [`userns`] hands pods with `hostUsers: false` their ids.
 
 pub mod apiclient;
+pub mod certificate;
 pub mod cli;
 pub mod cm;
 pub mod config;

@@ -6,7 +6,9 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod join;
 mod node;
+mod token;
 mod up;
 
 #[derive(Debug, Parser)]
@@ -30,6 +32,8 @@ enum Role {
     Up(up::UpArgs),
     /// Run kubelet + runtime + proxy, joining a control plane via kubeconfig.
     Node(Box<node::NodeArgs>),
+    /// Bootstrap tokens for joining nodes (like `kubeadm token`).
+    Token(token::TokenArgs),
     /// Run the kubelet alone, driving any CRI runtime.
     Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
@@ -169,6 +173,15 @@ fn main() -> ExitCode {
     };
     init_logging();
     limit_malloc_arenas();
+    if matches!(
+        cli.role,
+        Role::Up(_) | Role::Node(_) | Role::Kubelet(_) | Role::ControlPlane(_)
+    ) {
+        // Servers holding thousands of connections (and watches) need more than 1024 fds.
+        if let Err(e) = nodus_serving::rlimit::raise_nofile_limit() {
+            tracing::warn!(error = %e, "cannot raise the open files limit");
+        }
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -188,6 +201,7 @@ fn main() -> ExitCode {
             }
             Role::Up(args) => up::run(args).await,
             Role::Node(args) => node::run(*args).await,
+            Role::Token(args) => token::run(args).await,
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
             Role::Proxy(args) => nodus_proxy::run(args).await.map_err(Into::into),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)

@@ -1,8 +1,11 @@
 //! `nodus node`: a whole worker node in one process — nodus's CRI runtime, the kubelet
 //! pointed at it, and kube-proxy — joining a control plane through a kubeconfig.
 //!
-//! Joining: pass `--kubeconfig FILE` (a kubeconfig whose client certificate is
-//! `system:node:<name>` in `system:nodes`), or, on the control plane's machine,
+//! Joining: `--server URL --token T --discovery-token-ca-cert-hash sha256:H` joins with no
+//! secret on the node but the token ([`crate::join`]'s discovery, then the kubelet's TLS
+//! bootstrap for a client certificate and a CSR for its serving certificate); or pass
+//! `--kubeconfig FILE` (a kubeconfig whose client certificate is
+//! `system:node:<name>` in `system:nodes`); or, on the control plane's machine,
 //! `--control-plane-data-dir DIR`: the node then issues its own credentials from the
 //! cluster CA in `DIR/pki` (written to `DIR/nodes/<name>.kubeconfig`), which is how a
 //! second node joins a `nodus control-plane` without a bootstrap token.
@@ -24,6 +27,13 @@ pub struct NodeArgs {
     /// control plane's admin.kubeconfig].
     #[arg(long)]
     pub server: Option<String>,
+    /// A bootstrap token (`nodus token create`) to join the cluster at --server with.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// The SHA-256 of the cluster CA's public key (`sha256:<hex>`) that token discovery
+    /// must find; repeatable.
+    #[arg(long)]
+    pub discovery_token_ca_cert_hash: Vec<String>,
     /// The runtime's configuration file (as `nodus runtime --config`).
     #[arg(long)]
     pub runtime_config: Option<PathBuf>,
@@ -85,6 +95,60 @@ fn start_proxy(
     }))
 }
 
+/// Token join: discovery, then the client certificate by TLS bootstrap (before kube-proxy
+/// needs the kubeconfig), a serving certificate by CSR, and rotation of both.
+async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.control_plane_data_dir.is_none(),
+        "--token and --control-plane-data-dir are alternatives"
+    );
+    let server = args
+        .server
+        .clone()
+        .context("--token needs --server https://HOST:PORT (the API server to join)")?;
+    let hashes = args
+        .discovery_token_ca_cert_hash
+        .iter()
+        .map(|h| crate::join::parse_ca_hash(h))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let dir = args.data_dir.join("kubelet");
+    let kubeconfig = args
+        .kubelet
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| dir.join("kubelet.kubeconfig"));
+    let cert_dir = args
+        .kubelet
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| args.kubelet.root_dir.join("pki"));
+    // A node that joined before restarts on its own certificate; the token may be gone.
+    let joined = kubeconfig.exists()
+        && nodus_kubelet::certificate::current_valid(
+            &cert_dir,
+            nodus_kubelet::certificate::Kind::Client,
+        );
+    let ca = dir.join("pki").join("ca.crt");
+    if !joined {
+        let info = crate::join::discover(&server, token, &hashes).await?;
+        let (bootstrap, _) = crate::join::write_bootstrap(&dir, &server, token, &info)?;
+        tracing::info!(server = %server, "cluster-info verified with the token and the CA hash");
+        nodus_kubelet::certificate::bootstrap_client(&kubeconfig, &bootstrap, &cert_dir, node)
+            .await
+            .context("TLS bootstrap of the kubelet's client certificate")?;
+    }
+    args.kubelet.kubeconfig = Some(kubeconfig);
+    args.kubelet.cert_dir = Some(cert_dir);
+    args.kubelet.rotate_certificates.get_or_insert(true);
+    if args.kubelet.tls_cert_file.is_none() {
+        args.kubelet.rotate_server_certificates.get_or_insert(true);
+    }
+    if args.kubelet.client_ca_file.is_none() {
+        args.kubelet.client_ca_file = Some(ca);
+    }
+    Ok(())
+}
+
 /// Runs the runtime and the kubelet until SIGTERM/SIGINT. `nodus up` calls this with the
 /// control plane's data dir.
 pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
@@ -105,6 +169,13 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
                 .into_iter()
                 .collect();
             ips.push(std::net::IpAddr::from([127, 0, 0, 1]));
+            // `--address` binds the kubelet API to one address: the certificate names it.
+            if let Some(a) = args.kubelet.address
+                && !a.is_unspecified()
+                && !ips.contains(&a)
+            {
+                ips.push(a);
+            }
             let (crt, key) = nodus_control_plane::pki::issue_kubelet_serving_cert(cp, &node, &ips)
                 .with_context(|| {
                     format!("issuing the kubelet serving certificate of node {node}")
@@ -116,9 +187,12 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
             args.kubelet.client_ca_file = Some(cp.join("pki").join("ca.crt"));
         }
     }
+    if let Some(token) = args.token.clone() {
+        join_with_token(&mut args, &node, &token).await?;
+    }
     let Some(kubeconfig) = args.kubelet.kubeconfig.clone() else {
         anyhow::bail!(
-            "`nodus node` needs --kubeconfig FILE (a system:node:<name> kubeconfig) or --control-plane-data-dir DIR"
+            "`nodus node` needs --server URL --token T --discovery-token-ca-cert-hash sha256:H, --kubeconfig FILE (a system:node:<name> kubeconfig) or --control-plane-data-dir DIR"
         );
     };
     let socket = args.data_dir.join("run").join("nodus.sock");

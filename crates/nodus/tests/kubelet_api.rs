@@ -576,9 +576,10 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     assert_eq!(read("all-in-one", "b"), "two");
     assert_eq!(read("all-in-one", "password"), "s3cret");
     assert_eq!(read("all-in-one", "ns"), "default");
-    // This API server has no TokenRequest: the token is left out (and logged), the rest of
-    // the projection is still there.
-    assert!(!paths["all-in-one"].join("token").exists());
+    // The kubelet asked the API server for a token bound to this pod (TokenRequest): a
+    // signed JWT, header.payload.signature.
+    let token = read("all-in-one", "token");
+    assert_eq!(token.split('.').count(), 3, "not a JWT: {token:?}");
     assert_eq!(
         std::fs::read_link(paths["whole"].join("a")).unwrap(),
         std::path::Path::new("..data/a")
@@ -1019,7 +1020,14 @@ async fn reviews_answer_with_the_api_servers_authenticator_and_authorizer() {
     );
     assert!(ok, "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["status"]["authenticated"], false);
+    // `authenticated` is omitempty upstream: a refused token leaves it out and says why.
+    assert_ne!(v["status"]["authenticated"], true, "{out}");
+    assert!(
+        v["status"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid bearer token")),
+        "{out}"
+    );
     let (ok, out) = raw(
         tr,
         serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}}),
@@ -1043,8 +1051,20 @@ async fn reviews_answer_with_the_api_servers_authenticator_and_authorizer() {
     };
     assert!(allowed(review("kubernetes-admin", &["system:masters"], "proxy")).0);
     assert!(
+        !allowed(review("alice", &["dev"], "stats")).0,
+        "RBAC: an unbound user may not read a node's stats"
+    );
+    let (ok, out) = raw(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "dev-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "dev"}]}),
+    );
+    assert!(ok, "{out}");
+    assert!(
         allowed(review("alice", &["dev"], "stats")).0,
-        "no RBAC: users are allowed"
+        "bound through her group"
     );
     let (ok, reason) = allowed(review("system:node:n2", &["system:nodes"], "proxy"));
     assert!(!ok, "one node may not use another's kubelet API");

@@ -48,7 +48,7 @@ pub fn ensure_object(
 
 /// Creates or replaces a built-in object's content (the `kubernetes` endpoints follow the
 /// address and port of this run).
-fn upsert(
+pub(crate) fn upsert(
     st: &ApiState,
     group: &str,
     plural: &str,

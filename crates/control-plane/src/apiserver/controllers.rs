@@ -331,8 +331,13 @@ mod tests {
             store: store.clone(),
             config: ApiConfig::default(),
             tokens: Default::default(),
+            authz: crate::apiserver::authz::Chain::new(
+                &ApiConfig::default().authorization_modes,
+                store.clone(),
+            ),
             ca_pem: String::new(),
             kubelet_tls: None,
+            sa_keys: Arc::new(crate::apiserver::authn::serviceaccount::Keys::generate()),
             alloc_lock: tokio::sync::Mutex::new(()),
         };
         let fresh = crate::apiserver::rest::now_rfc3339();

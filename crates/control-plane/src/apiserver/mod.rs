@@ -3,10 +3,13 @@
 //! (bootstrap objects, admission, garbage collection, namespace deletion).
 
 pub mod admission;
-pub mod auth;
+pub mod authn;
+pub mod authz;
 pub mod bootstrap;
 pub mod controllers;
 pub mod discovery;
+mod inflight;
+pub mod oidc;
 pub mod openapi;
 pub mod protobuf;
 pub mod rest;

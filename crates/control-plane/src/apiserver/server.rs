@@ -8,21 +8,21 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
-use crate::apiserver::auth::{self, User};
+use crate::apiserver::authn::{self, User};
+use crate::apiserver::authz;
 use crate::apiserver::rest::{self, ApiError};
 use crate::apiserver::state::{ApiConfig, ApiState, SharedState};
-use crate::apiserver::{bootstrap, controllers, discovery, openapi, protobuf};
+use crate::apiserver::{bootstrap, controllers, discovery, inflight, oidc, openapi, protobuf};
 use crate::pki;
 use crate::storage::{EmbeddedStore, Store, StoreError};
 
@@ -48,6 +48,9 @@ pub enum ServerError {
 pub struct ControlPlaneConfig {
     pub data_dir: PathBuf,
     pub bind_address: IpAddr,
+    /// `--advertise-address`: the `kubernetes` Service's endpoint (default: the bind address,
+    /// 127.0.0.1 for an unspecified one).
+    pub advertise_address: Option<IpAddr>,
     /// 0 picks a free port.
     pub secure_port: u16,
     pub api: ApiConfig,
@@ -60,6 +63,7 @@ impl ControlPlaneConfig {
         ControlPlaneConfig {
             data_dir: data_dir.into(),
             bind_address,
+            advertise_address: None,
             secure_port,
             api: ApiConfig::default(),
             controllers: Default::default(),
@@ -208,7 +212,8 @@ async fn version() -> Response {
     )
 }
 
-/// Authenticates every request; anonymous users only reach the public paths.
+/// Authenticates every request, applies impersonation, and authorizes the paths the REST
+/// handlers do not serve as resources (the REST handlers authorize their own).
 async fn authenticate(State(st): State<SharedState>, mut req: Request, next: Next) -> Response {
     let conn = req.extensions().get::<ConnUser>().and_then(|c| c.0.clone());
     let bearer = req
@@ -218,30 +223,22 @@ async fn authenticate(State(st): State<SharedState>, mut req: Request, next: Nex
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(|t| t.trim().to_string());
     let user = match (bearer, conn) {
-        (Some(token), _) => match st.tokens.get(&token) {
-            Some(u) => u.clone(),
+        (Some(token), _) => match authn::authenticate_token(&st, &token) {
+            Some(u) => u,
             None => return ApiError(nodus_k8s::status::unauthorized()).into_response(),
         },
         (None, Some(u)) => u,
         (None, None) => User::anonymous(),
     };
-    let path = req.uri().path().to_string();
-    // Resource paths reach the authorizer, which refuses anonymous users with the
-    // resource-style message upstream's RBAC gives; other paths are refused here.
-    let resource_path = matches!(rest::path::parse(&path), rest::path::Parsed::Resource(_));
-    if user.is_anonymous() && !auth::is_public_path(&path) && !resource_path {
-        let verb = match *req.method() {
-            Method::GET | Method::HEAD => "get",
-            Method::POST => "post",
-            Method::PUT => "put",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "get",
-        };
-        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": format!("forbidden: User \"system:anonymous\" cannot {verb} path \"{path}\""),
-            "reason": "Forbidden", "details": {}, "code": 403});
-        return ApiError(body).into_response();
+    let user = match authn::impersonation::impersonate(&st, user, req.headers()) {
+        Ok(u) => u,
+        Err(status) => return ApiError(status).into_response(),
+    };
+    // Resource paths reach the authorizer in the REST handlers; every other path here.
+    if let Some(refused) =
+        authz::authorize_path(&st, &user, req.method().as_str(), req.uri().path())
+    {
+        return ApiError(refused).into_response();
     }
     req.extensions_mut().insert(user);
     next.run(req).await
@@ -291,6 +288,10 @@ async fn fallback(st: SharedState, req: Request) -> Response {
 
 fn router(st: SharedState) -> Router {
     let fb = st.clone();
+    let inflight = inflight::InFlight::new(
+        st.config.max_requests_inflight,
+        st.config.max_mutating_requests_inflight,
+    );
     Router::new()
         .route("/healthz", get(health_handler))
         .route("/healthz/{*check}", get(health_handler))
@@ -303,19 +304,24 @@ fn router(st: SharedState) -> Router {
         .merge(discovery::router())
         .merge(openapi::router())
         .merge(rest::reviews::router(st.clone()))
+        .merge(oidc::router(st.clone()))
         .fallback(move |req: Request| fallback(fb.clone(), req))
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
+        .layer(middleware::from_fn_with_state(inflight, inflight::limit))
         .layer(middleware::from_fn_with_state(st, authenticate))
 }
 
 /// Starts the API server and built-in controllers; returns once it is listening.
 pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|err| ServerError::Io {
+    // The data dir holds the store (every Secret), keys and tokens: root's alone.
+    nodus_serving::private::create_dir(&cfg.data_dir).map_err(|err| ServerError::Io {
         path: cfg.data_dir.clone(),
         err,
     })?;
     let pki = pki::ensure(&cfg.data_dir, cfg.bind_address)?;
+    let sa_keys = authn::serviceaccount::Keys::from_pkcs8(&pki::service_account_key(&pki.dir)?)
+        .map_err(pki::PkiError::Invalid)?;
     let addr = SocketAddr::new(cfg.bind_address, cfg.secure_port);
     let listener = TcpListener::bind(addr)
         .await
@@ -334,80 +340,64 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     };
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &url)?;
     let token_path = cfg.data_dir.join("tokens.csv");
-    let tokens = auth::load_token_file(&token_path).map_err(|err| ServerError::Io {
+    nodus_serving::private::restrict_file(&token_path).map_err(|err| ServerError::Io {
+        path: token_path.clone(),
+        err,
+    })?;
+    let tokens = authn::load_token_file(&token_path).map_err(|err| ServerError::Io {
         path: token_path,
         err,
     })?;
     let store_path = cfg.data_dir.join("store.redb");
     let store: Arc<dyn Store> = Arc::new(tokio::task::block_in_place(|| {
-        EmbeddedStore::open(&store_path)
+        EmbeddedStore::open_with(&store_path, cfg.api.watch_history)
     })?);
     let mut api = cfg.api.clone();
     api.secure_port = addr.port();
-    api.advertise_address = host;
+    api.advertise_address = cfg.advertise_address.unwrap_or(host);
     let st: SharedState = Arc::new(ApiState {
-        store,
+        store: store.clone(),
         config: api,
         tokens,
+        authz: authz::Chain::new(&cfg.api.authorization_modes, store.clone()),
         ca_pem: pki.ca_cert_pem.clone(),
         kubelet_tls: kubelet_tls(&pki)
             .map(Arc::new)
             .map_err(|e| tracing::warn!(error = %e, "no TLS client for kubelets"))
             .ok(),
+        sa_keys: Arc::new(sa_keys),
         alloc_lock: tokio::sync::Mutex::new(()),
     });
     bootstrap::ensure(&st)?;
+    authz::policy::reconcile(&st)?;
+    crate::controllers::bootstrapsigner::ensure_cluster_info(&st, &url, &pki.ca_cert_pem)?;
     controllers::sweep(&st);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&pki)?));
     let app = router(st.clone());
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut tasks = JoinSet::new();
     tasks.spawn(controllers::run(st.clone()));
-    crate::controllers::spawn(&st, &cfg.controllers, &mut tasks);
-    let conn_stop = stop.subscribe();
+    tasks.spawn(authz::policy::run_aggregation(st.store.clone()));
+    let mut controllers_cfg = cfg.controllers.clone();
+    if controllers_cfg.cluster_signing_cert_file.is_none() {
+        controllers_cfg.cluster_signing_cert_file = Some(pki.ca_cert_path());
+        controllers_cfg.cluster_signing_key_file = Some(pki.dir.join("ca.key"));
+    }
+    crate::controllers::spawn(&st, &controllers_cfg, &mut tasks);
+    let limits = st.config.serving;
     tasks.spawn(async move {
-        let mut conns = JoinSet::new();
-        loop {
-            tokio::select! {
-                _ = stopped.changed() => break,
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                accepted = listener.accept() => {
-                    let Ok((tcp, peer)) = accepted else { continue };
-                    let _ = tcp.set_nodelay(true);
-                    let acceptor = acceptor.clone();
-                    let app = app.clone();
-                    let mut conn_stop = conn_stop.clone();
-                    conns.spawn(async move {
-                        let tls = match acceptor.accept(tcp).await {
-                            Ok(t) => t,
-                            Err(e) => {
-                                tracing::debug!(%peer, error = %e, "tls handshake failed");
-                                return;
-                            }
-                        };
-                        let user = tls
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .and_then(|c| auth::user_from_cert(c));
-                        let conn_user = ConnUser(user);
-                        let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                            req.extensions_mut().insert(conn_user.clone());
-                            app.clone().oneshot(req.map(Body::new))
-                        });
-                        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-                        tokio::select! {
-                            _ = conn => {}
-                            _ = conn_stop.changed() => {}
-                        }
-                    });
-                }
+        let service = move |cert: Option<CertificateDer<'static>>| {
+            let conn_user = ConnUser(cert.as_ref().and_then(|c| authn::user_from_cert(c)));
+            let app = app.clone();
+            move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(conn_user.clone());
+                app.clone().oneshot(req.map(Body::new))
             }
-        }
-        conns.abort_all();
-        while conns.join_next().await.is_some() {}
+        };
+        let shutdown = async move {
+            let _ = stopped.changed().await;
+        };
+        nodus_serving::conn::serve(listener, Some(acceptor), limits, service, shutdown).await;
     });
     tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
     Ok(ServerHandle {

@@ -5,7 +5,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::apiserver::auth::User;
+use crate::apiserver::authn::User;
+use crate::apiserver::authn::serviceaccount::{DEFAULT_ISSUER, Keys};
 use crate::storage::Store;
 
 /// Tunables of the API server, with kube-apiserver's defaults.
@@ -22,6 +23,21 @@ pub struct ApiConfig {
     pub bookmark_interval: Duration,
     /// How long watch events are kept for replay before compaction.
     pub event_retention: Duration,
+    /// `--authorization-mode`, in order.
+    pub authorization_modes: Vec<crate::apiserver::authz::Mode>,
+    /// `--service-account-issuer`: the `iss` of service-account tokens and the OIDC issuer.
+    pub service_account_issuer: String,
+    /// `--api-audiences`: the audiences the API server accepts tokens for (default: the
+    /// issuer, as upstream).
+    pub api_audiences: Vec<String>,
+    /// How many watch events, and how many bytes of them, are kept at most.
+    pub watch_history: crate::storage::HistoryLimit,
+    /// `--max-requests-inflight` (400; 0: no limit).
+    pub max_requests_inflight: usize,
+    /// `--max-mutating-requests-inflight` (200; 0: no limit).
+    pub max_mutating_requests_inflight: usize,
+    /// Timeouts and the connection limit of the secure port.
+    pub serving: nodus_serving::conn::Limits,
 }
 
 impl Default for ApiConfig {
@@ -33,6 +49,16 @@ impl Default for ApiConfig {
             secure_port: 6443,
             bookmark_interval: Duration::from_secs(60),
             event_retention: Duration::from_secs(300),
+            authorization_modes: vec![
+                crate::apiserver::authz::Mode::Node,
+                crate::apiserver::authz::Mode::Rbac,
+            ],
+            service_account_issuer: DEFAULT_ISSUER.to_string(),
+            api_audiences: vec![DEFAULT_ISSUER.to_string()],
+            watch_history: Default::default(),
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            serving: Default::default(),
         }
     }
 }
@@ -47,6 +73,10 @@ pub struct ApiState {
     pub ca_pem: String,
     /// TLS towards kubelets: the cluster CA as roots, the kubelet-client certificate.
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
+    /// The authorizer chain (`--authorization-mode`).
+    pub authz: crate::apiserver::authz::Chain,
+    /// The service-account token signing key (`pki/sa.key`).
+    pub sa_keys: Arc<Keys>,
     /// Serialises Service IP and port allocation, which reads then writes many objects.
     pub alloc_lock: tokio::sync::Mutex<()>,
 }

@@ -44,6 +44,59 @@ pub(crate) fn deleting(obj: &Value) -> bool {
         .is_some_and(|v| !v.is_null())
 }
 
+/// Who is about to delete a pod, as its `DisruptionTarget` condition says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DisruptionReason {
+    DeletionByTaintManager,
+    DeletionByPodGC,
+    PreemptionByScheduler,
+}
+
+impl DisruptionReason {
+    fn reason(self) -> &'static str {
+        match self {
+            DisruptionReason::DeletionByTaintManager => "DeletionByTaintManager",
+            DisruptionReason::DeletionByPodGC => "DeletionByPodGC",
+            DisruptionReason::PreemptionByScheduler => "PreemptionByScheduler",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            DisruptionReason::DeletionByTaintManager => {
+                "Taint manager: deleting due to NoExecute taint"
+            }
+            DisruptionReason::DeletionByPodGC => "PodGC: node no longer exists",
+            DisruptionReason::PreemptionByScheduler => {
+                "default-scheduler: preempting to accommodate a higher priority pod"
+            }
+        }
+    }
+}
+
+/// Gives the pod `DisruptionTarget=True` with `why`, unless it already has it; whether it
+/// changed.
+pub(crate) fn mark_disruption_target(p: &mut Value, why: DisruptionReason) -> bool {
+    let mut conds = p["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if conds
+        .iter()
+        .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")
+    {
+        return false;
+    }
+    conds.retain(|c| c["type"] != "DisruptionTarget");
+    conds.push(
+        json!({"type": "DisruptionTarget", "status": "True", "reason": why.reason(),
+        "message": why.message(), "lastProbeTime": null,
+        "lastTransitionTime": crate::apiserver::rest::now_rfc3339()}),
+    );
+    p["status"]["conditions"] = json!(conds);
+    true
+}
+
 fn condition<'a>(p: &'a Value, type_: &str) -> Option<&'a Value> {
     p.pointer("/status/conditions")?
         .as_array()?

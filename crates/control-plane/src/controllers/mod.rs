@@ -9,13 +9,20 @@
 //! [`deployment`] (Deployments → ReplicaSets), [`daemonset`] (a pod per eligible node,
 //! rolled out through [`history`]'s revisions), [`statefulset`] (pods with sticky
 //! identities and their claims), sharing [`controller_utils`]; and the batch controllers
-//! [`job`], [`cronjob`] and [`ttlafterfinished`]. Namespace deletion, the ServiceAccount
+//! [`job`], [`cronjob`] and [`ttlafterfinished`]; [`rootcacertpublisher`] (the cluster CA
+//! in every namespace); node join: [`csrapproving`] and [`csrsigning`] (sharing
+//! [`certificates`]) issue kubelet certificates, [`bootstrapsigner`] signs cluster-info for
+//! bootstrap tokens and [`tokencleaner`] removes expired ones. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
+pub mod bootstrapsigner;
 pub mod cache;
+pub(crate) mod certificates;
 pub(crate) mod controller_utils;
 pub mod cronjob;
+pub mod csrapproving;
+pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
@@ -27,8 +34,10 @@ pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
 pub mod replicaset;
+pub mod rootcacertpublisher;
 pub mod statefulset;
 pub mod tainteviction;
+pub mod tokencleaner;
 pub mod ttlafterfinished;
 pub mod volume;
 
@@ -64,6 +73,12 @@ pub struct ControllersConfig {
     /// Controllers left out, by upstream's names (kube-controller-manager's
     /// `--controllers=*,-replicaset`): a test that plays a controller itself turns it off.
     pub disabled: Vec<String>,
+    /// `--cluster-signing-cert-file` / `--cluster-signing-key-file`: the CA the CSR
+    /// signer issues with [default: the cluster CA in the data dir's `pki/`].
+    pub cluster_signing_cert_file: Option<std::path::PathBuf>,
+    pub cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// `--cluster-signing-duration` (8760h): the longest certificate the signer issues.
+    pub cluster_signing_duration: Duration,
 }
 
 /// nodus's counterpart of k3s's `/var/lib/rancher/k3s/storage`.
@@ -82,6 +97,9 @@ impl Default for ControllersConfig {
             pod_gc_quarantine: Duration::from_secs(40),
             local_storage_path: DEFAULT_LOCAL_STORAGE_PATH.into(),
             disabled: Vec::new(),
+            cluster_signing_cert_file: None,
+            cluster_signing_key_file: None,
+            cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
         }
     }
 }
@@ -109,6 +127,9 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         if on("persistentvolume-binder") {
             tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
         }
+        if on("root-ca-cert-publisher") {
+            tasks.spawn(rootcacertpublisher::run(st.clone()));
+        }
         if on("disruption") {
             tasks.spawn(disruption::run(st.clone()));
         }
@@ -129,6 +150,30 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
         }
         if on("statefulset") {
             tasks.spawn(statefulset::run(st.clone()));
+        }
+        if on("csrapproving") {
+            tasks.spawn(csrapproving::run(st.clone()));
+        }
+        if on("csrsigning")
+            && let (Some(cert_file), Some(key_file)) = (
+                cfg.cluster_signing_cert_file.clone(),
+                cfg.cluster_signing_key_file.clone(),
+            )
+        {
+            tasks.spawn(csrsigning::run(
+                st.clone(),
+                csrsigning::SigningConfig {
+                    cert_file,
+                    key_file,
+                    duration: cfg.cluster_signing_duration,
+                },
+            ));
+        }
+        if on("bootstrapsigner") {
+            tasks.spawn(bootstrapsigner::run(st.clone()));
+        }
+        if on("tokencleaner") {
+            tasks.spawn(tokencleaner::run(st.clone()));
         }
     }
 }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
-use crate::apiserver::rest::now_rfc3339;
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::Cache;
+use crate::controllers::controller_utils::{DisruptionReason, mark_disruption_target};
 use crate::controllers::objects;
 
 /// Upstream's gcCheckPeriod.
@@ -23,16 +23,13 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
 }
 
 fn mark(p: &mut Value) -> bool {
-    let mut conds = p["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if conds.iter().any(|c| c["type"] == "DisruptionTarget") {
+    if p.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "DisruptionTarget"))
+    {
         return false;
     }
-    conds.push(json!({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
-        "message": "PodGC: node no longer exists", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}));
-    p["status"]["conditions"] = json!(conds);
+    mark_disruption_target(p, DisruptionReason::DeletionByPodGC);
     if !matches!(s(p, "/status/phase"), "Succeeded" | "Failed") {
         p["status"]["phase"] = json!("Failed");
     }

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
-use crate::apiserver::rest::now_rfc3339;
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::Cache;
+use crate::controllers::controller_utils::{DisruptionReason, mark_disruption_target};
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
 
@@ -43,27 +43,6 @@ pub fn toleration_limit(taints: &[Taint], tolerations: &[Toleration]) -> Option<
 struct Scheduled {
     uid: String,
     fire_at: Instant,
-}
-
-fn mark_disruption(p: &mut Value) -> bool {
-    let mut conds = p["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if conds
-        .iter()
-        .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")
-    {
-        return false;
-    }
-    conds.retain(|c| c["type"] != "DisruptionTarget");
-    conds.push(
-        json!({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
-        "message": "Taint manager: deleting due to NoExecute taint", "lastProbeTime": null,
-        "lastTransitionTime": now_rfc3339()}),
-    );
-    p["status"]["conditions"] = json!(conds);
-    true
 }
 
 pub async fn run(st: Arc<ApiState>) {
@@ -155,7 +134,9 @@ pub async fn run(st: Arc<ApiState>) {
                 "TaintManagerEviction",
                 &format!("Marking for deletion Pod {ns}/{name}"),
             );
-            let _ = objects::modify(&st, &key, &mut mark_disruption);
+            let _ = objects::modify(&st, &key, &mut |p| {
+                mark_disruption_target(p, DisruptionReason::DeletionByTaintManager)
+            });
             let mut t = pods_target.clone();
             t.namespace = Some(ns.clone());
             if let Err(e) = delete_object(&st, &t, &name, &DeleteOptions::default()) {
@@ -168,6 +149,7 @@ pub async fn run(st: Arc<ApiState>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_limit_is_the_shortest_toleration_used() {

@@ -1,8 +1,9 @@
 //! The scheduler's filters and score, over a cached view of each node: upstream's
 //! NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts and
 //! NodeResourcesFit filters (in that order, first failure wins), and the per-node scores:
-//! LeastAllocated, TaintToleration (PreferNoSchedule) and preferred NodeAffinity. Reasons carry upstream's FailedScheduling wording (also those of
-//! the PodTopologySpread and InterPodAffinity filters, which run after these).
+//! LeastAllocated, TaintToleration (PreferNoSchedule) and preferred NodeAffinity. Reasons
+//! carry upstream's FailedScheduling wording (also those of the VolumeBinding, VolumeZone,
+//! PodTopologySpread and InterPodAffinity filters, which run after these).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -173,6 +174,9 @@ pub enum Unfit {
     Ports,
     Insufficient(&'static str),
     TooManyPods,
+    VolumeBoundToMissingPv,
+    VolumeNodeAffinityConflict,
+    VolumeZoneConflict,
     TopologySpread,
     TopologySpreadMissingLabel,
     PodAffinity,
@@ -193,6 +197,14 @@ impl std::fmt::Display for Unfit {
             ),
             Unfit::Insufficient(r) => write!(f, "Insufficient {r}"),
             Unfit::TooManyPods => write!(f, "Too many pods"),
+            Unfit::VolumeBoundToMissingPv => write!(
+                f,
+                "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+            ),
+            Unfit::VolumeNodeAffinityConflict => {
+                write!(f, "node(s) had volume node affinity conflict")
+            }
+            Unfit::VolumeZoneConflict => write!(f, "node(s) had no available volume zone"),
             Unfit::TopologySpread => {
                 write!(f, "node(s) didn't match pod topology spread constraints")
             }
@@ -351,6 +363,15 @@ pub fn fit_error(total: usize, reasons: &[Unfit]) -> String {
     let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
     parts.sort();
     format!("0/{total} nodes are available: {}.", parts.join(", "))
+}
+
+/// Upstream's FitError text when a PreFilter refused the pod outright:
+/// `0/3 nodes are available: persistentvolumeclaim "data" not found.`
+pub fn pre_filter_error(total: usize, msg: &str) -> String {
+    if total == 0 {
+        return "no nodes available to schedule pods".to_string();
+    }
+    format!("0/{total} nodes are available: {msg}.")
 }
 
 /// Distinct reasons, so a node failing on both cpu and memory counts once per resource.

@@ -1,9 +1,11 @@
 //! The scheduler: binds pending pods to nodes that fit (upstream's kube-scheduler with the
 //! default plugins that matter on a small cluster: NodeUnschedulable, NodeName,
 //! TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, LeastAllocated,
-//! PodTopologySpread, InterPodAffinity). Feasible nodes are scored by each score plugin
+//! VolumeBinding, VolumeZone, PodTopologySpread, InterPodAffinity). Feasible nodes are scored by each score plugin
 //! (TaintToleration, NodeAffinity, NodeResourcesFit's LeastAllocated, PodTopologySpread,
 //! InterPodAffinity), normalized to 0–100 and summed with upstream's default weights.
+//! A pod that fits nowhere may [`preemption`] lower-priority pods: it is nominated to a
+//! node, the victims are deleted gracefully, and it is placed once they are gone.
 //!
 //! It runs in the control-plane process over informer caches of Pods and Nodes. Pending
 //! pods wait in an active queue ordered by priority then age; a pod that fits nowhere gets
@@ -15,6 +17,8 @@
 pub mod fit;
 pub(crate) mod interpodaffinity;
 pub(crate) mod podtopologyspread;
+pub(crate) mod preemption;
+pub(crate) mod volumebinding;
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -25,9 +29,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
+use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
 use crate::apiserver::rest::subresources::bound_pod;
 use crate::apiserver::state::ApiState;
 use crate::controllers::cache::{Cache, Change};
+use crate::controllers::controller_utils::{DisruptionReason, mark_disruption_target};
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
 use crate::storage::{EventKind, MutateOp, Mutation, Store, StoreError, Stored};
@@ -110,6 +116,24 @@ impl BoundPods {
     fn clear(&mut self) {
         self.pods.clear();
         self.with_affinity.clear();
+    }
+}
+
+/// Why a pod was not placed: the FailedScheduling message, whether a newly bound pod could
+/// change the verdict, and the preemption that would make room, if any.
+struct Unplaced {
+    message: String,
+    pod_bound_may_help: bool,
+    preemption: Option<Box<preemption::Candidate>>,
+}
+
+impl Unplaced {
+    fn new(message: String) -> Unplaced {
+        Unplaced {
+            message,
+            pod_bound_may_help: false,
+            preemption: None,
+        }
     }
 }
 
@@ -382,12 +406,16 @@ impl Scheduler {
                     self.bound.insert(key.clone(), (node.clone(), facts));
                     decided.push((key, v, node));
                 }
-                Err((msg, wakes_on_pod_bound)) => {
+                Err(unplaced) => {
+                    let msg = unplaced.message;
                     tracing::info!(pod = %key, message = %msg, "scheduler: no node fits");
                     let _ = objects::modify(&self.st, &key, &mut |p| set_unschedulable(p, &msg));
                     self.recorder
                         .record(&self.st, &v, "Warning", "FailedScheduling", &msg);
-                    self.park(&key, wakes_on_pod_bound);
+                    if let Some(c) = &unplaced.preemption {
+                        self.preempt(&key, &v, c);
+                    }
+                    self.park(&key, unplaced.pod_bound_may_help);
                 }
             }
         }
@@ -462,26 +490,38 @@ impl Scheduler {
         true
     }
 
-    /// The node the filters and scores choose for `facts`, or the FailedScheduling message
-    /// and whether a newly bound pod could change the verdict.
-    fn place(&self, facts: &PodFacts) -> Result<String, (String, bool)> {
+    /// The node the filters and scores choose for `facts`, or why none fits.
+    fn place(&self, facts: &PodFacts) -> Result<String, Unplaced> {
         let snap = Snapshot {
             nodes: &self.nodes,
             bound: &self.bound,
             store: &*self.st.store,
             namespace_labels: RefCell::default(),
         };
+        if self.nodes.is_empty() {
+            return Err(Unplaced::new(fit::fit_error(0, &[])));
+        }
+        let volumes = volumebinding::pre_filter(facts, &snap)
+            .map_err(|r| Unplaced::new(fit::pre_filter_error(self.nodes.len(), &r.to_string())))?;
         let spread = podtopologyspread::pre_filter(facts, &snap);
         let affinity = interpodaffinity::pre_filter(facts, &snap);
         let empty = Usage::default();
         let mut feasible: Vec<(&NodeView, &Usage)> = Vec::new();
         let mut reasons = Vec::new();
+        // Nodes refused only for room, where preemption may help.
+        let mut room_refused: Vec<&NodeView> = Vec::new();
         for name in &self.node_order {
             let Some(node) = self.nodes.get(name) else {
                 continue;
             };
             let used = self.usage.get(name).unwrap_or(&empty);
             let verdict = fit::filter(facts, node, used)
+                .and_then(|()| {
+                    volumes
+                        .as_ref()
+                        .map_or(Ok(()), |v| v.filter(node))
+                        .map_err(|r| vec![r])
+                })
                 .and_then(|()| {
                     spread
                         .as_ref()
@@ -496,15 +536,28 @@ impl Scheduler {
                 });
             match verdict {
                 Ok(()) => feasible.push((node, used)),
-                Err(r) => reasons.extend(fit::dedup(r)),
+                Err(r) => {
+                    let r = fit::dedup(r);
+                    if preemption::resolvable(&r) {
+                        room_refused.push(node);
+                    }
+                    reasons.extend(r);
+                }
             }
         }
         if feasible.is_empty() {
-            let pod_bound_may_help = reasons.iter().any(Unfit::helped_by_pod_bound);
-            return Err((
-                fit::fit_error(self.nodes.len(), &reasons),
-                pod_bound_may_help,
-            ));
+            let others_fit = |node: &NodeView| {
+                volumes.as_ref().is_none_or(|v| v.filter(node).is_ok())
+                    && spread.as_ref().is_none_or(|s| s.filter(node).is_ok())
+                    && affinity.as_ref().is_none_or(|a| a.filter(node).is_ok())
+            };
+            return Err(Unplaced {
+                message: fit::fit_error(self.nodes.len(), &reasons),
+                pod_bound_may_help: reasons.iter().any(Unfit::helped_by_pod_bound),
+                preemption: self
+                    .preemption(facts, &snap, &room_refused, &others_fit)
+                    .map(Box::new),
+            });
         }
         let views: Vec<&NodeView> = feasible.iter().map(|(n, _)| *n).collect();
         let mut total = vec![0i64; feasible.len()];
@@ -558,6 +611,106 @@ impl Scheduler {
         Ok(best.map(|(_, n)| n.to_string()).unwrap_or_default())
     }
 
+    /// The node and victims preemption chooses for `facts`, if it is eligible and any node
+    /// refused only for room would take it once some lower-priority pods are gone.
+    fn preemption(
+        &self,
+        facts: &PodFacts,
+        snap: &Snapshot<'_>,
+        room_refused: &[&NodeView],
+        others_fit: &dyn Fn(&NodeView) -> bool,
+    ) -> Option<preemption::Candidate> {
+        let prio = preemption::priority(facts);
+        let nominated = facts
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .unwrap_or("");
+        let victims_terminating = !nominated.is_empty()
+            && self.bound.pods.values().any(|(n, p)| {
+                n == nominated
+                    && p.pod.metadata.deletion_timestamp.is_some()
+                    && preemption::priority(p) < prio
+            });
+        if room_refused.is_empty() || !preemption::eligible(facts, victims_terminating) {
+            return None;
+        }
+        let budgets: Vec<preemption::Budget> = snap
+            .list(&objects::key_of("policy", "poddisruptionbudgets", None, ""))
+            .iter()
+            .filter_map(|b| preemption::Budget::of(b))
+            .collect();
+        let mut on_node: HashMap<&str, Vec<(&str, &PodFacts)>> = room_refused
+            .iter()
+            .map(|n| (n.name.as_str(), Vec::new()))
+            .collect();
+        for (key, (node, p)) in &self.bound.pods {
+            if let Some(list) = on_node.get_mut(node.as_str()) {
+                list.push((key.as_str(), p));
+            }
+        }
+        let empty = Usage::default();
+        let candidates = room_refused
+            .iter()
+            .filter(|n| others_fit(n))
+            .filter_map(|n| {
+                let used = self.usage.get(&n.name).unwrap_or(&empty);
+                let fits = |u: &Usage| fit::filter(facts, n, u).is_ok();
+                preemption::select_victims(
+                    facts,
+                    &n.name,
+                    used,
+                    &on_node[n.name.as_str()],
+                    &budgets,
+                    &fits,
+                )
+            })
+            .collect();
+        preemption::pick(candidates)
+    }
+
+    /// Carries out a preemption: the preemptor is nominated to the node, each victim gets
+    /// `DisruptionTarget` and a `Preempted` event and is deleted with its grace period.
+    fn preempt(&self, key: &str, pod: &Value, c: &preemption::Candidate) {
+        let node = c.node.as_str();
+        let _ = objects::modify(&self.st, key, &mut |p| {
+            if str_at(p, "/status/nominatedNodeName") == node {
+                return false;
+            }
+            p["status"]["nominatedNodeName"] = json!(node);
+            true
+        });
+        let Some(target) = objects::target("", "pods", None) else {
+            return;
+        };
+        let msg = format!(
+            "Preempted by pod {} on node {node}",
+            str_at(pod, "/metadata/uid")
+        );
+        for victim in &c.victims {
+            let Ok(Some(v)) = self.st.store.get(victim) else {
+                continue;
+            };
+            tracing::info!(preemptor = %key, victim = %victim, node = %node, "scheduler: preempting");
+            let _ = objects::modify(&self.st, victim, &mut |p| {
+                mark_disruption_target(p, DisruptionReason::PreemptionByScheduler)
+            });
+            self.recorder
+                .record(&self.st, &v.object, "Normal", "Preempted", &msg);
+            let mut t = target.clone();
+            t.namespace = Some(str_at(&v.object, "/metadata/namespace").to_string());
+            if let Err(e) = delete_object(
+                &self.st,
+                &t,
+                str_at(&v.object, "/metadata/name"),
+                &DeleteOptions::default(),
+            ) {
+                tracing::warn!(victim = %victim, error = %e.0["message"], "scheduler: deleting a victim failed");
+            }
+        }
+    }
+
     fn park(&mut self, key: &str, wakes_on_pod_bound: bool) {
         let attempts = self.unschedulable.get(key).map_or(0, |w| w.attempts) + 1;
         self.unschedulable.insert(
@@ -602,6 +755,10 @@ fn set_unschedulable(p: &mut Value, msg: &str) -> bool {
 pub async fn run(st: Arc<ApiState>) {
     let mut nodes = Cache::new(st.store.clone(), "/core/nodes/");
     let mut pods = Cache::new(st.store.clone(), "/core/pods/");
+    // Claims and volumes are read from the store when a pod is placed; their changes only
+    // wake pods VolumeBinding refused (a claim bound, a volume made).
+    let mut claims = Cache::new(st.store.clone(), "/core/persistentvolumeclaims/");
+    let mut volumes = Cache::new(st.store.clone(), "/core/persistentvolumes/");
     let mut s = Scheduler::new(st.clone());
     let load = |s: &mut Scheduler, nodes: &Cache, pods: &Cache| {
         s.nodes.clear();
@@ -641,6 +798,13 @@ pub async fn run(st: Arc<ApiState>) {
                 Change::Relisted => relisted = true,
             }
         }
+        let mut storage_changed = false;
+        while claims.try_next().is_some() || volumes.try_next().is_some() {
+            storage_changed = true;
+        }
+        if storage_changed {
+            s.wake_unschedulable();
+        }
         if relisted {
             load(&mut s, &nodes, &pods);
         }
@@ -661,6 +825,8 @@ pub async fn run(st: Arc<ApiState>) {
                 Change::Event(ev) => s.pod_changed(&ev.key, (ev.kind != EventKind::Deleted).then_some(&ev.object)),
                 Change::Relisted => load(&mut s, &nodes, &pods),
             },
+            _ = claims.next() => s.wake_unschedulable(),
+            _ = volumes.next() => s.wake_unschedulable(),
             _ = tokio::time::sleep(sleep) => {}
         }
     }
@@ -760,8 +926,13 @@ mod tests {
             store: store.clone(),
             config: ApiConfig::default(),
             tokens: Default::default(),
+            authz: crate::apiserver::authz::Chain::new(
+                &ApiConfig::default().authorization_modes,
+                store.clone(),
+            ),
             ca_pem: String::new(),
             kubelet_tls: None,
+            sa_keys: Arc::new(crate::apiserver::authn::serviceaccount::Keys::generate()),
             alloc_lock: tokio::sync::Mutex::new(()),
         });
         let mut s = Scheduler::new(st);

@@ -1,6 +1,11 @@
 //! The embedded store: a redb file (copy-on-write B-trees, atomic fsynced commits) plus an
 //! in-memory index for reads and a bounded event log for watch replay.
 //!
+//! The event log is bounded by count and by bytes ([`HistoryLimit`]): large objects updated
+//! often would otherwise keep hundreds of megabytes of old versions in memory and in the
+//! file. Pages the trimmed events free are reused by later commits, so the file stops
+//! growing; a file grown by an older version is compacted once when opened.
+//!
 //! A kill at any moment leaves the file at the last committed transaction: an object, its
 //! event and the new revision are written in one transaction, so they appear together or
 //! not at all.
@@ -22,8 +27,22 @@ const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// Events kept for watch replay before the oldest are compacted away.
-const MAX_EVENTS: usize = 50_000;
+/// How much watch history the store keeps before the oldest events are compacted away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryLimit {
+    pub events: usize,
+    /// The events' encoded size (object and previous object).
+    pub bytes: usize,
+}
+
+impl Default for HistoryLimit {
+    fn default() -> Self {
+        HistoryLimit {
+            events: 50_000,
+            bytes: 64 << 20,
+        }
+    }
+}
 /// Buffered events per watcher before it is dropped as too slow.
 const WATCH_BUFFER: usize = 8192;
 
@@ -40,19 +59,60 @@ struct Watcher {
     tx: mpsc::Sender<Arc<Event>>,
 }
 
+/// An event kept for replay, with its encoded size.
+struct Kept {
+    event: Arc<Event>,
+    bytes: usize,
+}
+
 struct Inner {
     objects: BTreeMap<String, Stored>,
     revision: u64,
     /// Events with revision > `compacted`, oldest first.
-    events: VecDeque<Arc<Event>>,
+    events: VecDeque<Kept>,
+    /// The sum of `events`' sizes.
+    history_bytes: usize,
     compacted: u64,
     watchers: Vec<Watcher>,
+}
+
+impl Inner {
+    /// The revision up to which events must go so that `incoming` more (of `bytes` in all)
+    /// fit `limit`; the incoming ones are always kept.
+    fn trim_point(&self, limit: HistoryLimit, incoming: usize, bytes: usize) -> Option<u64> {
+        let mut count = self.events.len() + incoming;
+        let mut total = self.history_bytes + bytes;
+        let mut upto = None;
+        for k in &self.events {
+            if count <= limit.events && total <= limit.bytes {
+                break;
+            }
+            count -= 1;
+            total -= k.bytes;
+            upto = Some(k.event.revision);
+        }
+        upto
+    }
+
+    fn drop_events_upto(&mut self, upto: u64) {
+        while self
+            .events
+            .front()
+            .is_some_and(|k| k.event.revision <= upto)
+        {
+            if let Some(k) = self.events.pop_front() {
+                self.history_bytes -= k.bytes;
+            }
+        }
+        self.compacted = self.compacted.max(upto);
+    }
 }
 
 /// The default store: one redb file in the data dir.
 pub struct EmbeddedStore {
     db: Database,
     inner: Mutex<Inner>,
+    limit: HistoryLimit,
 }
 
 fn be<E: Into<redb::Error>>(e: E) -> StoreError {
@@ -67,9 +127,17 @@ fn revision_of(v: &Value) -> u64 {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store file at `path` and loads it.
+    /// Opens (or creates) the store file at `path` and loads it, with the default history.
     pub fn open(path: &Path) -> Result<EmbeddedStore, StoreError> {
-        let db = Database::create(path).map_err(be)?;
+        Self::open_with(path, HistoryLimit::default())
+    }
+
+    /// Opens (or creates) the store file at `path` (mode 0600: it holds every Secret) and
+    /// loads it, keeping at most `limit` of watch history.
+    pub fn open_with(path: &Path, limit: HistoryLimit) -> Result<EmbeddedStore, StoreError> {
+        nodus_serving::private::create_file(path)
+            .map_err(|e| StoreError::Backend(format!("{}: {e}", path.display())))?;
+        let mut db = Database::create(path).map_err(be)?;
         let txn = db.begin_write().map_err(be)?;
         {
             txn.open_table(OBJECTS).map_err(be)?;
@@ -109,33 +177,68 @@ impl EmbeddedStore {
                 },
             );
         }
+        // Newest first, until the limit: older events are trimmed below.
         let mut events = VecDeque::new();
-        for entry in read.open_table(EVENTS).map_err(be)?.iter().map_err(be)? {
+        let mut history_bytes = 0usize;
+        let mut trim_to = None;
+        for entry in read
+            .open_table(EVENTS)
+            .map_err(be)?
+            .iter()
+            .map_err(be)?
+            .rev()
+        {
             let (k, v) = entry.map_err(be)?;
+            let bytes = v.value().len();
+            if events.len() + 1 > limit.events || history_bytes + bytes > limit.bytes {
+                trim_to = Some(k.value());
+                break;
+            }
             let rec: EventRecord =
                 serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt {
                     key: format!("event {}", k.value()),
                     err: e.to_string(),
                 })?;
-            events.push_back(Arc::new(Event {
-                revision: k.value(),
-                kind: rec.kind,
-                key: rec.key,
-                object: Arc::new(rec.object),
-                prev: rec.prev.map(Arc::new),
-            }));
+            history_bytes += bytes;
+            events.push_front(Kept {
+                event: Arc::new(Event {
+                    revision: k.value(),
+                    kind: rec.kind,
+                    key: rec.key,
+                    object: Arc::new(rec.object),
+                    prev: rec.prev.map(Arc::new),
+                }),
+                bytes,
+            });
         }
         drop(meta);
         drop(read);
+        let mut compacted = compacted;
+        if let Some(upto) = trim_to {
+            // History beyond the limit, e.g. from a version without the byte bound: trim it
+            // and give the file's free pages back once.
+            let txn = db.begin_write().map_err(be)?;
+            {
+                let mut ev = txn.open_table(EVENTS).map_err(be)?;
+                ev.retain_in(..=upto, |_, _| false).map_err(be)?;
+                let mut meta = txn.open_table(META).map_err(be)?;
+                compacted = compacted.max(upto);
+                meta.insert("compacted", compacted).map_err(be)?;
+            }
+            txn.commit().map_err(be)?;
+            db.compact().map_err(be)?;
+        }
         Ok(EmbeddedStore {
             db,
             inner: Mutex::new(Inner {
                 objects,
                 revision,
                 events,
+                history_bytes,
                 compacted,
                 watchers: Vec::new(),
             }),
+            limit,
         })
     }
 
@@ -152,27 +255,15 @@ impl EmbeddedStore {
         inner: &Inner,
         first: u64,
         changes: &[Pending],
+        rows: &[(Vec<u8>, Vec<u8>)],
         trim_to: Option<u64>,
     ) -> Result<(), StoreError> {
-        let mut rows = Vec::with_capacity(changes.len());
-        for c in changes {
-            let bytes =
-                serde_json::to_vec(&c.object).map_err(|e| StoreError::Backend(e.to_string()))?;
-            let rec = EventRecord {
-                kind: c.kind,
-                key: c.key.clone(),
-                object: c.object.clone(),
-                prev: c.prev.as_deref().cloned(),
-            };
-            let rec = serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
-            rows.push((bytes, rec));
-        }
         let last = first + changes.len() as u64 - 1;
         let txn = self.db.begin_write().map_err(be)?;
         {
             let mut objects = txn.open_table(OBJECTS).map_err(be)?;
             let mut events = txn.open_table(EVENTS).map_err(be)?;
-            for (i, (c, (bytes, rec))) in changes.iter().zip(&rows).enumerate() {
+            for (i, (c, (bytes, rec))) in changes.iter().zip(rows).enumerate() {
                 match c.kind {
                     EventKind::Deleted => {
                         objects.remove(c.key.as_str()).map_err(be)?;
@@ -234,25 +325,29 @@ impl EmbeddedStore {
         for (i, c) in changes.iter_mut().enumerate() {
             set_resource_version(&mut c.object, first + i as u64);
         }
-        let keep = MAX_EVENTS.saturating_sub(changes.len());
-        let trim_to = if inner.events.len() > keep {
-            inner
-                .events
-                .get(inner.events.len() - keep - 1)
-                .map(|e| e.revision)
-        } else {
-            None
-        };
-        self.persist(inner, first, &changes, trim_to)?;
+        let mut rows = Vec::with_capacity(changes.len());
+        for c in &changes {
+            let bytes =
+                serde_json::to_vec(&c.object).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let rec = EventRecord {
+                kind: c.kind,
+                key: c.key.clone(),
+                object: c.object.clone(),
+                prev: c.prev.as_deref().cloned(),
+            };
+            let rec = serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+            rows.push((bytes, rec));
+        }
+        let sizes: Vec<usize> = rows.iter().map(|(_, rec)| rec.len()).collect();
+        let trim_to = inner.trim_point(self.limit, changes.len(), sizes.iter().sum());
+        self.persist(inner, first, &changes, &rows, trim_to)?;
+        drop(rows);
         inner.revision = first + changes.len() as u64 - 1;
         if let Some(upto) = trim_to {
-            while inner.events.front().is_some_and(|e| e.revision <= upto) {
-                inner.events.pop_front();
-            }
-            inner.compacted = inner.compacted.max(upto);
+            inner.drop_events_upto(upto);
         }
         let mut out = Vec::with_capacity(changes.len());
-        for (i, c) in changes.into_iter().enumerate() {
+        for ((i, c), bytes) in changes.into_iter().enumerate().zip(sizes) {
             let revision = first + i as u64;
             let object = Arc::new(c.object);
             let stored = Stored {
@@ -275,7 +370,11 @@ impl EmbeddedStore {
                 object,
                 prev: c.prev,
             });
-            inner.events.push_back(event.clone());
+            inner.history_bytes += bytes;
+            inner.events.push_back(Kept {
+                event: event.clone(),
+                bytes,
+            });
             inner.watchers.retain(|w| {
                 if !event.key.starts_with(&w.prefix) {
                     return !w.tx.is_closed();
@@ -476,6 +575,7 @@ impl Store for EmbeddedStore {
         let backlog: Vec<Arc<Event>> = inner
             .events
             .iter()
+            .map(|k| &k.event)
             .filter(|e| e.revision > from && e.key.starts_with(prefix))
             .cloned()
             .collect();
@@ -513,10 +613,7 @@ impl Store for EmbeddedStore {
             meta.insert("compacted", upto).map_err(be)?;
         }
         txn.commit().map_err(be)?;
-        while inner.events.front().is_some_and(|e| e.revision <= upto) {
-            inner.events.pop_front();
-        }
-        inner.compacted = upto;
+        inner.drop_events_upto(upto);
         Ok(())
     }
 }
@@ -647,5 +744,73 @@ mod tests {
             Err(StoreError::Compacted { .. })
         ));
         assert!(store.watch("/core/pods/", 2).is_ok());
+    }
+
+    #[test]
+    fn history_is_bounded_by_bytes_in_memory_and_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let limit = HistoryLimit {
+            events: 50_000,
+            bytes: 1 << 20,
+        };
+        let store = EmbeddedStore::open_with(&path, limit).unwrap();
+        let big = "x".repeat(100 * 1024);
+        let key = "/core/configmaps/ns/big";
+        store.create(key, json!({"data": {"k": big}})).unwrap();
+        let mut sizes = Vec::new();
+        for i in 0..300 {
+            store
+                .update(key, json!({"data": {"k": big, "i": i}}), None)
+                .unwrap();
+            if i % 100 == 99 {
+                sizes.push(std::fs::metadata(&path).unwrap().len());
+            }
+        }
+        {
+            let inner = store.lock();
+            assert!(
+                inner.history_bytes <= limit.bytes,
+                "{}",
+                inner.history_bytes
+            );
+            // Each event holds two 100 KiB versions: about five fit in 1 MiB.
+            assert!(
+                (3..=6).contains(&inner.events.len()),
+                "{}",
+                inner.events.len()
+            );
+        }
+        // Freed pages are reused: the file does not keep growing with the updates.
+        assert!(sizes[2] <= sizes[0] * 2, "file sizes {sizes:?}");
+        assert!(sizes[2] < 32 << 20, "file sizes {sizes:?}");
+        let oldest = store.oldest_watchable();
+        assert!(oldest > 250);
+        match store.watch("/core/configmaps/", 5) {
+            Err(e @ StoreError::Compacted { .. }) => {
+                assert_eq!(
+                    e.to_string(),
+                    format!("too old resource version: 5 ({})", oldest + 1)
+                );
+            }
+            other => panic!("expected Compacted, got {:?}", other.map(|_| ())),
+        }
+        assert!(
+            store
+                .watch("/core/configmaps/", store.revision() - 2)
+                .is_ok()
+        );
+        drop(store);
+        // Reopening with a smaller budget trims the history kept from before.
+        let store = EmbeddedStore::open_with(
+            &path,
+            HistoryLimit {
+                events: 2,
+                bytes: 1 << 20,
+            },
+        )
+        .unwrap();
+        assert_eq!(store.lock().events.len(), 2);
+        assert_eq!(store.oldest_watchable(), store.revision() - 2);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-pub use embedded::EmbeddedStore;
+pub use embedded::{EmbeddedStore, HistoryLimit};
 
 /// An object as stored, with the revision of its last write.
 #[derive(Clone, Debug)]

@@ -66,10 +66,30 @@ pub(super) fn name_is_dns1035_label(name: &str, prefix: bool) -> Vec<String> {
 }
 
 /// Upstream's name rule per kind.
+/// Upstream's `path.IsValidPathSegmentName` (RBAC names such as `system:node` are not DNS
+/// names; they only have to be usable as one URL path segment).
+pub(super) fn name_is_path_segment(name: &str, prefix: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if !prefix {
+        match name {
+            "." => out.push("may not be '.'".to_string()),
+            ".." => out.push("may not be '..'".to_string()),
+            _ => {}
+        }
+    }
+    for bad in ["/", "%"] {
+        if name.contains(bad) {
+            out.push(format!("may not contain '{bad}'"));
+        }
+    }
+    out
+}
+
 pub(super) fn name_fn(gvk: &Gvk) -> NameFn {
     match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("", "Namespace") => name_is_dns_label,
         ("", "Service") => name_is_dns1035_label,
+        ("rbac.authorization.k8s.io", _) => name_is_path_segment,
         _ => name_is_dns_subdomain,
     }
 }

@@ -17,6 +17,7 @@ use super::config::{validate_config_map, validate_secret};
 use super::meta::{is_namespaced, validate_meta, validate_meta_update};
 use super::network::{validate_endpoint_slice, validate_endpoints, validate_service};
 use super::pod::{validate_pod_spec, validate_pod_update};
+use super::rbac::{validate_binding_object, validate_role_object};
 use super::storage::{
     validate_persistent_volume, validate_persistent_volume_claim, validate_storage_class,
 };
@@ -61,6 +62,9 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("", "Secret") => validate_secret(&mut errs, obj, old),
         ("", "Event") => validate_event(&mut errs, obj),
         ("coordination.k8s.io", "Lease") => validate_lease(&mut errs, obj),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            super::certificates::validate_csr(&mut errs, obj)
+        }
         ("discovery.k8s.io", "EndpointSlice") => validate_endpoint_slice(&mut errs, obj, old),
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet")
         | ("", "ReplicationController") => validate_workload(&mut errs, gvk, obj, old),
@@ -72,6 +76,12 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("", "PersistentVolume") => validate_persistent_volume(&mut errs, obj, old),
         ("", "PersistentVolumeClaim") => validate_persistent_volume_claim(&mut errs, obj, old),
         ("storage.k8s.io", "StorageClass") => validate_storage_class(&mut errs, obj, old),
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => {
+            validate_role_object(&mut errs, gvk, obj)
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            validate_binding_object(&mut errs, gvk, obj, old)
+        }
         _ => {}
     }
     errs

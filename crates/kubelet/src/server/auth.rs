@@ -356,13 +356,16 @@ pub fn self_signed(
 ) -> Result<(PathBuf, PathBuf), TlsError> {
     let crt = cert_dir.join("kubelet.crt");
     let key = cert_dir.join("kubelet.key");
+    // The key is root's alone, also when an earlier install left it readable.
+    let io = |p: &Path| {
+        let path = p.to_path_buf();
+        move |source| TlsError::Io { path, source }
+    };
+    nodus_serving::private::create_dir(cert_dir).map_err(io(cert_dir))?;
+    nodus_serving::private::restrict_file(&key).map_err(io(&key))?;
     if crt.exists() && key.exists() {
         return Ok((crt, key));
     }
-    std::fs::create_dir_all(cert_dir).map_err(|source| TlsError::Io {
-        path: cert_dir.to_path_buf(),
-        source,
-    })?;
     let invalid = |e: rcgen::Error| TlsError::Invalid(format!("self-signed certificate: {e}"));
     let mut params = rcgen::CertificateParams::new(vec![node_name.to_string()]).map_err(invalid)?;
     params
@@ -380,23 +383,8 @@ pub fn self_signed(
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let kp = rcgen::KeyPair::generate().map_err(invalid)?;
     let cert = params.self_signed(&kp).map_err(invalid)?;
-    let write = |p: &Path, data: &str, mode: u32| {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(p)
-            .and_then(|mut f| f.write_all(data.as_bytes()))
-            .map_err(|source| TlsError::Io {
-                path: p.to_path_buf(),
-                source,
-            })
-    };
-    write(&key, &kp.serialize_pem(), 0o600)?;
-    write(&crt, &cert.pem(), 0o644)?;
+    nodus_serving::private::write(&key, kp.serialize_pem().as_bytes()).map_err(io(&key))?;
+    std::fs::write(&crt, cert.pem()).map_err(io(&crt))?;
     tracing::info!(cert = %crt.display(), "wrote a self-signed serving certificate (no --tls-cert-file)");
     Ok((crt, key))
 }

@@ -130,13 +130,27 @@ async fn pods(State(s): State<ServerState>) -> impl IntoResponse {
     axum::Json(list)
 }
 
+/// Serves `app` over plain HTTP on `listener`, under the shared connection limits.
+async fn serve_plain(listener: tokio::net::TcpListener, app: Router) {
+    use tower::ServiceExt as _;
+    let service = move |_cert: Option<rustls::pki_types::CertificateDer<'static>>| {
+        let app = app.clone();
+        move |req: hyper::Request<hyper::body::Incoming>| {
+            app.clone().oneshot(req.map(axum::body::Body::new))
+        }
+    };
+    let limits = nodus_serving::conn::Limits::default();
+    nodus_serving::conn::serve(listener, None, limits, service, std::future::pending()).await;
+}
+
 pub async fn serve_healthz(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(healthz))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(address = %addr, "healthz server listening");
-    axum::serve(listener, app).await
+    serve_plain(listener, app).await;
+    Ok(())
 }
 
 pub async fn serve_read_only(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
@@ -152,7 +166,8 @@ pub async fn serve_read_only(addr: SocketAddr, state: ServerState) -> std::io::R
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(address = %addr, "read-only server listening");
-    axum::serve(listener, app).await
+    serve_plain(listener, app).await;
+    Ok(())
 }
 
 /// The pods the runtime has (upstream's `/runningpods/`): a PodList with each pod's
@@ -333,59 +348,35 @@ pub fn secure_router(state: ServerState, auth: Arc<auth::Auth>) -> Router {
         .layer(axum::middleware::from_fn_with_state(auth, guard))
 }
 
-/// Serves the kubelet API over TLS on `addr` until the task is dropped.
+/// Serves the kubelet API over TLS on `addr` until the task is dropped, under the shared
+/// handshake and header timeouts and connection limit.
 pub async fn serve_secure(
     addr: SocketAddr,
     state: ServerState,
     auth: Arc<auth::Auth>,
     tls: Arc<rustls::ServerConfig>,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     use tower::ServiceExt as _;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(address = %addr, "kubelet API (secure port) listening");
     let app = secure_router(state, auth);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed on the secure port");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
+    let service = move |cert: Option<rustls::pki_types::CertificateDer<'static>>| {
+        let user = PeerUser(cert.as_ref().and_then(|c| auth::user_from_cert(c)));
         let app = app.clone();
-        tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed on the secure port");
-                    return;
-                }
-            };
-            let user = PeerUser(
-                tls.get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .and_then(|c| auth::user_from_cert(c)),
-            );
-            let svc = hyper::service::service_fn(
-                move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(user.clone());
-                    app.clone().oneshot(req.map(axum::body::Body::new))
-                },
-            );
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tls), svc)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "secure port connection ended with an error");
-            }
-        });
-    }
+        move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(user.clone());
+            app.clone().oneshot(req.map(axum::body::Body::new))
+        }
+    };
+    let limits = nodus_serving::conn::Limits::default();
+    nodus_serving::conn::serve(
+        listener,
+        Some(acceptor),
+        limits,
+        service,
+        std::future::pending(),
+    )
+    .await;
+    Ok(())
 }

@@ -45,12 +45,47 @@ pub fn add_node_address(netns: &Netns) {
     }
 }
 
+/// Links `a` and `b` with a veth pair: `a` gets `a_ip`/24, `b` gets `b_ip`/24 and its
+/// default route through `a_ip` (so a node there finds its InternalIP as on a machine).
+pub fn link_namespaces(a: &Netns, a_ip: &str, b: &Netns, b_ip: &str) {
+    let run = |ns: &Netns, args: &[&str]| {
+        let out = ns.run("ip", args).expect("ip in netns");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(
+        a,
+        &[
+            "link",
+            "add",
+            "peer0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            b.name(),
+        ],
+    );
+    run(a, &["addr", "add", &format!("{a_ip}/24"), "dev", "peer0"]);
+    run(a, &["link", "set", "peer0", "up"]);
+    run(b, &["addr", "add", &format!("{b_ip}/24"), "dev", "eth0"]);
+    run(b, &["link", "set", "eth0", "up"]);
+    run(b, &["route", "add", "default", "via", a_ip, "dev", "eth0"]);
+}
+
 pub struct ControlPlane {
     daemon: Option<Daemon>,
     netns: Arc<Netns>,
     pub dir: tempfile::TempDir,
     starts: usize,
     extra: Vec<String>,
+    /// The address the API server listens on and its kubeconfigs name.
+    bind: std::net::IpAddr,
 }
 
 impl ControlPlane {
@@ -61,6 +96,12 @@ impl ControlPlane {
 
     /// [`ControlPlane::start`] with extra `nodus control-plane` flags (shorter grace periods).
     pub fn start_with(netns: Arc<Netns>, extra: &[&str]) -> ControlPlane {
+        Self::start_bound(netns, [127, 0, 0, 1].into(), extra)
+    }
+
+    /// [`ControlPlane::start_with`] listening on `bind`, an address of `netns` that other
+    /// namespaces reach (nodes joining from elsewhere).
+    pub fn start_bound(netns: Arc<Netns>, bind: std::net::IpAddr, extra: &[&str]) -> ControlPlane {
         let dir = tempfile::Builder::new()
             .prefix("nodus-cp-")
             .tempdir()
@@ -72,6 +113,7 @@ impl ControlPlane {
             dir,
             starts: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            bind,
         };
         cp.spawn();
         cp
@@ -83,7 +125,9 @@ impl ControlPlane {
         cmd.arg("control-plane")
             .arg("--data-dir")
             .arg(self.data_dir())
-            .args(["--bind-address", "127.0.0.1", "--secure-port"])
+            .arg("--bind-address")
+            .arg(self.bind.to_string())
+            .arg("--secure-port")
             .arg(API_PORT.to_string())
             .args(&self.extra);
         let log = self
@@ -94,11 +138,9 @@ impl ControlPlane {
             .expect("spawn control plane");
         let kubeconfig = self.admin_kubeconfig();
         let ns = Arc::clone(&self.netns);
+        let addr = std::net::SocketAddr::new(self.bind, API_PORT);
         d.wait_ready(Duration::from_secs(60), || {
-            kubeconfig.exists()
-                && ns
-                    .connect_tcp(std::net::SocketAddr::from(([127, 0, 0, 1], API_PORT)))
-                    .is_ok()
+            kubeconfig.exists() && ns.connect_tcp(addr).is_ok()
         })
         .expect("control plane did not come up");
         self.daemon = Some(d);
@@ -126,7 +168,7 @@ impl ControlPlane {
     }
 
     pub fn url(&self) -> String {
-        format!("https://127.0.0.1:{API_PORT}")
+        format!("https://{}:{API_PORT}", self.bind)
     }
 
     /// A kubeconfig for `system:node:<node>`.
@@ -334,6 +376,25 @@ impl NodeProcess {
         subnet: &str,
         cgroup_root: &str,
     ) -> NodeProcess {
+        let cp_dir = cp.data_dir();
+        Self::start_with_credentials(
+            netns,
+            &["--control-plane-data-dir".as_ref(), cp_dir.as_os_str()],
+            name,
+            subnet,
+            cgroup_root,
+        )
+    }
+
+    /// `nodus node` in `netns` joining with `credentials` (its flags naming how: a token
+    /// and the CA hash, or the control plane's data dir); returns once its healthz answers.
+    pub fn start_with_credentials(
+        netns: &Arc<Netns>,
+        credentials: &[&std::ffi::OsStr],
+        name: &str,
+        subnet: &str,
+        cgroup_root: &str,
+    ) -> NodeProcess {
         let dir = tempfile::Builder::new()
             .prefix("nodus-nodeproc-")
             .tempdir()
@@ -344,8 +405,7 @@ impl NodeProcess {
         cmd.arg("node")
             .arg("--data-dir")
             .arg(d.join("data"))
-            .arg("--control-plane-data-dir")
-            .arg(cp.data_dir())
+            .args(credentials)
             .arg("--runtime-config")
             .arg(d.join("runtime.toml"))
             .args(["--hostname-override", name])
@@ -361,7 +421,7 @@ impl NodeProcess {
             .expect("spawn nodus node");
         let ns = Arc::clone(netns);
         daemon
-            .wait_ready(Duration::from_secs(60), || {
+            .wait_ready(Duration::from_secs(90), || {
                 ns.http_get(10248, "/healthz").is_ok_and(|(c, _)| c == 200)
             })
             .expect("nodus node did not come up");

@@ -15,8 +15,9 @@ use testkit::daemon::Daemon;
 
 pub const API_PORT: u16 = 6443;
 pub const KUBELET_PORT: u16 = 10250;
-/// Bearer tokens of the static token file: a user the (RBAC-less) authorizer allows, and a
-/// node identity the Node authorizer refuses `nodes/proxy` of another node.
+/// Bearer tokens of the static token file: a user bound to `cluster-admin` (as an operator
+/// would bind one), and a node identity the Node authorizer refuses `nodes/proxy` of another
+/// node.
 pub const ALLOWED_TOKEN: &str = "alice-token-0123456789";
 pub const DENIED_TOKEN: &str = "othernode-token-0123456789";
 
@@ -58,12 +59,23 @@ impl ControlPlane {
             kc.exists() && ns.connect_tcp(([127, 0, 0, 1], API_PORT).into()).is_ok()
         })
         .expect("control plane did not come up");
-        ControlPlane {
+        let cp = ControlPlane {
             daemon: Some(d),
             dir,
             netns,
             home,
-        }
+        };
+        cp.kubectl_ok(
+            &[
+                "create",
+                "clusterrolebinding",
+                "alice-cluster-admin",
+                "--clusterrole=cluster-admin",
+                "--user=alice",
+            ],
+            None,
+        );
+        cp
     }
 
     pub fn data(&self) -> PathBuf {

@@ -71,7 +71,13 @@ kind_table! {
     "apps", "v1", "Deployment" => api::apps::v1::Deployment, true;
     "apps", "v1", "ReplicaSet" => api::apps::v1::ReplicaSet, true;
     "apps", "v1", "StatefulSet" => api::apps::v1::StatefulSet, true;
+    "authentication.k8s.io", "v1", "SelfSubjectReview" => api::authentication::v1::SelfSubjectReview, false;
     "authentication.k8s.io", "v1", "TokenRequest" => api::authentication::v1::TokenRequest, false;
+    "authentication.k8s.io", "v1", "TokenReview" => api::authentication::v1::TokenReview, false;
+    "authorization.k8s.io", "v1", "LocalSubjectAccessReview" => api::authorization::v1::LocalSubjectAccessReview, false;
+    "authorization.k8s.io", "v1", "SelfSubjectAccessReview" => api::authorization::v1::SelfSubjectAccessReview, false;
+    "authorization.k8s.io", "v1", "SelfSubjectRulesReview" => api::authorization::v1::SelfSubjectRulesReview, false;
+    "authorization.k8s.io", "v1", "SubjectAccessReview" => api::authorization::v1::SubjectAccessReview, false;
     "autoscaling", "v1", "Scale" => api::autoscaling::v1::Scale, false;
     "autoscaling", "v2", "HorizontalPodAutoscaler" => api::autoscaling::v2::HorizontalPodAutoscaler, true;
     "batch", "v1", "CronJob" => api::batch::v1::CronJob, true;

@@ -322,6 +322,30 @@ pub(super) static REQUIRED: &[(&str, &str)] = &[
     ("k8s.io.api.apps.v1.StatefulSetSpec", "selector"),
     ("k8s.io.api.apps.v1.StatefulSetSpec", "template"),
     ("k8s.io.api.apps.v1.StatefulSetStatus", "replicas"),
+    (
+        "k8s.io.api.certificates.v1.CertificateSigningRequest",
+        "metadata",
+    ),
+    (
+        "k8s.io.api.certificates.v1.CertificateSigningRequest",
+        "spec",
+    ),
+    (
+        "k8s.io.api.certificates.v1.CertificateSigningRequestCondition",
+        "type",
+    ),
+    (
+        "k8s.io.api.certificates.v1.CertificateSigningRequestCondition",
+        "status",
+    ),
+    (
+        "k8s.io.api.certificates.v1.CertificateSigningRequestSpec",
+        "request",
+    ),
+    (
+        "k8s.io.api.certificates.v1.CertificateSigningRequestSpec",
+        "signerName",
+    ),
     ("k8s.io.api.coordination.v1.Lease", "metadata"),
     ("k8s.io.api.discovery.v1.Endpoint", "addresses"),
     ("k8s.io.api.discovery.v1.EndpointSlice", "metadata"),
@@ -352,6 +376,44 @@ pub(super) static REQUIRED: &[(&str, &str)] = &[
         "k8s.io.api.policy.v1.PodDisruptionBudgetStatus",
         "expectedPods",
     ),
+    (
+        "k8s.io.api.authorization.v1.LocalSubjectAccessReview",
+        "spec",
+    ),
+    ("k8s.io.api.authorization.v1.NonResourceRule", "verbs"),
+    ("k8s.io.api.authorization.v1.ResourceRule", "verbs"),
+    (
+        "k8s.io.api.authorization.v1.SelfSubjectAccessReview",
+        "spec",
+    ),
+    ("k8s.io.api.authorization.v1.SelfSubjectRulesReview", "spec"),
+    ("k8s.io.api.authorization.v1.SubjectAccessReview", "spec"),
+    (
+        "k8s.io.api.authorization.v1.SubjectAccessReviewStatus",
+        "allowed",
+    ),
+    (
+        "k8s.io.api.authorization.v1.SubjectRulesReviewStatus",
+        "resourceRules",
+    ),
+    (
+        "k8s.io.api.authorization.v1.SubjectRulesReviewStatus",
+        "nonResourceRules",
+    ),
+    (
+        "k8s.io.api.authorization.v1.SubjectRulesReviewStatus",
+        "incomplete",
+    ),
+    ("k8s.io.api.rbac.v1.ClusterRole", "rules"),
+    ("k8s.io.api.rbac.v1.ClusterRoleBinding", "roleRef"),
+    ("k8s.io.api.rbac.v1.PolicyRule", "verbs"),
+    ("k8s.io.api.rbac.v1.Role", "rules"),
+    ("k8s.io.api.rbac.v1.RoleBinding", "roleRef"),
+    ("k8s.io.api.rbac.v1.RoleRef", "apiGroup"),
+    ("k8s.io.api.rbac.v1.RoleRef", "kind"),
+    ("k8s.io.api.rbac.v1.RoleRef", "name"),
+    ("k8s.io.api.rbac.v1.Subject", "kind"),
+    ("k8s.io.api.rbac.v1.Subject", "name"),
     ("k8s.io.api.scheduling.v1.PriorityClass", "metadata"),
     ("k8s.io.api.scheduling.v1.PriorityClass", "value"),
     (

@@ -122,6 +122,8 @@ pub(super) static POINTERS: &[(&str, &str)] = fields! {
         "observedGeneration", "currentCPUUtilizationPercentage",
     ];
 
+    "k8s.io.api.certificates.v1" "CertificateSigningRequestSpec": ["expirationSeconds"];
+
     "k8s.io.api.coordination.v1" "LeaseSpec": [
         "holderIdentity", "leaseDurationSeconds", "leaseTransitions", "strategy",
         "preferredHolder",

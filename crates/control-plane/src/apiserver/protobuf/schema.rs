@@ -63,6 +63,7 @@ fn package(api_version: &str) -> Option<String> {
     Some(match group {
         "" | "core" => format!("k8s.io.api.core.{version}"),
         "meta" => format!("k8s.io.apimachinery.pkg.apis.meta.{version}"),
+        "rbac.authorization" => format!("k8s.io.api.rbac.{version}"),
         g if g.contains('.') => return None,
         g => format!("k8s.io.api.{g}.{version}"),
     })

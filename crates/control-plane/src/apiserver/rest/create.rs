@@ -214,8 +214,13 @@ pub async fn create(req: &Req) -> ApiResult<Response> {
         check_namespace(&req.st, ns)?;
     }
     prepare_for_create(t, &mut obj);
+    if t.info.kind == super::certificates::KIND {
+        super::certificates::set_requester(&mut obj, &req.user);
+    }
     nodus_k8s::defaults::default_object(&gvk, &mut obj);
     let _alloc = admission::create(&req.st, t, &mut obj, req.dry_run()).await?;
+    admission::admit_user(&req.user, t, &obj, None)?;
+    crate::apiserver::authz::escalation::check(&req.st, &req.user, t, &obj).map_err(ApiError)?;
     validate(t, &obj, None)?;
     let obj = super::convert::events_to_core(&obj);
     if req.dry_run() {

@@ -1,6 +1,7 @@
 //! The REST handlers: one module per verb over `serde_json::Value` objects, for every
 //! resource in `nodus_k8s::catalog`.
 
+pub mod certificates;
 pub mod convert;
 pub mod create;
 pub mod delete;
@@ -10,6 +11,7 @@ pub mod path;
 pub mod proxy;
 pub mod reviews;
 pub mod subresources;
+pub mod tokenrequest;
 pub mod update;
 pub mod watch;
 
@@ -22,7 +24,8 @@ use bytes::Bytes;
 use nodus_k8s::status;
 use serde_json::Value;
 
-use crate::apiserver::auth::{self, Attributes, User};
+use crate::apiserver::authn::User;
+use crate::apiserver::authz::{self, Attributes};
 use crate::apiserver::state::SharedState;
 use crate::storage::StoreError;
 use path::{Parsed, Target};
@@ -259,26 +262,14 @@ pub fn not_found_path() -> Value {
 fn authorize(req: &Req, verb: &str, body: Option<&Value>) -> ApiResult<()> {
     let attrs = Attributes {
         verb,
-        target: &req.target,
+        request: authz::Request::Served(&req.target),
         body,
         field_selector: req.q("fieldSelector"),
     };
-    auth::authorize(&req.user, &attrs, req.st.store.as_ref()).map_err(|reason| {
-        let t = &req.target;
-        let resource = match &t.sub {
-            Some(s) => format!("{}/{}", t.info.plural, s),
-            None => t.info.plural.to_string(),
-        };
-        ApiError(status::forbidden(
-            &req.user.name,
-            verb,
-            &resource,
-            t.info.group,
-            t.name.as_deref().unwrap_or(""),
-            t.namespace.as_deref().unwrap_or(""),
-            &reason,
-        ))
-    })
+    req.st
+        .authz
+        .authorize(&req.user, &attrs, req.st.store.as_ref())
+        .map_err(|reason| ApiError(authz::forbidden(&req.user, &attrs, &reason)))
 }
 
 async fn dispatch(req: Req, method: &Method, verb: &'static str) -> ApiResult<Response> {
@@ -292,6 +283,13 @@ async fn dispatch(req: Req, method: &Method, verb: &'static str) -> ApiResult<Re
         None
     };
     authorize(&req, verb, body_for_authz.as_ref())?;
+    if req.target.sub.is_none() && !info.verbs.contains(&verb) {
+        return Err(ApiError(status::method_not_allowed(
+            info.group,
+            info.plural,
+            method.as_str(),
+        )));
+    }
     if let Some(sub) = req.target.sub.clone() {
         return subresources::handle(req, method, verb, &sub).await;
     }

@@ -1,23 +1,23 @@
 //! The review APIs other components ask the API server's own authenticator and authorizer
 //! through: `authentication.k8s.io/v1` TokenReview (the kubelet's
-//! `--authentication-token-webhook`) and `authorization.k8s.io/v1` SubjectAccessReview and
+//! `--authentication-token-webhook`) and SelfSubjectReview (`kubectl auth whoami`), and
+//! `authorization.k8s.io/v1` SubjectAccessReview, LocalSubjectAccessReview,
 //! SelfSubjectAccessReview (the kubelet's `--authorization-mode=Webhook`, `kubectl auth
-//! can-i`). They are create-only and stored nowhere: the answer is the object sent back
-//! with its `status` filled in, as upstream's.
-//!
-//! Creating them is open to every authenticated user: upstream grants it to nodes (the
-//! Node authorizer's node rules) and to anyone with `system:auth-delegator`, and nodus has
-//! no RBAC yet, under which every non-node user is allowed anyway.
+//! can-i`) and SelfSubjectRulesReview (`kubectl auth can-i --list`). They are create-only and
+//! stored nowhere: the answer is the object sent back with its `status` filled in, as
+//! upstream's. Who may create them is the authorizer's call, like any request
+//! (`system:basic-user` grants the self reviews, `system:auth-delegator` the others).
 
 use axum::Router;
-use axum::extract::{Extension, Request, State};
+use axum::extract::{Extension, Path, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use nodus_k8s::validation::FieldError;
 use serde_json::{Value, json};
 
-use crate::apiserver::auth::{self, Attributes, User};
+use crate::apiserver::authn::{self, User};
+use crate::apiserver::authz::{Attributes, Request as AuthzRequest, ResourceAttrs};
 use crate::apiserver::protobuf;
 use crate::apiserver::rest::path::Target;
 use crate::apiserver::rest::{ApiError, json_response};
@@ -31,12 +31,24 @@ pub fn router(st: SharedState) -> Router {
             post(token_review),
         )
         .route(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            post(self_subject_review),
+        )
+        .route(
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             post(subject_access_review),
         )
         .route(
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             post(self_subject_access_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/namespaces/{namespace}/localsubjectaccessreviews",
+            post(local_subject_access_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            post(self_subject_rules_review),
         )
         .with_state(st)
 }
@@ -96,6 +108,17 @@ mod pb {
         #[prost(string, optional, tag = "6")]
         pub uid: Option<String>,
     }
+    /// SelfSubjectRulesReviewSpec.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RulesSpec {
+        #[prost(string, optional, tag = "1")]
+        pub namespace: Option<String>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RulesReview {
+        #[prost(message, optional, tag = "2")]
+        pub spec: Option<RulesSpec>,
+    }
     /// (Self)SubjectAccessReview without its metadata and status.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Review {
@@ -104,17 +127,30 @@ mod pb {
     }
 }
 
-/// A protobuf (Self)SubjectAccessReview body as its JSON form.
+/// A protobuf review body (the access reviews, SelfSubjectRulesReview, SelfSubjectReview) as
+/// its JSON form.
 fn review_from_protobuf(body: &[u8]) -> Option<Value> {
     use prost::Message as _;
     let rest = body.strip_prefix(b"k8s\0")?;
     let u = pb::Unknown::decode(rest).ok()?;
     let tm = u.type_meta?;
     let (av, kind) = (tm.api_version?, tm.kind?);
-    if av != "authorization.k8s.io/v1" {
-        return None;
+    let raw = u.raw.unwrap_or_default();
+    match (av.as_str(), kind.as_str()) {
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => {
+            return Some(json!({"apiVersion": av, "kind": kind, "metadata": {}}));
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            let r = pb::RulesReview::decode(raw.as_slice()).ok()?;
+            let ns = r.spec.unwrap_or_default().namespace.unwrap_or_default();
+            return Some(
+                json!({"apiVersion": av, "kind": kind, "metadata": {}, "spec": {"namespace": ns}}),
+            );
+        }
+        ("authorization.k8s.io/v1", _) => {}
+        _ => return None,
     }
-    let r = pb::Review::decode(u.raw.unwrap_or_default().as_slice()).ok()?;
+    let r = pb::Review::decode(raw.as_slice()).ok()?;
     let spec = r.spec.unwrap_or_default();
     let mut out = json!({"apiVersion": av, "kind": kind, "metadata": {}, "spec": {}});
     if let Some(ra) = spec.resource_attributes {
@@ -151,7 +187,7 @@ async fn body_of(req: Request, kind: &str, api_version: &str) -> Result<Value, A
         .and_then(|v| v.to_str().ok())
         .is_some_and(protobuf::is_protobuf);
     if is_protobuf
-        && api_version == "authorization.k8s.io/v1"
+        && kind != "TokenReview"
         && let Some(v) = review_from_protobuf(&bytes)
     {
         return check_kind(v, kind, api_version);
@@ -207,8 +243,8 @@ fn accept_of(req: &Request) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Who a bearer token is: the API server's own token authenticator (the static token
-/// file; client certificates carry no token).
+/// Who a bearer token is: the API server's own bearer-token chain, for the review's
+/// audiences (default the API server's); a refusal carries the reason in `status.error`.
 async fn token_review(State(st): State<SharedState>, req: Request) -> Response {
     let accept = accept_of(&req);
     let av = "authentication.k8s.io/v1";
@@ -229,76 +265,86 @@ async fn token_review(State(st): State<SharedState>, req: Request) -> Response {
         ))
         .into_response();
     }
-    let audiences = obj.pointer("/spec/audiences").cloned();
-    obj["status"] = match st.tokens.get(&token) {
-        Some(u) => json!({
-            "authenticated": true,
-            "user": {"username": u.name, "groups": u.groups},
-            "audiences": audiences.unwrap_or(json!([])),
-        }),
-        None => json!({"authenticated": false, "user": {}}),
+    let audiences: Option<Vec<String>> = obj
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .filter(|a: &Vec<String>| !a.is_empty());
+    obj["status"] = match authn::review_token(&st, &token, audiences.as_deref()) {
+        Ok(a) => {
+            let mut user = json!({"username": a.user.name, "groups": a.user.groups});
+            if !a.user.uid.is_empty() {
+                user["uid"] = json!(a.user.uid);
+            }
+            if !a.user.extra.is_empty() {
+                user["extra"] = json!(a.user.extra);
+            }
+            json!({"authenticated": true, "user": user, "audiences": a.audiences})
+        }
+        Err(e) => json!({"user": {}, "error": e}),
     };
     created(accept, obj, "TokenReview", av).await
 }
 
-/// What the authorizer says about `user` doing what `spec` describes.
+/// What the authorizer chain says about `user` doing what `spec` describes.
 fn review(st: &SharedState, user: &User, spec: &Value) -> (bool, String) {
-    if let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
-        let s = |k: &str| ra.get(k).and_then(Value::as_str).unwrap_or("");
-        let group = s("group");
-        let resource = s("resource");
-        let version = match s("version") {
+    let s = |ptr: &str| spec.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+    let verb;
+    let served;
+    let request = if spec.get("resourceAttributes").is_some_and(Value::is_object) {
+        let ra = |k: &str| s(&format!("/resourceAttributes/{k}"));
+        verb = match ra("verb") {
+            "" => "get",
+            v => v,
+        };
+        let version = match ra("version") {
             "" | "*" => None,
             v => Some(v),
         };
         let info = nodus_k8s::catalog::all().iter().find(|r| {
-            r.group == group && r.plural == resource && version.is_none_or(|v| v == r.version)
+            r.group == ra("group")
+                && r.plural == ra("resource")
+                && version.is_none_or(|v| v == r.version)
         });
-        let verb = match s("verb") {
-            "" => "get",
-            v => v,
-        };
-        let Some(info) = info else {
-            // A resource the catalogue does not serve: only the identity decides.
-            if user.in_group("system:masters") {
-                return (true, String::new());
+        let nonempty = |k: &str| Some(ra(k).to_string()).filter(|x| !x.is_empty());
+        match info {
+            Some(info) => {
+                served = Target {
+                    info,
+                    namespace: nonempty("namespace"),
+                    name: nonempty("name"),
+                    sub: nonempty("subresource"),
+                    watch_path: false,
+                    rest: Vec::new(),
+                };
+                AuthzRequest::Served(&served)
             }
-            if user.is_anonymous() || user.in_group("system:nodes") {
-                return (false, String::new());
-            }
-            return (true, String::new());
-        };
-        let nonempty = |k: &str| Some(s(k).to_string()).filter(|x| !x.is_empty());
-        let target = Target {
-            info,
-            namespace: nonempty("namespace"),
-            name: nonempty("name"),
-            sub: nonempty("subresource"),
-            watch_path: false,
-            rest: Vec::new(),
-        };
-        let attrs = Attributes {
-            verb,
-            target: &target,
-            body: None,
-            field_selector: None,
-        };
-        return match auth::authorize(user, &attrs, st.store.as_ref()) {
-            Ok(()) => (true, String::new()),
-            Err(reason) => (false, reason),
-        };
+            None => AuthzRequest::Named(ResourceAttrs {
+                group: ra("group"),
+                resource: ra("resource"),
+                subresource: ra("subresource"),
+                namespace: ra("namespace"),
+                name: ra("name"),
+            }),
+        }
+    } else {
+        verb = s("/nonResourceAttributes/verb");
+        AuthzRequest::NonResource(s("/nonResourceAttributes/path"))
+    };
+    let attrs = Attributes {
+        verb,
+        request,
+        body: None,
+        field_selector: None,
+    };
+    match st.authz.authorize(user, &attrs, st.store.as_ref()) {
+        Ok(()) => (true, String::new()),
+        Err(reason) => (false, reason),
     }
-    let path = spec
-        .pointer("/nonResourceAttributes/path")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if user.in_group("system:masters") || auth::is_public_path(path) {
-        return (true, String::new());
-    }
-    if user.is_anonymous() || user.in_group("system:nodes") {
-        return (false, String::new());
-    }
-    (true, String::new())
 }
 
 fn status(allowed: bool, reason: String) -> Value {
@@ -318,15 +364,7 @@ async fn subject_access_review(State(st): State<SharedState>, req: Request) -> R
         Err(e) => return e.into_response(),
     };
     let spec = obj.get("spec").cloned().unwrap_or(json!({}));
-    let name = spec.get("user").and_then(Value::as_str).unwrap_or("");
-    let groups: Vec<String> = spec
-        .get("groups")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|g| g.as_str().map(str::to_string))
-        .collect();
-    if name.is_empty() && groups.is_empty() {
+    let Some(user) = user_of_spec(&spec) else {
         return ApiError(nodus_k8s::status::invalid(
             "SubjectAccessReview.authorization.k8s.io",
             "",
@@ -337,7 +375,7 @@ async fn subject_access_review(State(st): State<SharedState>, req: Request) -> R
             )],
         ))
         .into_response();
-    }
+    };
     let has_ra = spec.get("resourceAttributes").is_some_and(Value::is_object);
     let has_nra = spec
         .get("nonResourceAttributes")
@@ -354,10 +392,6 @@ async fn subject_access_review(State(st): State<SharedState>, req: Request) -> R
         ))
         .into_response();
     }
-    let user = User {
-        name: name.to_string(),
-        groups,
-    };
     let (allowed, reason) = review(&st, &user, &spec);
     obj["status"] = status(allowed, reason);
     created(accept, obj, "SubjectAccessReview", av).await
@@ -379,4 +413,146 @@ async fn self_subject_access_review(
     let (allowed, reason) = review(&st, &user, &spec);
     obj["status"] = status(allowed, reason);
     created(accept, obj, "SelfSubjectAccessReview", av).await
+}
+
+/// May this user do this in this namespace? (`kubectl auth can-i` through a namespace admin's
+/// eyes; granted by `admin`.)
+async fn local_subject_access_review(
+    State(st): State<SharedState>,
+    Path(namespace): Path<String>,
+    req: Request,
+) -> Response {
+    let accept = accept_of(&req);
+    let av = "authorization.k8s.io/v1";
+    let kind = "LocalSubjectAccessReview";
+    let mut obj = match body_of(req, kind, av).await {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let meta_ns = obj
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if meta_ns.is_empty() {
+        obj["metadata"]["namespace"] = json!(namespace);
+    } else if meta_ns != namespace {
+        return ApiError(nodus_k8s::status::bad_request(&format!(
+            "spec.resourceAttributes.namespace must match namespace: {namespace}"
+        )))
+        .into_response();
+    }
+    let spec_ns = obj
+        .pointer("/spec/resourceAttributes/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if obj
+        .pointer("/spec/resourceAttributes")
+        .is_some_and(Value::is_object)
+    {
+        if !spec_ns.is_empty() && spec_ns != namespace {
+            return ApiError(nodus_k8s::status::invalid(
+                "LocalSubjectAccessReview.authorization.k8s.io",
+                "",
+                &[FieldError::invalid(
+                    "spec.resourceAttributes.namespace",
+                    json!(spec_ns),
+                    "must match metadata.namespace",
+                )],
+            ))
+            .into_response();
+        }
+        obj["spec"]["resourceAttributes"]["namespace"] = json!(namespace);
+    }
+    let spec = obj.get("spec").cloned().unwrap_or(json!({}));
+    let Some(user) = user_of_spec(&spec) else {
+        return ApiError(nodus_k8s::status::invalid(
+            "LocalSubjectAccessReview.authorization.k8s.io",
+            "",
+            &[FieldError::invalid(
+                "spec.user,spec.groups",
+                json!(""),
+                "at least one of user or group must be specified",
+            )],
+        ))
+        .into_response();
+    };
+    let (allowed, reason) = review(&st, &user, &spec);
+    obj["status"] = status(allowed, reason);
+    created(accept, obj, kind, av).await
+}
+
+fn user_of_spec(spec: &Value) -> Option<User> {
+    let name = spec.get("user").and_then(Value::as_str).unwrap_or("");
+    let groups: Vec<String> = spec
+        .get("groups")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str().map(str::to_string))
+        .collect();
+    if name.is_empty() && groups.is_empty() {
+        return None;
+    }
+    Some(User {
+        name: name.to_string(),
+        groups,
+        ..Default::default()
+    })
+}
+
+/// What may I do in this namespace? (`kubectl auth can-i --list`): the RBAC rules bound to
+/// the caller there, as upstream's rule resolver lists them.
+async fn self_subject_rules_review(
+    State(st): State<SharedState>,
+    Extension(user): Extension<User>,
+    req: Request,
+) -> Response {
+    let accept = accept_of(&req);
+    let av = "authorization.k8s.io/v1";
+    let kind = "SelfSubjectRulesReview";
+    let mut obj = match body_of(req, kind, av).await {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let ns = obj
+        .pointer("/spec/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let index = st.authz.rbac().index();
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for r in index.rules_for(&user, &ns) {
+        if r.non_resource_urls.is_empty() {
+            let mut rule = json!({"verbs": r.verbs, "apiGroups": r.api_groups,
+                "resources": r.resources});
+            if !r.resource_names.is_empty() {
+                rule["resourceNames"] = json!(r.resource_names);
+            }
+            resource_rules.push(rule);
+        } else {
+            non_resource_rules.push(json!({"verbs": r.verbs,
+                "nonResourceURLs": r.non_resource_urls}));
+        }
+    }
+    obj["status"] = json!({
+        "resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules,
+        "incomplete": false,
+    });
+    created(accept, obj, kind, av).await
+}
+
+/// Who am I? (`kubectl auth whoami`)
+async fn self_subject_review(Extension(user): Extension<User>, req: Request) -> Response {
+    let accept = accept_of(&req);
+    let av = "authentication.k8s.io/v1";
+    let kind = "SelfSubjectReview";
+    let mut obj = match body_of(req, kind, av).await {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    obj["status"] = json!({"userInfo": {"username": user.name, "groups": user.groups}});
+    created(accept, obj, kind, av).await
 }

@@ -26,7 +26,9 @@ pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResu
         ))
     };
     match (sub, verb) {
-        ("status", "get") => super::list::get(&req),
+        ("status" | "approval", "get") => super::list::get(&req),
+        ("approval", "update") => put_part(&req, Part::Approval).await,
+        ("approval", "patch") => patch_part(&req, Part::Approval).await,
         ("status", "update") => put_part(&req, Part::Status).await,
         ("status", "patch") => patch_part(&req, Part::Status).await,
         ("finalize", "update") => finalize(&req),
@@ -36,6 +38,9 @@ pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResu
             bind(&req, &pod, &body)
         }
         ("eviction", "create") => evict(&req),
+        ("token", "create") if info.plural == "serviceaccounts" => {
+            super::tokenrequest::create(&req)
+        }
         ("scale", "get" | "update" | "patch") => scale(&req, verb),
         ("log" | "exec" | "attach" | "portforward" | "proxy", _) => {
             super::proxy::handle(req, method, sub).await

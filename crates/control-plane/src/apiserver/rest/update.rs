@@ -19,10 +19,18 @@ pub enum Part {
     Main,
     /// The status subresource: only status.
     Status,
+    /// A CertificateSigningRequest's approval subresource: only its conditions.
+    Approval,
 }
 
 /// Carries server-owned fields from `old` into `new` and keeps each endpoint to its part.
 pub fn prepare_for_update(t: &Target, old: &Value, new: &mut Value, part: Part) {
+    if t.info.kind == super::certificates::KIND {
+        super::certificates::prepare_for_update(old, new, part);
+        if part == Part::Approval {
+            return;
+        }
+    }
     let has_status_sub = t.info.subresources.contains(&"status");
     if part == Part::Status {
         let status = new.get("status").cloned();
@@ -219,7 +227,16 @@ pub fn write(
                 }
             }
             admission::update(&req.st, t, &cur_view, &mut new, alloc.as_deref_mut())?;
+            admission::admit_user(&req.user, t, &new, Some(&cur_view))?;
+            crate::apiserver::authz::escalation::check(&req.st, &req.user, t, &new)
+                .map_err(ApiError)?;
             validate(t, &new, Some(&cur_view))?;
+            if t.info.kind == super::certificates::KIND {
+                let errs = super::certificates::validate_update(&cur_view, &new, part);
+                if !errs.is_empty() {
+                    return Err(ApiError(status::invalid(&t.gvk().kind, name, &errs)));
+                }
+            }
             let new = super::convert::events_to_core(&new);
             if dry_run {
                 dry = Some(new);

@@ -1,156 +1,57 @@
-//! Authentication (client certificates, static bearer tokens, anonymous) and authorization
-//! (`system:masters`, the Node authorizer with NodeRestriction, everyone else allowed: there
-//! is no RBAC yet).
-
-use std::collections::HashMap;
-use std::path::Path;
+//! The Node authorizer: what a `system:node:<name>` identity may do, by upstream's graph of
+//! relationships (a pod bound to the node → its secrets, configmaps, claims, volumes).
 
 use serde_json::Value;
 
+use super::{Attributes, Decision, Request};
+use crate::apiserver::authn::User;
 use crate::apiserver::rest::path::Target;
 use crate::storage::Store;
 
-/// An authenticated (or anonymous) identity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct User {
-    pub name: String,
-    pub groups: Vec<String>,
-}
-
-impl User {
-    pub fn anonymous() -> User {
-        User {
-            name: "system:anonymous".into(),
-            groups: vec!["system:unauthenticated".into()],
-        }
-    }
-    pub fn is_anonymous(&self) -> bool {
-        self.name == "system:anonymous"
-    }
-    pub fn in_group(&self, g: &str) -> bool {
-        self.groups.iter().any(|x| x == g)
-    }
-    /// `Some(node)` for a `system:node:<node>` identity in `system:nodes`.
-    pub fn node_name(&self) -> Option<&str> {
-        if !self.in_group("system:nodes") {
-            return None;
-        }
-        self.name.strip_prefix("system:node:")
-    }
-}
-
-/// Who the TLS client certificate says the peer is: CN is the user, each O a group.
-pub fn user_from_cert(der: &[u8]) -> Option<User> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let subject = cert.subject();
-    let name = subject
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    let mut groups: Vec<String> = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    groups.push("system:authenticated".into());
-    Some(User { name, groups })
-}
-
-/// Reads a kube-apiserver `--token-auth-file`: `token,user,uid,"group1,group2"` per line.
-pub fn load_token_file(path: &Path) -> std::io::Result<HashMap<String, User>> {
-    let mut out = HashMap::new();
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e),
-    };
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let fields = split_csv(line);
-        if fields.len() < 2 || fields[0].is_empty() {
-            continue;
-        }
-        let mut groups: Vec<String> = fields
-            .get(3)
-            .map(|g| {
-                g.split(',')
-                    .map(str::trim)
-                    .filter(|g| !g.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        groups.push("system:authenticated".into());
-        out.insert(
-            fields[0].clone(),
-            User {
-                name: fields[1].clone(),
-                groups,
-            },
-        );
-    }
-    Ok(out)
-}
-
-fn split_csv(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    for c in line.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => out.push(std::mem::take(&mut cur)),
-            c => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out
-}
-
-/// Paths anyone may read, as upstream's `system:public-info-viewer` role allows.
-pub fn is_public_path(path: &str) -> bool {
-    matches!(
-        path,
-        "/healthz" | "/livez" | "/readyz" | "/version" | "/version/"
-    ) || path.starts_with("/healthz/")
-        || path.starts_with("/livez/")
-        || path.starts_with("/readyz/")
-}
-
-/// The request as the authorizer sees it.
-pub struct Attributes<'a> {
-    pub verb: &'a str,
-    pub target: &'a Target,
-    /// The request body for create/update/patch (after patching for patch), if any.
-    pub body: Option<&'a Value>,
-    pub field_selector: Option<&'a str>,
-}
-
-/// `Err(reason)` when the user may not do this. `reason` follows the authorizer's message.
-pub fn authorize(user: &User, attrs: &Attributes<'_>, store: &dyn Store) -> Result<(), String> {
-    if user.in_group("system:masters") {
-        return Ok(());
-    }
-    if user.is_anonymous() {
-        return Err(String::new());
-    }
-    if let Some(node) = user.node_name() {
-        return node_authorize(node, attrs, store);
-    }
-    if user.in_group("system:nodes") {
-        return Err("unknown node".into());
-    }
-    Ok(())
-}
-
 const READ: &[&str] = &["get", "list", "watch"];
 
-fn node_authorize(node: &str, a: &Attributes<'_>, store: &dyn Store) -> Result<(), String> {
-    let t = a.target;
+/// The Node authorizer's decision: no opinion for identities that are not nodes; for a
+/// node, allow what its graph and upstream's NodeRules allow, else no opinion with why.
+pub(super) fn authorize(user: &User, a: &Attributes<'_>, store: &dyn Store) -> Decision {
+    if !user.in_group("system:nodes") {
+        return Decision::NoOpinion(String::new());
+    }
+    let Some(node) = user.node_name().filter(|n| !n.is_empty()) else {
+        return Decision::NoOpinion("unknown node".into());
+    };
+    let result = match a.request {
+        Request::Served(t) => served(node, t, a, store),
+        Request::Named(_) => node_rules(a),
+        Request::NonResource(_) => Err(String::new()),
+    };
+    match result {
+        Ok(()) => Decision::Allow,
+        Err(why) => Decision::NoOpinion(why),
+    }
+}
+
+/// Upstream's NodeRules for what has no graph edge: the review APIs the kubelet's
+/// webhook authentication and authorization call, and its own CSRs.
+fn node_rules(a: &Attributes<'_>) -> Result<(), String> {
+    let Some(r) = a.resource() else {
+        return Err(String::new());
+    };
+    let allowed = match (r.group, r.resource, r.subresource) {
+        ("authentication.k8s.io", "tokenreviews", "")
+        | (
+            "authorization.k8s.io",
+            "subjectaccessreviews" | "localsubjectaccessreviews" | "selfsubjectaccessreviews",
+            "",
+        ) => a.verb == "create",
+        ("certificates.k8s.io", "certificatesigningrequests", "") => {
+            matches!(a.verb, "create" | "get" | "list" | "watch")
+        }
+        _ => false,
+    };
+    if allowed { Ok(()) } else { Err(String::new()) }
+}
+
+fn served(node: &str, t: &Target, a: &Attributes<'_>, store: &dyn Store) -> Result<(), String> {
     let res = t.info.plural;
     let group = t.info.group;
     let sub = t.sub.as_deref().unwrap_or("");
@@ -279,6 +180,18 @@ fn node_authorize(node: &str, a: &Attributes<'_>, store: &dyn Store) -> Result<(
                 "no relationship found between node {node:?} and this object"
             ))
         }
+        ("", "serviceaccounts", "token") => {
+            // The kubelet's TokenRequest for a pod's projected token.
+            if verb == "create"
+                && let Some(sa) = name
+                && referenced_by_node_pod(store, node, ns, "serviceaccounts", sa)
+            {
+                return Ok(());
+            }
+            deny(&format!(
+                "no relationship found between node {node:?} and this object"
+            ))
+        }
         ("", "persistentvolumes", "") => {
             if verb == "get"
                 && let Some(pv) = name
@@ -290,9 +203,11 @@ fn node_authorize(node: &str, a: &Attributes<'_>, store: &dyn Store) -> Result<(
                 "no relationship found between node {node:?} and this object"
             ))
         }
-        _ => deny(&format!(
-            "no relationship found between node {node:?} and this object"
-        )),
+        _ => node_rules(a).or_else(|_| {
+            deny(&format!(
+                "no relationship found between node {node:?} and this object"
+            ))
+        }),
     }
 }
 
@@ -421,17 +336,6 @@ fn volumes(spec: &Value) -> impl Iterator<Item = &Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_file_lines_parse_like_kube_apiserver() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("tokens.csv");
-        std::fs::write(&p, "abc,alice,1,\"dev,ops\"\n\n# comment\nxyz,bob,2\n").unwrap();
-        let t = load_token_file(&p).unwrap();
-        assert_eq!(t["abc"].name, "alice");
-        assert_eq!(t["abc"].groups, vec!["dev", "ops", "system:authenticated"]);
-        assert_eq!(t["xyz"].groups, vec!["system:authenticated"]);
-    }
 
     #[test]
     fn pods_reference_their_configmaps_and_secrets() {

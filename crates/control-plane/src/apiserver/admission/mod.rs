@@ -1,9 +1,12 @@
-//! Built-in admission: ServiceAccount (pod serviceAccountName), DefaultTolerationSeconds,
+//! Built-in admission: [`serviceaccount`] (pod service account and token volume),
+//! DefaultTolerationSeconds,
 //! Priority (priorityClassName → priority), Service ClusterIP and NodePort allocation,
 //! DefaultStorageClass (a claim without a class gets the default one) and
 //! StorageObjectInUseProtection (the pvc-/pv-protection finalizers on create).
-//!
-//! ServiceAccount admission does not mount a token volume yet (no token controller).
+//! NodeRestriction and ServiceAccount admission are modules of their own.
+
+pub(crate) mod noderestriction;
+pub mod serviceaccount;
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -16,6 +19,17 @@ use tokio::sync::MutexGuard;
 use crate::apiserver::rest::path::Target;
 use crate::apiserver::rest::{ApiError, ApiResult, meta_str};
 use crate::apiserver::state::ApiState;
+
+/// Admission that depends on who writes (NodeRestriction), for creates (`old` = None) and
+/// updates of any resource.
+pub fn admit_user(
+    user: &crate::apiserver::authn::User,
+    t: &Target,
+    obj: &Value,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    noderestriction::admit(user, t, obj, old)
+}
 
 /// IPs and node ports in use by Services, read while holding the allocation lock.
 #[derive(Debug, Default)]
@@ -390,17 +404,7 @@ fn admit_claim(st: &ApiState, pvc: &mut Value) -> ApiResult<()> {
 /// Pod admission (service account, default tolerations, priority), also for pods the
 /// in-process controllers create.
 pub(crate) fn admit_pod(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
-    let mirror = pod
-        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
-        .is_some();
-    let sa = pod
-        .pointer("/spec/serviceAccountName")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if sa.is_empty() && !mirror {
-        pod["spec"]["serviceAccountName"] = json!("default");
-    }
+    serviceaccount::admit(st, pod)?;
     if pod.pointer("/spec/serviceAccount").is_none()
         && let Some(s) = pod.pointer("/spec/serviceAccountName").cloned()
     {

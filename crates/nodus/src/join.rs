@@ -1,0 +1,228 @@
+//! Joining a cluster with a bootstrap token and no secrets on the node, as `kubeadm join`
+//! does: token discovery reads kube-public/cluster-info anonymously, trusts it only when
+//! the bootstrap signer's JWS verifies with the token and its CA's public key matches a
+//! `--discovery-token-ca-cert-hash`, then writes the CA and a bootstrap kubeconfig (the
+//! token) for the kubelet's TLS bootstrap.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use base64::Engine;
+use nodus_control_plane::apiserver::authn::bootstraptoken::{detached_token_is_valid, parse_token};
+use serde_json::Value;
+
+const HASH_FLAG: &str = "--discovery-token-ca-cert-hash";
+
+/// A `sha256:<64 hex>` pin, lower-cased.
+pub fn parse_ca_hash(h: &str) -> anyhow::Result<String> {
+    let Some((kind, value)) = h.split_once(':') else {
+        anyhow::bail!("{HASH_FLAG}: invalid hash {h:?}, expected a format of \"<type>:<value>\"");
+    };
+    anyhow::ensure!(
+        kind == "sha256",
+        "{HASH_FLAG}: unknown hash type {kind:?}, only sha256 is supported"
+    );
+    anyhow::ensure!(
+        value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{HASH_FLAG}: {h:?} is not a SHA-256 hash (64 hexadecimal digits)"
+    );
+    Ok(format!("sha256:{}", value.to_ascii_lowercase()))
+}
+
+/// What discovery learned and trusts.
+#[derive(Debug)]
+pub struct ClusterInfo {
+    pub ca_pem: String,
+}
+
+/// kubeadm's checks on a fetched cluster-info ConfigMap: the JWS for the token's id
+/// verifies with its secret, and the CA in the kubeconfig is pinned by one of `hashes`.
+pub fn verify_cluster_info(
+    cm: &Value,
+    token: &str,
+    hashes: &[String],
+) -> anyhow::Result<ClusterInfo> {
+    let parts = parse_token(token).with_context(
+        || "--token: the token does not match the pattern [a-z0-9]{6}.[a-z0-9]{16}",
+    )?;
+    let kubeconfig = cm
+        .pointer("/data/kubeconfig")
+        .and_then(Value::as_str)
+        .context("there is no kubeconfig in the cluster-info ConfigMap")?;
+    let jws = cm
+        .get("data")
+        .and_then(|d| d.get(format!("jws-kubeconfig-{}", parts.id)))
+        .and_then(Value::as_str)
+        .with_context(|| {
+            format!(
+                "there is no JWS signed token in the cluster-info ConfigMap. This token id {:?} is invalid for this cluster, can't connect",
+                parts.id
+            )
+        })?;
+    anyhow::ensure!(
+        detached_token_is_valid(jws, kubeconfig, parts.id, parts.secret),
+        "failed to verify JWS signature of received cluster info object, can't trust this API Server (check --token)"
+    );
+    let cfg: Value =
+        serde_yaml::from_str(kubeconfig).context("parsing the cluster-info kubeconfig")?;
+    let ca_b64 = cfg
+        .pointer("/clusters/0/cluster/certificate-authority-data")
+        .and_then(Value::as_str)
+        .context("the cluster-info kubeconfig carries no certificate-authority-data")?;
+    let ca_pem = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(ca_b64)
+            .context("decoding the cluster CA")?,
+    )
+    .context("decoding the cluster CA")?;
+    let found = nodus_control_plane::pki::ca_cert_hash(&ca_pem)?;
+    anyhow::ensure!(
+        hashes.contains(&found),
+        "{HASH_FLAG}: the cluster CA found in cluster-info ({found}) matches none of the given hashes ({}); refusing to trust this API server",
+        hashes.join(", ")
+    );
+    Ok(ClusterInfo { ca_pem })
+}
+
+const CLUSTER_INFO_PATH: &str = "/api/v1/namespaces/kube-public/configmaps/cluster-info";
+
+async fn fetch(client: &reqwest::Client, server: &str) -> anyhow::Result<Value> {
+    let url = format!("{}{CLUSTER_INFO_PATH}", server.trim_end_matches('/'));
+    let resp = client
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("fetching cluster-info from {server}"))?;
+    let code = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    anyhow::ensure!(
+        code.is_success(),
+        "fetching cluster-info from {server}: {code}: {}",
+        body.trim()
+    );
+    serde_json::from_str(&body).context("parsing cluster-info")
+}
+
+/// Token discovery against `server`: an unverified anonymous read, checked by
+/// [`verify_cluster_info`], then read again over TLS verified with the trusted CA.
+pub async fn discover(server: &str, token: &str, hashes: &[String]) -> anyhow::Result<ClusterInfo> {
+    anyhow::ensure!(
+        !hashes.is_empty(),
+        "{HASH_FLAG} is required with --token (the hash of the cluster CA's public key, printed by `nodus token create`)"
+    );
+    let insecure = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(std::time::Duration::from_secs(30))
+        .build()?;
+    let cm = fetch(&insecure, server).await?;
+    let info = verify_cluster_info(&cm, token, hashes)?;
+    let root = reqwest::Certificate::from_pem(info.ca_pem.as_bytes())?;
+    let secure = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(root)
+        .timeout(std::time::Duration::from_secs(30))
+        .build()?;
+    fetch(&secure, server)
+        .await
+        .context("the API server's certificate is not signed by the discovered cluster CA")?;
+    Ok(info)
+}
+
+/// Writes the discovered CA (`<dir>/pki/ca.crt`) and the bootstrap kubeconfig (0600) the
+/// kubelet's TLS bootstrap uses; returns (bootstrap kubeconfig, CA file).
+pub fn write_bootstrap(
+    dir: &Path,
+    server: &str,
+    token: &str,
+    info: &ClusterInfo,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let pki = dir.join("pki");
+    std::fs::create_dir_all(&pki).with_context(|| format!("creating {}", pki.display()))?;
+    let ca = pki.join("ca.crt");
+    std::fs::write(&ca, &info.ca_pem).with_context(|| format!("writing {}", ca.display()))?;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&info.ca_pem);
+    let cfg = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "nodus", "cluster": {"server": server, "certificate-authority-data": b64}}],
+        "users": [{"name": "tls-bootstrap-token-user", "user": {"token": token}}],
+        "contexts": [{"name": "tls-bootstrap-token-user@nodus", "context": {"cluster": "nodus", "user": "tls-bootstrap-token-user"}}],
+        "current-context": "tls-bootstrap-token-user@nodus",
+        "preferences": {},
+    });
+    let path = dir.join("bootstrap-kubelet.kubeconfig");
+    nodus_control_plane::pki::write_private(&path, serde_yaml::to_string(&cfg)?.as_bytes())?;
+    Ok((path, ca))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodus_control_plane::apiserver::authn::bootstraptoken::compute_detached_signature;
+    use nodus_control_plane::controllers::bootstrapsigner::cluster_info_kubeconfig;
+
+    const TOKEN: &str = "abcdef.0123456789abcdef";
+
+    fn ca() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.self_signed(&key).unwrap().pem()
+    }
+
+    fn cluster_info(ca: &str, signed_with: &str) -> Value {
+        let kc = cluster_info_kubeconfig("https://10.0.0.1:6443", ca);
+        let (id, secret) = signed_with.split_once('.').unwrap();
+        serde_json::json!({"data": {"kubeconfig": kc,
+            format!("jws-kubeconfig-{id}"): compute_detached_signature(&kc, id, secret)}})
+    }
+
+    #[test]
+    fn hashes_are_sha256_hex() {
+        let h = format!("sha256:{}", "A".repeat(64));
+        assert_eq!(
+            parse_ca_hash(&h).unwrap(),
+            format!("sha256:{}", "a".repeat(64))
+        );
+        for bad in ["abc", "md5:00", "sha256:xyz"] {
+            let e = parse_ca_hash(bad).unwrap_err().to_string();
+            assert!(e.starts_with("--discovery-token-ca-cert-hash"), "{e}");
+        }
+    }
+
+    #[test]
+    fn cluster_info_is_trusted_only_with_the_token_and_the_pinned_ca() {
+        let ca = ca();
+        let pin = nodus_control_plane::pki::ca_cert_hash(&ca).unwrap();
+        let cm = cluster_info(&ca, TOKEN);
+        assert_eq!(
+            verify_cluster_info(&cm, TOKEN, std::slice::from_ref(&pin))
+                .unwrap()
+                .ca_pem,
+            ca
+        );
+
+        let other = nodus_control_plane::pki::ca_cert_hash(&self::ca()).unwrap();
+        let e = verify_cluster_info(&cm, TOKEN, &[other])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--discovery-token-ca-cert-hash: the cluster CA found in cluster-info"),
+            "{e}"
+        );
+
+        let forged = cluster_info(&ca, "abcdef.0123456789abcdee");
+        let e = verify_cluster_info(&forged, TOKEN, std::slice::from_ref(&pin))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("failed to verify JWS signature"), "{e}");
+
+        let e = verify_cluster_info(&cm, "zzzzzz.0123456789abcdef", &[pin])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("This token id \"zzzzzz\" is invalid for this cluster"),
+            "{e}"
+        );
+    }
+}
