@@ -113,7 +113,9 @@ fn client_cert(dir: &Path, cn: &str, orgs: &[&str]) -> Result<(String, String), 
 }
 
 /// Creates the CA and serving certificate in `data_dir/pki` unless present, and returns them.
-pub fn ensure(data_dir: &Path, bind: IpAddr) -> Result<Pki, PkiError> {
+/// The serving certificate names loopback and `addresses` (the bind and advertise
+/// addresses, the `kubernetes` Service's cluster IP); one that misses any is reissued.
+pub fn ensure(data_dir: &Path, addresses: &[IpAddr]) -> Result<Pki, PkiError> {
     let dir = data_dir.join("pki");
     private_dir(&dir)?;
     restrict_files(&dir)?;
@@ -148,7 +150,7 @@ pub fn ensure(data_dir: &Path, bind: IpAddr) -> Result<Pki, PkiError> {
     let srv_crt = dir.join("apiserver.crt");
     let srv_key = dir.join("apiserver.key");
     let needs_serving = match read(&srv_crt) {
-        Ok(pem) => !serving_cert_covers(&pem, bind),
+        Ok(pem) => !addresses.iter().all(|a| serving_cert_covers(&pem, *a)),
         Err(_) => true,
     };
     if needs_serving || !srv_key.exists() {
@@ -163,9 +165,11 @@ pub fn ensure(data_dir: &Path, bind: IpAddr) -> Result<Pki, PkiError> {
         ] {
             names.push(SanType::DnsName(dns.try_into()?));
         }
-        let mut ips: Vec<IpAddr> = vec![[127, 0, 0, 1].into(), [10, 96, 0, 1].into()];
-        if !ips.contains(&bind) && !bind.is_unspecified() {
-            ips.push(bind);
+        let mut ips: Vec<IpAddr> = vec![[127, 0, 0, 1].into()];
+        for a in addresses {
+            if !ips.contains(a) && !a.is_unspecified() {
+                ips.push(*a);
+            }
         }
         names.extend(ips.into_iter().map(SanType::IpAddress));
         let mut params = CertificateParams::new(Vec::<String>::new())?;
@@ -193,7 +197,7 @@ pub fn ensure(data_dir: &Path, bind: IpAddr) -> Result<Pki, PkiError> {
 }
 
 /// Whether an existing serving certificate already names `bind` (so a restart with another
-/// `--bind-address` gets a fresh one).
+/// `--bind-address` or `--advertise-address` gets a fresh one).
 fn serving_cert_covers(pem: &str, bind: IpAddr) -> bool {
     if bind.is_unspecified() || bind == IpAddr::from([127, 0, 0, 1]) {
         return true;
@@ -471,7 +475,7 @@ mod tests {
     #[test]
     fn ca_hash_pins_the_public_key() {
         let dir = tempfile::tempdir().unwrap();
-        let p = ensure(dir.path(), IpAddr::from([127, 0, 0, 1])).unwrap();
+        let p = ensure(dir.path(), &[IpAddr::from([127, 0, 0, 1])]).unwrap();
         let h = ca_cert_hash(&p.ca_cert_pem).unwrap();
         assert!(h.starts_with("sha256:") && h.len() == 7 + 64, "{h}");
         // The same key reissued keeps the hash; the openssl equivalent is

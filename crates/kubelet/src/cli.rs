@@ -738,7 +738,7 @@ pub fn node_name(args: &KubeletArgs) -> String {
 /// hostIP and the kubelet serving certificate's IP must all agree on it.
 pub fn node_ip(args: &KubeletArgs) -> Option<IpAddr> {
     args.node_ip
-        .or_else(crate::nodestatus::default_node_ip)
+        .or_else(nodus_serving::hostaddr::choose_host_ip)
         .or_else(|| host_ip().and_then(|s| s.parse().ok()))
 }
 
@@ -944,6 +944,12 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         let _ = kr
             .objects
             .set(crate::objectcache::ObjectCache::new(Some(c.clone())));
+        let _ = kr
+            .tokens
+            .set(Arc::new(crate::token::Manager::new(c.clone())));
+        let _ = kr
+            .services
+            .set(crate::services::ServiceLister::start(c.clone()));
     }
     match kr.refresh_runtime_name().await {
         Ok(v) => {

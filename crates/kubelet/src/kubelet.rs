@@ -364,6 +364,9 @@ impl Core {
         if let Some(c) = self.kr.objects.get() {
             c.unregister_pod(&uid);
         }
+        if let Some(t) = self.kr.tokens.get() {
+            t.delete_pod(&uid);
+        }
         if let Err(e) = volumes::tear_down(&self.kr.settings.root_dir, &uid) {
             tracing::warn!(pod = %pod_name(&pod), error = %e, "tearing down the pod's volumes failed");
         }

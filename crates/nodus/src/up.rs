@@ -14,9 +14,14 @@ pub struct UpArgs {
     /// state (`node/`, `kubelet/`) and `manifests/`, the static pod directory.
     #[arg(long, default_value = "/var/lib/nodus")]
     pub data_dir: PathBuf,
-    /// The address the API server listens on.
-    #[arg(long, default_value = "127.0.0.1")]
+    /// The address the API server listens on (all of the host's, as k3s and kube-apiserver
+    /// do: pods reach it through the `kubernetes` Service at the advertised address).
+    #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
+    /// The `kubernetes` Service's endpoint (default: the address of the host's
+    /// default-route interface).
+    #[arg(long)]
+    pub advertise_address: Option<IpAddr>,
     /// The API server's HTTPS port (0 picks a free one).
     #[arg(long, default_value_t = 6443)]
     pub secure_port: u16,
@@ -105,8 +110,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     } else {
         Some(node_args(&args, &cp_dir)?)
     };
-    let cfg =
+    let mut cfg =
         nodus_control_plane::ControlPlaneConfig::new(&cp_dir, args.bind_address, args.secure_port);
+    cfg.advertise_address = args.advertise_address;
     let handle = nodus_control_plane::start(cfg).await?;
     if let Some(n) = node.as_mut()
         && n.server.is_none()

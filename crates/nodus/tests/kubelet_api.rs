@@ -526,6 +526,7 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     let client = nodus_kubelet::apiclient::client_from_kubeconfig(&node_kc)
         .await
         .unwrap();
+    let tokens = nodus_kubelet::token::Manager::new(client.clone());
     let cache = ObjectCache::new(Some(client));
     let root = dir.path().join("kubelet");
     let sync = |objects| EnvContext {
@@ -535,7 +536,7 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
         objects,
         ..Default::default()
     };
-    let objects = volumes::fetch(Some(&cache), &pod).await;
+    let objects = volumes::fetch(Some(&cache), Some(&tokens), &pod).await;
     let ctx = sync(objects);
     let paths = volumes::set_up(&root, &pod, &ctx).expect("volumes set up");
     let read = |vol: &str, file: &str| {
@@ -580,6 +581,15 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     // signed JWT, header.payload.signature.
     let token = read("all-in-one", "token");
     assert_eq!(token.split('.').count(), 3, "not a JWT: {token:?}");
+    // The next sync rewrites the volume from the token manager's cache: the same token,
+    // not a new TokenRequest per sync (it is refreshed at 80 % of its hour).
+    let again = volumes::fetch(Some(&cache), Some(&tokens), &pod).await;
+    assert_eq!(
+        again.tokens.values().next().cloned().unwrap().unwrap(),
+        token,
+        "a second sync asked for a new token"
+    );
+    assert_eq!(tokens.len(), 1);
     assert_eq!(
         std::fs::read_link(paths["whole"].join("a")).unwrap(),
         std::path::Path::new("..data/a")
@@ -613,7 +623,7 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let objects = volumes::fetch(Some(&cache), &pod).await;
+        let objects = volumes::fetch(Some(&cache), None, &pod).await;
         volumes::set_up(&root, &pod, &sync(objects)).expect("resync");
         if read("whole", "a") == "changed" {
             break;
@@ -646,7 +656,7 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     ]);
     spec.containers[0].env_from = None;
     // The node may not read an object no pod bound to it references.
-    let objects = volumes::fetch(Some(&cache), &broken).await;
+    let objects = volumes::fetch(Some(&cache), None, &broken).await;
     let err = volumes::set_up(&root, &broken, &sync(objects.clone()))
         .unwrap_err()
         .to_string();
@@ -667,7 +677,7 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
         .await
         .unwrap();
     let admin_cache = ObjectCache::new(Some(admin));
-    let objects = volumes::fetch(Some(&admin_cache), &broken).await;
+    let objects = volumes::fetch(Some(&admin_cache), None, &broken).await;
     let err = volumes::set_up(&root, &broken, &sync(objects))
         .unwrap_err()
         .to_string();

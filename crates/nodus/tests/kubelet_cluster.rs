@@ -507,6 +507,50 @@ fn nodus_node_joins_and_runs_pods() {
         str_of(&pod, "/status/podIP").starts_with("10.99.62."),
         "{pod}"
     );
+    // 10,000 idle sockets against the kubelet API (as a client that never finishes its TLS
+    // handshake would open them): the kubelet's connection limit and handshake timeout keep
+    // it answering, `kubectl exec` through it works, and the node stays Ready.
+    let nofile = nodus_serving::rlimit::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
+    assert!(
+        nofile >= 12_000,
+        "the test needs 12000 open files, the hard limit is {nofile}"
+    );
+    let kubelet_api: std::net::SocketAddr = format!("{NODE_IP}:10250").parse().unwrap();
+    let lease = |l: &Value| l.pointer("/spec/renewTime").cloned().unwrap_or_default();
+    let before = cp
+        .get_json(&["lease", "-n", "kube-node-lease", "node-b"])
+        .map(|l| lease(&l))
+        .unwrap_or_default();
+    let idle: Vec<std::net::TcpStream> = (0..10_000)
+        .map(|i| {
+            netns
+                .connect_tcp(kubelet_api)
+                .unwrap_or_else(|e| panic!("idle socket {i}: {e}"))
+        })
+        .collect();
+    let (ok, out, err) = cp.kubectl(&["exec", "web", "--", "echo", "still serving"]);
+    assert!(
+        ok && out.trim() == "still serving",
+        "kubectl exec with 10000 idle sockets open: {out}{err}\n{}",
+        logs()
+    );
+    assert_eq!(
+        netns.http_get(10248, "/healthz").map(|(c, _)| c).ok(),
+        Some(200),
+        "kubelet healthz"
+    );
+    cp.wait_json(
+        &["lease", "-n", "kube-node-lease", "node-b"],
+        T,
+        "node-b's Lease renewed with idle sockets open",
+        &logs,
+        |l| lease(l) != before,
+    );
+    let n = cp
+        .get_json(&["node", "node-b"])
+        .expect("node-b with idle sockets open");
+    assert!(is_ready(&n), "node-b not Ready with idle sockets open: {n}");
+    drop(idle);
     let (ok, out, err) = cp.kubectl(&["delete", "pod", "web", "--timeout=60s"]);
     assert!(ok, "kubectl delete: {out}{err}\n{}", logs());
     drop(node);

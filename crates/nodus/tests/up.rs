@@ -9,7 +9,8 @@ use std::time::Duration;
 fn up_prints_the_kubeconfig_and_kubectl_works() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodus"))
-        .args(["up", "--no-node", "--secure-port", "0", "--data-dir"])
+        .args(["up", "--no-node", "--bind-address", "127.0.0.1"])
+        .args(["--secure-port", "0", "--data-dir"])
         .arg(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -268,6 +269,117 @@ fn up_runs_a_cluster_where_kubectl_run_works() {
         "ClusterIP {cluster_ip}:8080 answered {body:?}\n{}",
         daemon_log(&log)
     );
+    // In-cluster access, as an operator would have it: the real kubectl, mounted from the
+    // host into a pod, uses its in-cluster config (KUBERNETES_SERVICE_HOST/PORT from the
+    // kubelet, the service account's bound token and ca.crt from the kube-api-access
+    // volume), reaches the API server through the `kubernetes` Service (kube-proxy to the
+    // advertised node address), verifies its certificate, and may do exactly what its Role
+    // allows; the token dies with the pod.
+    let host_kubectl =
+        std::fs::canonicalize(which("kubectl").expect("kubectl on PATH")).expect("kubectl path");
+    let overrides = serde_json::json!({"spec": {
+        "serviceAccountName": "reader",
+        "terminationGracePeriodSeconds": 1,
+        "volumes": [{"name": "kubectl", "hostPath": {"path": host_kubectl, "type": "File"}}],
+        "containers": [{"name": "api-client", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+            "command": ["sleep", "3600"], "env": [{"name": "HOME", "value": "/tmp"}],
+            "volumeMounts": [{"name": "kubectl", "mountPath": "/usr/local/bin/kubectl", "readOnly": true}]}]
+    }})
+    .to_string();
+    for args in [
+        &["create", "serviceaccount", "reader"][..],
+        &[
+            "create",
+            "role",
+            "pod-reader",
+            "--verb=get,list",
+            "--resource=pods",
+        ],
+        &[
+            "create",
+            "rolebinding",
+            "reader-reads-pods",
+            "--role=pod-reader",
+            "--serviceaccount=default:reader",
+        ],
+        &[
+            "run",
+            "api-client",
+            "--image=busybox",
+            "--restart=Never",
+            "--overrides",
+            &overrides,
+        ],
+    ] {
+        let (ok, out, err) = k(args);
+        assert!(ok, "kubectl {args:?}: {out}{err}");
+    }
+    wait(
+        &["get", "pod", "api-client", "-o", "json"],
+        "api-client Running",
+        &|p| p["status"]["phase"] == "Running",
+    );
+    let in_pod = |script: &str| k(&["exec", "api-client", "--", "sh", "-c", script]);
+    let (ok, out, err) = in_pod(
+        "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT $KUBERNETES_PORT $WEB_SERVICE_HOST",
+    );
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        out.trim(),
+        format!("10.96.0.1:443 tcp://10.96.0.1:443 {cluster_ip}"),
+        "service variables"
+    );
+    let mut listed = in_pod("kubectl get pods -o name 2>&1");
+    for _ in 0..50 {
+        if listed.1.contains("pod/api-client") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        listed = in_pod("kubectl get pods -o name 2>&1");
+    }
+    assert!(
+        listed.0 && listed.1.contains("pod/api-client"),
+        "kubectl get pods from inside the pod: {listed:?}\n{}",
+        daemon_log(&log)
+    );
+    let secrets = in_pod("kubectl get secrets 2>&1");
+    assert!(
+        !secrets.0
+            && secrets.1.contains(
+                "secrets is forbidden: User \"system:serviceaccount:default:reader\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\""
+            ),
+        "the Role grants no secrets: {secrets:?}"
+    );
+    let (ok, token, err) = in_pod("cat /var/run/secrets/kubernetes.io/serviceaccount/token");
+    assert!(ok, "{err}");
+    let as_pod = |t: &str| {
+        kubectl(
+            &netns,
+            std::path::Path::new("/dev/null"),
+            d,
+            &[
+                "--server",
+                "https://127.0.0.1:6443",
+                "--insecure-skip-tls-verify",
+                "--token",
+                t,
+                "get",
+                "pods",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+    };
+    let (ok, out, err) = as_pod(token.trim());
+    assert!(ok && out.contains("pod/api-client"), "{out}{err}");
+    let (ok, out, err) = k(&["delete", "pod", "api-client", "--timeout=60s"]);
+    assert!(ok, "kubectl delete: {out}{err}");
+    let (ok, out, err) = as_pod(token.trim());
+    assert!(
+        !ok && err.contains("Unauthorized"),
+        "a token bound to a deleted pod must be refused: {out}{err}"
+    );
     // The lesson's lab, steps 3–6, against `nodus up`.
     // 3. A static pod from the manifest directory appears as a mirror pod with the node's
     //    name; deleting the mirror brings it back (challenge 4).
@@ -379,4 +491,12 @@ fn daemon_log(path: &std::path::Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(150)..].join("\n")
+}
+
+fn which(bin: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(bin))
+            .find(|p| p.is_file())
+    })
 }

@@ -1,7 +1,9 @@
 //! What the nodus servers (API server, kubelet API) share: the connection loop with its
-//! timeouts and limits ([`conn`]), files only root may read ([`private`]) and the open
-//! files limit ([`rlimit`]).
+//! timeouts and limits ([`conn`]), the host's own address ([`hostaddr`]), files only root may read ([`private`]), the open
+//! files limit ([`rlimit`]) and client-certificate identities ([`x509`]).
 
 pub mod conn;
+pub mod hostaddr;
 pub mod private;
 pub mod rlimit;
+pub mod x509;

@@ -48,8 +48,8 @@ pub enum ServerError {
 pub struct ControlPlaneConfig {
     pub data_dir: PathBuf,
     pub bind_address: IpAddr,
-    /// `--advertise-address`: the `kubernetes` Service's endpoint (default: the bind address,
-    /// 127.0.0.1 for an unspecified one).
+    /// `--advertise-address`: the `kubernetes` Service's endpoint (default: the bind address;
+    /// for an unspecified one, the address of the host's default-route interface).
     pub advertise_address: Option<IpAddr>,
     /// 0 picks a free port.
     pub secure_port: u16,
@@ -311,6 +311,19 @@ fn router(st: SharedState) -> Router {
         .layer(middleware::from_fn_with_state(st, authenticate))
 }
 
+/// The `kubernetes` Service's endpoint, as upstream's kube-apiserver picks it: the flag,
+/// else the bind address, else (bound to the unspecified address) the host's own address, so
+/// that pods reach the API server through the Service; loopback only on a host without one.
+fn advertise_address(cfg: &ControlPlaneConfig) -> IpAddr {
+    if let Some(a) = cfg.advertise_address {
+        return a;
+    }
+    if !cfg.bind_address.is_unspecified() {
+        return cfg.bind_address;
+    }
+    nodus_serving::hostaddr::choose_host_ip().unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
 /// Starts the API server and built-in controllers; returns once it is listening.
 pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -319,7 +332,12 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         path: cfg.data_dir.clone(),
         err,
     })?;
-    let pki = pki::ensure(&cfg.data_dir, cfg.bind_address)?;
+    let advertise = advertise_address(&cfg);
+    let service_ip = crate::apiserver::admission::first_service_ip(cfg.api.service_cidr);
+    let pki = pki::ensure(
+        &cfg.data_dir,
+        &[cfg.bind_address, advertise, IpAddr::V4(service_ip)],
+    )?;
     let sa_keys = authn::serviceaccount::Keys::from_pkcs8(&pki::service_account_key(&pki.dir)?)
         .map_err(pki::PkiError::Invalid)?;
     let addr = SocketAddr::new(cfg.bind_address, cfg.secure_port);
@@ -354,7 +372,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     })?);
     let mut api = cfg.api.clone();
     api.secure_port = addr.port();
-    api.advertise_address = cfg.advertise_address.unwrap_or(host);
+    api.advertise_address = advertise;
     let st: SharedState = Arc::new(ApiState {
         store: store.clone(),
         config: api,

@@ -353,6 +353,7 @@ mod tests {
             node_cpu_milli: 1000,
             node_memory_bytes: 1 << 30,
             objects: Default::default(),
+            service_env: Default::default(),
         };
         let mut ctx = ContainerContext {
             root_dir: root.path(),

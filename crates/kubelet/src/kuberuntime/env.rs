@@ -16,6 +16,19 @@ pub struct EnvContext {
     pub node_memory_bytes: i64,
     /// The configMaps and secrets the pod refers to, fetched for this sync.
     pub objects: crate::volumes::PodObjects,
+    /// The service variables the pod sees ([`super::envvars`]); an error while the
+    /// kubelet has not yet listed Services. Standalone kubelets have none.
+    pub service_env: ServiceEnv,
+}
+
+/// The service variables for one pod, or why they cannot be had yet.
+#[derive(Clone, Debug)]
+pub struct ServiceEnv(pub Result<std::collections::BTreeMap<String, String>, String>);
+
+impl Default for ServiceEnv {
+    fn default() -> Self {
+        ServiceEnv(Ok(Default::default()))
+    }
 }
 
 /// upstream's validation.IsEnvVarName: `[-._a-zA-Z][-._a-zA-Z0-9]*`.
@@ -160,6 +173,11 @@ pub fn make_env(
     let mut out: Vec<(String, String)> = Vec::new();
     let mut vars: HashMap<String, String> = HashMap::new();
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let service_env = ctx
+        .service_env
+        .0
+        .as_ref()
+        .map_err(|e| EnvError(e.clone()))?;
     let set = |out: &mut Vec<(String, String)>, k: String, v: String| {
         if let Some(slot) = out.iter_mut().find(|(n, _)| *n == k) {
             slot.1 = v;
@@ -268,10 +286,19 @@ pub fn make_env(
             }
         } else {
             let raw = value.clone().unwrap_or_default();
-            expand(&raw, &|k| vars.get(k).cloned())
+            // upstream's MappingFuncFor(tmpEnv, serviceEnv): the container's own first.
+            expand(&raw, &|k| {
+                vars.get(k).or_else(|| service_env.get(k)).cloned()
+            })
         };
         vars.insert(name.clone(), v.clone());
         set(&mut out, name.clone(), v);
+    }
+    // Service variables come last and never replace what the container set.
+    for (k, v) in service_env {
+        if !vars.contains_key(k) {
+            out.push((k.clone(), v.clone()));
+        }
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod container;
 pub mod env;
+pub mod envvars;
 pub mod image;
 pub mod labels;
 pub mod runtime_pod;
@@ -54,6 +55,10 @@ pub struct KubeRuntime {
     pub runtime_name: Mutex<String>,
     /// The configMap/secret manager, set once when the kubelet has an API server.
     pub objects: std::sync::OnceLock<std::sync::Arc<crate::objectcache::ObjectCache>>,
+    /// The service-account token manager, set once when the kubelet has an API server.
+    pub tokens: std::sync::OnceLock<std::sync::Arc<crate::token::Manager>>,
+    /// Every Service, for the containers' service variables; set once with an API server.
+    pub services: std::sync::OnceLock<crate::services::ServiceLister>,
     /// The pods' user namespace blocks, set once at start (pods with `hostUsers: false`
     /// fail to sync without it).
     pub userns: std::sync::OnceLock<std::sync::Arc<crate::userns::UsernsManager>>,
@@ -82,8 +87,24 @@ impl KubeRuntime {
             reasons: Mutex::new(HashMap::new()),
             runtime_name: Mutex::new("cri".into()),
             objects: std::sync::OnceLock::new(),
+            tokens: std::sync::OnceLock::new(),
+            services: std::sync::OnceLock::new(),
             userns: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The service variables `pod`'s containers get (none without an API server).
+    pub(crate) fn service_env(&self, pod: &k8s_openapi::api::core::v1::Pod) -> env::ServiceEnv {
+        let Some(lister) = self.services.get() else {
+            return env::ServiceEnv::default();
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        env::ServiceEnv(lister.env_for(ns, links))
     }
 
     /// The waiting reasons the last sync of pod `uid` left.

@@ -366,7 +366,12 @@ impl KubeRuntime {
         }
 
         // The configMaps and secrets of volumes and env, read once for this sync.
-        let objects = volumes::fetch(self.objects.get().map(|c| c.as_ref()), pod).await;
+        let objects = volumes::fetch(
+            self.objects.get().map(|c| c.as_ref()),
+            self.tokens.get().map(|t| t.as_ref()),
+            pod,
+        )
+        .await;
         let volume_ctx = EnvContext {
             node_name: self.settings.sandbox.node_name.clone(),
             host_ips: self.settings.host_ips.clone(),
@@ -374,6 +379,7 @@ impl KubeRuntime {
             node_cpu_milli: self.settings.node_cpu_milli,
             node_memory_bytes: self.settings.node_memory_bytes,
             objects: objects.clone(),
+            service_env: Default::default(),
         };
         let volumes = match volumes::set_up(&self.settings.root_dir, pod, &volume_ctx) {
             Ok(v) => v,
@@ -521,6 +527,7 @@ impl KubeRuntime {
             node_cpu_milli: self.settings.node_cpu_milli,
             node_memory_bytes: self.settings.node_memory_bytes,
             objects,
+            service_env: self.service_env(pod),
         };
         let ctx = ContainerContext {
             root_dir: &self.settings.root_dir,

@@ -178,34 +178,6 @@ pub async fn run_runtime_checks(state: Arc<RuntimeState>, rt: crate::cri::Runtim
     }
 }
 
-/// The address of the interface the default route leaves through, in the kubelet's
-/// network namespace; else the first global IPv4 address.
-pub fn default_node_ip() -> Option<IpAddr> {
-    let route = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-    let iface = route.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
-    });
-    let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
-        .map(|it| {
-            it.filter_map(|a| {
-                let ip = a.address?.as_sockaddr_in()?.ip();
-                Some((a.interface_name, IpAddr::V4(ip)))
-            })
-            .collect()
-        })
-        .unwrap_or_default();
-    if let Some(iface) = iface
-        && let Some((_, ip)) = addrs.iter().find(|(n, _)| *n == iface)
-    {
-        return Some(*ip);
-    }
-    addrs
-        .into_iter()
-        .map(|(_, ip)| ip)
-        .find(|ip| !ip.is_loopback())
-}
-
 /// Registers the Node and keeps its status current.
 pub struct NodeStatusManager {
     pub client: kube::Client,
@@ -234,7 +206,9 @@ impl NodeStatusManager {
     }
 
     fn node_ip(&self) -> Option<IpAddr> {
-        self.config.node_ip.or_else(default_node_ip)
+        self.config
+            .node_ip
+            .or_else(nodus_serving::hostaddr::choose_host_ip)
     }
 
     /// Upstream's initialNode: labels, taints, and a first status.

@@ -41,19 +41,7 @@ impl UserInfo {
 
 /// The identity a verified client certificate names: CN the user, each O a group.
 pub fn user_from_cert(der: &[u8]) -> Option<UserInfo> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let subject = cert.subject();
-    let name = subject
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    let mut groups: Vec<String> = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    groups.push("system:authenticated".into());
+    let (name, groups) = nodus_serving::x509::identity(der)?;
     Some(UserInfo {
         name,
         uid: String::new(),

@@ -49,8 +49,12 @@ impl PodObjects {
 }
 
 /// Fetches everything the pod refers to in the API (registering it with the cache first),
-/// and asks for the projected service-account tokens.
-pub async fn fetch(cache: Option<&ObjectCache>, pod: &Pod) -> PodObjects {
+/// and asks the token manager for the projected service-account tokens.
+pub async fn fetch(
+    cache: Option<&ObjectCache>,
+    tokens: Option<&crate::token::Manager>,
+    pod: &Pod,
+) -> PodObjects {
     let mut out = PodObjects::default();
     let refs = crate::objectcache::references(pod);
     let ns = pod
@@ -95,7 +99,14 @@ pub async fn fetch(cache: Option<&ObjectCache>, pod: &Pod) -> PodObjects {
         let v = cache.get(k, &ns, &name).await;
         out.objects.insert((k, name), v);
     }
-    if let Some(client) = cache.client() {
+    if let Some(tokens) = tokens {
+        let sa = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
         for v in pod
             .spec
             .as_ref()
@@ -111,53 +122,22 @@ pub async fn fetch(cache: Option<&ObjectCache>, pod: &Pod) -> PodObjects {
                 .flatten()
             {
                 if let Some(t) = &src.service_account_token {
-                    let sa = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.service_account_name.clone())
-                        .unwrap_or_else(|| "default".into());
-                    let token = request_token(client.clone(), &ns, &sa, pod, t).await;
+                    let token = tokens
+                        .get(
+                            &ns,
+                            &sa,
+                            &name,
+                            &uid,
+                            t.audience.clone().into_iter().collect(),
+                            t.expiration_seconds.unwrap_or(3600),
+                        )
+                        .await;
                     out.tokens.insert((v.name.clone(), t.path.clone()), token);
                 }
             }
         }
     }
     out
-}
-
-/// A TokenRequest bound to the pod (upstream's token manager, without its refresh).
-async fn request_token(
-    client: kube::Client,
-    ns: &str,
-    sa: &str,
-    pod: &Pod,
-    src: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
-) -> Result<String, String> {
-    use k8s_openapi::api::authentication::v1::{
-        BoundObjectReference, TokenRequest, TokenRequestSpec,
-    };
-    let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        kube::Api::namespaced(client, ns);
-    let req = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: src.audience.clone().into_iter().collect(),
-            expiration_seconds: Some(src.expiration_seconds.unwrap_or(3600)),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
-            }),
-        },
-        ..Default::default()
-    };
-    let out: TokenRequest = api
-        .create_subresource("token", sa, &kube::api::PostParams::default(), &req)
-        .await
-        .map_err(|e| format!("failed to fetch token: {e}"))?;
-    out.status
-        .map(|s| s.token)
-        .ok_or_else(|| "failed to fetch token: the answer had no status".into())
 }
 
 #[derive(Debug, thiserror::Error)]

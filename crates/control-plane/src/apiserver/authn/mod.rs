@@ -48,19 +48,7 @@ impl User {
 
 /// Who the TLS client certificate says the peer is: CN is the user, each O a group.
 pub fn user_from_cert(der: &[u8]) -> Option<User> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let subject = cert.subject();
-    let name = subject
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    let mut groups: Vec<String> = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    groups.push("system:authenticated".into());
+    let (name, groups) = nodus_serving::x509::identity(der)?;
     Some(User {
         name,
         groups,

@@ -175,6 +175,88 @@ fn review_from_protobuf(body: &[u8]) -> Option<Value> {
     Some(out)
 }
 
+/// The review kinds served here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    TokenReview,
+    SelfSubjectReview,
+    SubjectAccessReview,
+    LocalSubjectAccessReview,
+    SelfSubjectAccessReview,
+    SelfSubjectRulesReview,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::TokenReview => "TokenReview",
+            Kind::SelfSubjectReview => "SelfSubjectReview",
+            Kind::SubjectAccessReview => "SubjectAccessReview",
+            Kind::LocalSubjectAccessReview => "LocalSubjectAccessReview",
+            Kind::SelfSubjectAccessReview => "SelfSubjectAccessReview",
+            Kind::SelfSubjectRulesReview => "SelfSubjectRulesReview",
+        }
+    }
+
+    fn group(self) -> &'static str {
+        match self {
+            Kind::TokenReview | Kind::SelfSubjectReview => "authentication.k8s.io",
+            _ => "authorization.k8s.io",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self.group() {
+            "authentication.k8s.io" => "authentication.k8s.io/v1",
+            _ => "authorization.k8s.io/v1",
+        }
+    }
+
+    /// A 422 naming one field, as upstream's validation of the review.
+    fn invalid(self, field: &str, value: Value, message: &str) -> Response {
+        ApiError(nodus_k8s::status::invalid(
+            &format!("{}.{}", self.name(), self.group()),
+            "",
+            &[FieldError::invalid(field, value, message)],
+        ))
+        .into_response()
+    }
+}
+
+/// A review as sent: the client's Accept header and the object.
+struct Incoming {
+    kind: Kind,
+    accept: Option<String>,
+    obj: Value,
+}
+
+impl Incoming {
+    /// Reads the review (JSON, YAML or protobuf); the error is the response to send.
+    async fn read(req: Request, kind: Kind) -> Result<Incoming, Response> {
+        let accept = accept_of(&req);
+        let obj = body_of(req, kind.name(), kind.api_version())
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Incoming { kind, accept, obj })
+    }
+
+    fn spec(&self) -> Value {
+        self.obj.get("spec").cloned().unwrap_or(json!({}))
+    }
+
+    /// 201 with the object and `status`, in the client's accepted encoding.
+    async fn answer(mut self, status: Value) -> Response {
+        self.obj["status"] = status;
+        created(
+            self.accept,
+            self.obj,
+            self.kind.name(),
+            self.kind.api_version(),
+        )
+        .await
+    }
+}
+
 /// Reads the body (JSON, YAML or protobuf) and checks its kind.
 async fn body_of(req: Request, kind: &str, api_version: &str) -> Result<Value, ApiError> {
     let (parts, body) = req.into_parts();
@@ -246,13 +328,12 @@ fn accept_of(req: &Request) -> Option<String> {
 /// Who a bearer token is: the API server's own bearer-token chain, for the review's
 /// audiences (default the API server's); a refusal carries the reason in `status.error`.
 async fn token_review(State(st): State<SharedState>, req: Request) -> Response {
-    let accept = accept_of(&req);
-    let av = "authentication.k8s.io/v1";
-    let mut obj = match body_of(req, "TokenReview", av).await {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
+    let r = match Incoming::read(req, Kind::TokenReview).await {
+        Ok(r) => r,
+        Err(e) => return e,
     };
-    let token = obj
+    let token = r
+        .obj
         .pointer("/spec/token")
         .and_then(Value::as_str)
         .unwrap_or("")
@@ -265,7 +346,8 @@ async fn token_review(State(st): State<SharedState>, req: Request) -> Response {
         ))
         .into_response();
     }
-    let audiences: Option<Vec<String>> = obj
+    let audiences: Option<Vec<String>> = r
+        .obj
         .pointer("/spec/audiences")
         .and_then(Value::as_array)
         .map(|a| {
@@ -274,7 +356,7 @@ async fn token_review(State(st): State<SharedState>, req: Request) -> Response {
                 .collect()
         })
         .filter(|a: &Vec<String>| !a.is_empty());
-    obj["status"] = match authn::review_token(&st, &token, audiences.as_deref()) {
+    let status = match authn::review_token(&st, &token, audiences.as_deref()) {
         Ok(a) => {
             let mut user = json!({"username": a.user.name, "groups": a.user.groups});
             if !a.user.uid.is_empty() {
@@ -287,7 +369,7 @@ async fn token_review(State(st): State<SharedState>, req: Request) -> Response {
         }
         Err(e) => json!({"user": {}, "error": e}),
     };
-    created(accept, obj, "TokenReview", av).await
+    r.answer(status).await
 }
 
 /// What the authorizer chain says about `user` doing what `spec` describes.
@@ -357,44 +439,28 @@ fn status(allowed: bool, reason: String) -> Value {
 
 /// May the user named in the spec do this? Asked by the kubelet for every API request.
 async fn subject_access_review(State(st): State<SharedState>, req: Request) -> Response {
-    let accept = accept_of(&req);
-    let av = "authorization.k8s.io/v1";
-    let mut obj = match body_of(req, "SubjectAccessReview", av).await {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
+    let r = match Incoming::read(req, Kind::SubjectAccessReview).await {
+        Ok(r) => r,
+        Err(e) => return e,
     };
-    let spec = obj.get("spec").cloned().unwrap_or(json!({}));
-    let Some(user) = user_of_spec(&spec) else {
-        return ApiError(nodus_k8s::status::invalid(
-            "SubjectAccessReview.authorization.k8s.io",
-            "",
-            &[FieldError::invalid(
-                "spec.user,spec.groups",
-                json!(""),
-                "at least one of user or group must be specified",
-            )],
-        ))
-        .into_response();
+    let spec = r.spec();
+    let user = match user_of_spec(r.kind, &spec) {
+        Ok(u) => u,
+        Err(e) => return e,
     };
     let has_ra = spec.get("resourceAttributes").is_some_and(Value::is_object);
     let has_nra = spec
         .get("nonResourceAttributes")
         .is_some_and(Value::is_object);
     if has_ra == has_nra {
-        return ApiError(nodus_k8s::status::invalid(
-            "SubjectAccessReview.authorization.k8s.io",
-            "",
-            &[FieldError::invalid(
-                "spec.resourceAttributes",
-                json!(spec.get("resourceAttributes")),
-                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-            )],
-        ))
-        .into_response();
+        return r.kind.invalid(
+            "spec.resourceAttributes",
+            json!(spec.get("resourceAttributes")),
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        );
     }
     let (allowed, reason) = review(&st, &user, &spec);
-    obj["status"] = status(allowed, reason);
-    created(accept, obj, "SubjectAccessReview", av).await
+    r.answer(status(allowed, reason)).await
 }
 
 /// May I do this? (`kubectl auth can-i`)
@@ -403,16 +469,12 @@ async fn self_subject_access_review(
     Extension(user): Extension<User>,
     req: Request,
 ) -> Response {
-    let accept = accept_of(&req);
-    let av = "authorization.k8s.io/v1";
-    let mut obj = match body_of(req, "SelfSubjectAccessReview", av).await {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
+    let r = match Incoming::read(req, Kind::SelfSubjectAccessReview).await {
+        Ok(r) => r,
+        Err(e) => return e,
     };
-    let spec = obj.get("spec").cloned().unwrap_or(json!({}));
-    let (allowed, reason) = review(&st, &user, &spec);
-    obj["status"] = status(allowed, reason);
-    created(accept, obj, "SelfSubjectAccessReview", av).await
+    let (allowed, reason) = review(&st, &user, &r.spec());
+    r.answer(status(allowed, reason)).await
 }
 
 /// May this user do this in this namespace? (`kubectl auth can-i` through a namespace admin's
@@ -422,13 +484,11 @@ async fn local_subject_access_review(
     Path(namespace): Path<String>,
     req: Request,
 ) -> Response {
-    let accept = accept_of(&req);
-    let av = "authorization.k8s.io/v1";
-    let kind = "LocalSubjectAccessReview";
-    let mut obj = match body_of(req, kind, av).await {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
+    let mut r = match Incoming::read(req, Kind::LocalSubjectAccessReview).await {
+        Ok(r) => r,
+        Err(e) => return e,
     };
+    let obj = &mut r.obj;
     let meta_ns = obj
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -451,38 +511,25 @@ async fn local_subject_access_review(
         .is_some_and(Value::is_object)
     {
         if !spec_ns.is_empty() && spec_ns != namespace {
-            return ApiError(nodus_k8s::status::invalid(
-                "LocalSubjectAccessReview.authorization.k8s.io",
-                "",
-                &[FieldError::invalid(
-                    "spec.resourceAttributes.namespace",
-                    json!(spec_ns),
-                    "must match metadata.namespace",
-                )],
-            ))
-            .into_response();
+            return r.kind.invalid(
+                "spec.resourceAttributes.namespace",
+                json!(spec_ns),
+                "must match metadata.namespace",
+            );
         }
         obj["spec"]["resourceAttributes"]["namespace"] = json!(namespace);
     }
-    let spec = obj.get("spec").cloned().unwrap_or(json!({}));
-    let Some(user) = user_of_spec(&spec) else {
-        return ApiError(nodus_k8s::status::invalid(
-            "LocalSubjectAccessReview.authorization.k8s.io",
-            "",
-            &[FieldError::invalid(
-                "spec.user,spec.groups",
-                json!(""),
-                "at least one of user or group must be specified",
-            )],
-        ))
-        .into_response();
+    let spec = r.spec();
+    let user = match user_of_spec(r.kind, &spec) {
+        Ok(u) => u,
+        Err(e) => return e,
     };
     let (allowed, reason) = review(&st, &user, &spec);
-    obj["status"] = status(allowed, reason);
-    created(accept, obj, kind, av).await
+    r.answer(status(allowed, reason)).await
 }
 
-fn user_of_spec(spec: &Value) -> Option<User> {
+/// The user a (Local)SubjectAccessReview asks about; a 422 when it names none.
+fn user_of_spec(kind: Kind, spec: &Value) -> Result<User, Response> {
     let name = spec.get("user").and_then(Value::as_str).unwrap_or("");
     let groups: Vec<String> = spec
         .get("groups")
@@ -492,9 +539,13 @@ fn user_of_spec(spec: &Value) -> Option<User> {
         .filter_map(|g| g.as_str().map(str::to_string))
         .collect();
     if name.is_empty() && groups.is_empty() {
-        return None;
+        return Err(kind.invalid(
+            "spec.user,spec.groups",
+            json!(""),
+            "at least one of user or group must be specified",
+        ));
     }
-    Some(User {
+    Ok(User {
         name: name.to_string(),
         groups,
         ..Default::default()
@@ -508,14 +559,12 @@ async fn self_subject_rules_review(
     Extension(user): Extension<User>,
     req: Request,
 ) -> Response {
-    let accept = accept_of(&req);
-    let av = "authorization.k8s.io/v1";
-    let kind = "SelfSubjectRulesReview";
-    let mut obj = match body_of(req, kind, av).await {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
+    let r = match Incoming::read(req, Kind::SelfSubjectRulesReview).await {
+        Ok(r) => r,
+        Err(e) => return e,
     };
-    let ns = obj
+    let ns = r
+        .obj
         .pointer("/spec/namespace")
         .and_then(Value::as_str)
         .unwrap_or("")
@@ -523,36 +572,33 @@ async fn self_subject_rules_review(
     let index = st.authz.rbac().index();
     let mut resource_rules = Vec::new();
     let mut non_resource_rules = Vec::new();
-    for r in index.rules_for(&user, &ns) {
-        if r.non_resource_urls.is_empty() {
-            let mut rule = json!({"verbs": r.verbs, "apiGroups": r.api_groups,
-                "resources": r.resources});
-            if !r.resource_names.is_empty() {
-                rule["resourceNames"] = json!(r.resource_names);
+    for rule_of in index.rules_for(&user, &ns) {
+        if rule_of.non_resource_urls.is_empty() {
+            let mut rule = json!({"verbs": rule_of.verbs, "apiGroups": rule_of.api_groups,
+                "resources": rule_of.resources});
+            if !rule_of.resource_names.is_empty() {
+                rule["resourceNames"] = json!(rule_of.resource_names);
             }
             resource_rules.push(rule);
         } else {
-            non_resource_rules.push(json!({"verbs": r.verbs,
-                "nonResourceURLs": r.non_resource_urls}));
+            non_resource_rules.push(json!({"verbs": rule_of.verbs,
+                "nonResourceURLs": rule_of.non_resource_urls}));
         }
     }
-    obj["status"] = json!({
+    r.answer(json!({
         "resourceRules": resource_rules,
         "nonResourceRules": non_resource_rules,
         "incomplete": false,
-    });
-    created(accept, obj, kind, av).await
+    }))
+    .await
 }
 
 /// Who am I? (`kubectl auth whoami`)
 async fn self_subject_review(Extension(user): Extension<User>, req: Request) -> Response {
-    let accept = accept_of(&req);
-    let av = "authentication.k8s.io/v1";
-    let kind = "SelfSubjectReview";
-    let mut obj = match body_of(req, kind, av).await {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
+    let r = match Incoming::read(req, Kind::SelfSubjectReview).await {
+        Ok(r) => r,
+        Err(e) => return e,
     };
-    obj["status"] = json!({"userInfo": {"username": user.name, "groups": user.groups}});
-    created(accept, obj, kind, av).await
+    r.answer(json!({"userInfo": {"username": user.name, "groups": user.groups}}))
+        .await
 }
