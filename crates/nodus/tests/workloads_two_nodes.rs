@@ -118,9 +118,11 @@ fn a_dead_nodes_replica_set_pods_come_back_on_the_surviving_node() {
     let cp = ControlPlane::start_bound(
         cp_ns.clone(),
         LINKS[0].1.parse().expect("ip"),
+        // Above the kubelet's 10 s Lease renewal (a quarter of its 40 s duration), so a
+        // live node never looks stale between two renewals.
         &[
             "--node-monitor-grace-period",
-            "4s",
+            "20s",
             "--node-monitor-period",
             "500ms",
             "--node-eviction-rate",
@@ -160,7 +162,11 @@ fn a_dead_nodes_replica_set_pods_come_back_on_the_surviving_node() {
         T,
         "an agent Running on each node",
         &logs,
-        |l| ["node-a", "node-b"].iter().all(|n| running_on(l, n).len() == 1),
+        |l| {
+            ["node-a", "node-b"]
+                .iter()
+                .all(|n| running_on(l, n).len() == 1)
+        },
     );
     assert_eq!(items(&agents).len(), 2, "{agents}");
     let ds = cp.wait_json(&["ds", "agent"], T, "agent ready on both", &logs, |d| {
@@ -176,7 +182,11 @@ fn a_dead_nodes_replica_set_pods_come_back_on_the_surviving_node() {
         T,
         "web Running two per node",
         &logs,
-        |l| ["node-a", "node-b"].iter().all(|n| running_on(l, n).len() == 2),
+        |l| {
+            ["node-a", "node-b"]
+                .iter()
+                .all(|n| running_on(l, n).len() == 2)
+        },
     );
     let on_a = running_on(&web, "node-a");
     let on_b = running_on(&web, "node-b");
@@ -238,7 +248,9 @@ fn a_dead_nodes_replica_set_pods_come_back_on_the_surviving_node() {
         let owner = &p["metadata"]["ownerReferences"][0];
         assert_eq!(owner["kind"], "ReplicaSet", "{p}");
         assert!(
-            owner["name"].as_str().is_some_and(|n| n.starts_with("web-")),
+            owner["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("web-")),
             "{p}"
         );
     }
