@@ -92,7 +92,8 @@ mod tests {
     fn first_pending_skips_finished_and_busy_indexes() {
         let set = |v: &[i64]| v.iter().copied().collect::<BTreeSet<i64>>();
         // (count, completions, succeeded, failed, busy, want)
-        let cases: [(usize, i64, &[i64], &[i64], &[i64], &[i64]); 6] = [
+        type Case<'a> = (usize, i64, &'a [i64], &'a [i64], &'a [i64], &'a [i64]);
+        let cases: [Case; 6] = [
             (0, 5, &[], &[], &[], &[]),
             (2, 5, &[], &[], &[], &[0, 1]),
             (3, 5, &[0], &[1], &[3], &[2, 4]),

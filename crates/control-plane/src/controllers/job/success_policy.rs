@@ -72,7 +72,8 @@ mod tests {
             r
         };
         // (rules, succeeded intervals, matched rule)
-        let cases: Vec<(Vec<Value>, &[(i64, i64)], Option<usize>)> = vec![
+        type Case<'a> = (Vec<Value>, &'a [(i64, i64)], Option<usize>);
+        let cases: Vec<Case> = vec![
             (vec![], &[(0, 0)], None),
             (vec![rule(Some("invalid-form"), None)], &[(0, 0)], None),
             (vec![rule(Some("0-2"), None)], &[(0, 2), (4, 7)], Some(0)),
