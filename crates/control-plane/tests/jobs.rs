@@ -291,6 +291,299 @@ async fn parallel_and_indexed_jobs() {
     assert_eq!(st.succeeded, Some(3));
 }
 
+fn annotation(p: &Pod, key: &str) -> Option<String> {
+    p.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// The Job's live pods of completion index `ix`, oldest first.
+async fn index_pods(pods: &Api<Pod>, job: &str, ix: u32) -> Vec<Pod> {
+    live_pods(pods, job)
+        .await
+        .into_iter()
+        .filter(|p| {
+            annotation(p, "batch.kubernetes.io/job-completion-index") == Some(ix.to_string())
+        })
+        .collect()
+}
+
+/// The one running (not finished) pod of index `ix`.
+async fn running_pod_of(pods: &Api<Pod>, job: &str, ix: u32) -> Pod {
+    eventually_n(&format!("a pod of {job} index {ix}"), 400, || async {
+        index_pods(pods, job, ix)
+            .await
+            .into_iter()
+            .find(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn success_policy_declares_an_indexed_job_complete_and_stops_the_rest() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+
+    // Done once index 0 (the leader) succeeded, whatever the workers do.
+    create_job(
+        &jobs,
+        "leader",
+        json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed",
+            "successPolicy": {"rules": [{"succeededIndexes": "0"}]}}),
+    )
+    .await;
+    eventually("four pods", || async {
+        (live_pods(&pods, "leader").await.len() == 4).then_some(())
+    })
+    .await;
+    // A worker finishing first meets no rule.
+    let worker = running_pod_of(&pods, "leader", 2).await;
+    finish_pod(
+        &pods,
+        worker.metadata.name.as_deref().expect("name"),
+        "Succeeded",
+        0,
+    )
+    .await;
+    eventually("completedIndexes 2", || async {
+        let j = jobs.get("leader").await.ok()?;
+        (j.status?.completed_indexes.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+    assert!(
+        condition(
+            &jobs.get("leader").await.expect("job"),
+            "SuccessCriteriaMet"
+        )
+        .is_none()
+    );
+    assert_eq!(live_pods(&pods, "leader").await.len(), 4);
+
+    let leader = running_pod_of(&pods, "leader", 0).await;
+    finish_pod(
+        &pods,
+        leader.metadata.name.as_deref().expect("name"),
+        "Succeeded",
+        0,
+    )
+    .await;
+    let done = wait_condition(&jobs, "leader", "Complete", 300).await;
+    for ty in ["SuccessCriteriaMet", "Complete"] {
+        let cond = condition(&done, ty).unwrap_or_else(|| panic!("{ty}"));
+        assert_eq!(cond.reason.as_deref(), Some("SuccessPolicy"), "{ty}");
+        assert_eq!(
+            cond.message.as_deref(),
+            Some("Matched rules at index 0"),
+            "{ty}"
+        );
+    }
+    let st = done.status.clone().expect("status");
+    assert_eq!(st.completed_indexes.as_deref(), Some("0,2"));
+    assert_eq!(st.succeeded, Some(2));
+    assert_eq!(st.active, None);
+    assert!(st.completion_time.is_some());
+    // The workers of indexes 1 and 3 were stopped, and not counted as failures.
+    assert_eq!(st.failed, None);
+    eventually("the lingering pods removed", || async {
+        let left: Vec<String> = live_pods(&pods, "leader")
+            .await
+            .iter()
+            .map(|p| annotation(p, "batch.kubernetes.io/job-completion-index").unwrap_or_default())
+            .collect();
+        (left == ["2", "0"] || left == ["0", "2"]).then_some(())
+    })
+    .await;
+    let table = c.kubectl(&["get", "job", "leader"]).await.ok().to_string();
+    assert!(table.contains("Complete   2/4"), "{table}");
+    let reason = c
+        .kubectl(&[
+            "get",
+            "job",
+            "leader",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Complete\")].reason}",
+        ])
+        .await
+        .ok()
+        .to_string();
+    assert_eq!(reason, "SuccessPolicy");
+    let evs = events_for(&events, "leader").await;
+    assert!(
+        evs.contains(&("Completed".into(), "Job completed".into())),
+        "{evs:?}"
+    );
+
+    // succeededCount alone: any two indexes.
+    create_job(
+        &jobs,
+        "quorum",
+        json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+            "successPolicy": {"rules": [{"succeededCount": 2}]}}),
+    )
+    .await;
+    for ix in [2, 1] {
+        let p = running_pod_of(&pods, "quorum", ix).await;
+        finish_pod(
+            &pods,
+            p.metadata.name.as_deref().expect("name"),
+            "Succeeded",
+            0,
+        )
+        .await;
+    }
+    let done = wait_condition(&jobs, "quorum", "Complete", 300).await;
+    assert_eq!(
+        condition(&done, "Complete").and_then(|c| c.reason.as_deref()),
+        Some("SuccessPolicy")
+    );
+    assert_eq!(
+        done.status.and_then(|s| s.completed_indexes).as_deref(),
+        Some("1,2")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_limit_per_index_retries_each_index_on_its_own() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    const COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
+
+    create_job(
+        &jobs,
+        "perix",
+        json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+            "backoffLimitPerIndex": 1}),
+    )
+    .await;
+    let j = jobs.get("perix").await.expect("job");
+    // The global limit steps aside (upstream's default with a per-index limit).
+    assert_eq!(
+        j.spec.as_ref().and_then(|s| s.backoff_limit),
+        Some(i32::MAX)
+    );
+    let first = running_pod_of(&pods, "perix", 1).await;
+    assert_eq!(annotation(&first, COUNT).as_deref(), Some("0"));
+    let first_name = first.metadata.name.clone().expect("name");
+    finish_pod(&pods, &first_name, "Failed", 1).await;
+    // Index 1 alone is retried, after its own back-off, carrying its failure count; the
+    // failed pod keeps its finalizer until then.
+    let second = running_pod_of(&pods, "perix", 1).await;
+    assert_ne!(second.metadata.name.as_deref(), Some(first_name.as_str()));
+    assert_eq!(annotation(&second, COUNT).as_deref(), Some("1"));
+    eventually("the first failure counted once replaced", || async {
+        let j = jobs.get("perix").await.ok()?;
+        let st = j.status?;
+        (st.failed == Some(1) && st.failed_indexes.as_deref() == Some("")).then_some(())
+    })
+    .await;
+    for ix in [0, 2] {
+        assert_eq!(index_pods(&pods, "perix", ix).await.len(), 1, "index {ix}");
+        let p = running_pod_of(&pods, "perix", ix).await;
+        finish_pod(
+            &pods,
+            p.metadata.name.as_deref().expect("name"),
+            "Succeeded",
+            0,
+        )
+        .await;
+    }
+    // The second failure uses up index 1's limit: no third pod, and the Job fails.
+    finish_pod(
+        &pods,
+        second.metadata.name.as_deref().expect("name"),
+        "Failed",
+        1,
+    )
+    .await;
+    let failed = wait_condition(&jobs, "perix", "Failed", 300).await;
+    for ty in ["FailureTarget", "Failed"] {
+        let cond = condition(&failed, ty).unwrap_or_else(|| panic!("{ty}"));
+        assert_eq!(cond.reason.as_deref(), Some("FailedIndexes"), "{ty}");
+        assert_eq!(
+            cond.message.as_deref(),
+            Some("Job has failed indexes"),
+            "{ty}"
+        );
+    }
+    let st = failed.status.clone().expect("status");
+    assert_eq!(st.failed_indexes.as_deref(), Some("1"));
+    assert_eq!(st.completed_indexes.as_deref(), Some("0,2"));
+    assert_eq!((st.succeeded, st.failed), (Some(2), Some(2)));
+    assert_eq!(index_pods(&pods, "perix", 1).await.len(), 2);
+    let table = c.kubectl(&["get", "job", "perix"]).await.ok().to_string();
+    assert!(table.contains("Failed   2/3"), "{table}");
+    let evs = events_for(&events, "perix").await;
+    assert!(
+        evs.contains(&("FailedIndexes".into(), "Job has failed indexes".into())),
+        "{evs:?}"
+    );
+
+    // FailIndex fails an index at once; a second failed index is one more than allowed.
+    create_job(
+        &jobs,
+        "maxfail",
+        json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed",
+            "backoffLimitPerIndex": 2, "maxFailedIndexes": 1,
+            "podFailurePolicy": {"rules": [{"action": "FailIndex",
+                "onExitCodes": {"operator": "In", "values": [42]}}]}}),
+    )
+    .await;
+    let p0 = running_pod_of(&pods, "maxfail", 0).await;
+    finish_pod(
+        &pods,
+        p0.metadata.name.as_deref().expect("name"),
+        "Failed",
+        42,
+    )
+    .await;
+    eventually("failedIndexes 0", || async {
+        let j = jobs.get("maxfail").await.ok()?;
+        (j.status?.failed_indexes.as_deref() == Some("0")).then_some(())
+    })
+    .await;
+    let j = jobs.get("maxfail").await.expect("job");
+    assert!(condition(&j, "FailureTarget").is_none(), "{j:?}");
+    assert_eq!(
+        index_pods(&pods, "maxfail", 0).await.len(),
+        1,
+        "index 0 is not retried"
+    );
+    let p3 = running_pod_of(&pods, "maxfail", 3).await;
+    finish_pod(
+        &pods,
+        p3.metadata.name.as_deref().expect("name"),
+        "Failed",
+        42,
+    )
+    .await;
+    let failed = wait_condition(&jobs, "maxfail", "Failed", 300).await;
+    let cond = condition(&failed, "Failed").expect("Failed");
+    assert_eq!(cond.reason.as_deref(), Some("MaxFailedIndexesExceeded"));
+    assert_eq!(
+        cond.message.as_deref(),
+        Some("Job has exceeded the specified maximal number of failed indexes")
+    );
+    let st = failed.status.expect("status");
+    assert_eq!(st.failed_indexes.as_deref(), Some("0,3"));
+    // The pods of indexes 1 and 2 were stopped.
+    eventually("remaining pods removed", || async {
+        let left = live_pods(&pods, "maxfail").await;
+        left.iter().all(|p| phase(p) == "Failed").then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_back_off_then_fail_the_job_and_a_quickly_deleted_pod_still_counts() {
     let c = common::start().await;
@@ -518,6 +811,59 @@ async fn validation_texts_are_upstreams() {
         err.contains("cannot use TZ or CRON_TZ in schedule, use timeZone field instead"),
         "{err}"
     );
+
+    // successPolicy and the per-index limits: 422 with upstream's field errors.
+    let cases = [
+        (
+            json!({"successPolicy": {"rules": [{"succeededCount": 1}]}}),
+            "spec.successPolicy: Invalid value: batch.SuccessPolicy{Rules:[]batch.SuccessPolicyRule{batch.SuccessPolicyRule{SucceededIndexes:(*string)(nil), SucceededCount:(*int32)(1)}}}: requires indexed completion mode",
+        ),
+        (
+            json!({"completionMode": "Indexed", "completions": 3,
+                "successPolicy": {"rules": [{"succeededIndexes": "0-3"}]}}),
+            "spec.successPolicy.rules[0].succeededIndexes: Invalid value: \"0-3\": error parsing succeededIndexes: too large index: \"3\"",
+        ),
+        (
+            json!({"completionMode": "Indexed", "completions": 3,
+                "successPolicy": {"rules": [{"succeededIndexes": "0,1", "succeededCount": 3}]}}),
+            "spec.successPolicy.rules[0].succeededCount: Invalid value: 3: must be less than or equal to 2 (the number of indexes in the specified succeededIndexes field)",
+        ),
+        (
+            json!({"completionMode": "Indexed", "completions": 3, "successPolicy": {"rules": []}}),
+            "spec.successPolicy.rules: Required value: at least one rules must be specified when the successPolicy is specified",
+        ),
+        (
+            json!({"backoffLimitPerIndex": 1}),
+            "spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode",
+        ),
+        (
+            json!({"completionMode": "Indexed", "completions": 3, "maxFailedIndexes": 1}),
+            "spec.backoffLimitPerIndex: Required value: when maxFailedIndexes is specified",
+        ),
+        (
+            json!({"completionMode": "Indexed", "completions": 3, "backoffLimitPerIndex": 1,
+                "maxFailedIndexes": 4}),
+            "spec.maxFailedIndexes: Invalid value: 4: must be less than or equal to completions",
+        ),
+    ];
+    let jobs: Api<Job> = Api::namespaced(c.client().await, "default");
+    for (spec, want) in cases {
+        let body = serde_json::to_string(&job_json("bad", spec.clone())).expect("json");
+        let err = c
+            .kubectl_stdin(&["create", "-f", "-"], Some(&body))
+            .await
+            .fails()
+            .to_string();
+        assert!(
+            err.contains("The Job \"bad\" is invalid") && err.contains(want),
+            "{spec}: {err}"
+        );
+        let job: Job = serde_json::from_value(job_json("bad", spec.clone())).expect("job");
+        match jobs.create(&PostParams::default(), &job).await {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 422, "{spec}"),
+            other => panic!("{spec}: {other:?}"),
+        }
+    }
 
     c.kubectl(&["create", "job", "imm", "--image=busybox"])
         .await

@@ -115,7 +115,10 @@ async fn pods_are_placed_on_allocatable_and_wait_when_nothing_fits() {
         .await
         .expect("c");
     let msg = failed_scheduling(&client, &pods, "c").await;
-    assert_eq!(msg, "0/2 nodes are available: 2 Insufficient cpu.");
+    assert_eq!(
+        msg,
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    );
     // The Scheduled event names the node, as `kubectl describe pod` shows it.
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let scheduled = events
@@ -149,7 +152,10 @@ async fn pods_are_placed_on_allocatable_and_wait_when_nothing_fits() {
         .await
         .expect("d");
     let msg = failed_scheduling(&client, &pods, "d").await;
-    assert_eq!(msg, "0/3 nodes are available: 3 Insufficient cpu.");
+    assert_eq!(
+        msg,
+        "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+    );
     pods.delete("c", &Default::default())
         .await
         .expect("delete c");
@@ -200,7 +206,7 @@ async fn taints_selectors_and_affinity_decide_where_a_pod_may_go() {
     let msg = failed_scheduling(&client, &pods, "picky").await;
     assert_eq!(
         msg,
-        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}."
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     );
     // Tolerating it, the pod goes to the ssd node.
     pods.create(&pp, &pod("tolerant", "100m", json!({"nodeSelector": {"disk": "ssd"},
@@ -240,7 +246,7 @@ async fn taints_selectors_and_affinity_decide_where_a_pod_may_go() {
     let msg = failed_scheduling(&client, &pods, "late").await;
     assert_eq!(
         msg,
-        "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable."
+        "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     );
     // A pod for another scheduler is left alone.
     pods.create(
@@ -269,7 +275,7 @@ async fn a_node_with_garbage_status_is_never_chosen() {
     let msg = failed_scheduling(&client, &pods, "p").await;
     assert_eq!(
         msg,
-        "0/1 nodes are available: 1 Insufficient cpu, 1 Too many pods."
+        "0/1 nodes are available: 1 Insufficient cpu, 1 Too many pods. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     );
     nodes
         .create(&pp, &node("good", "1", json!({}), json!([])))
@@ -343,7 +349,7 @@ async fn required_anti_affinity_spreads_one_per_node_and_affinity_co_locates() {
     let waiting = waiting.expect("one pod left over");
     assert_eq!(
         failed_scheduling(&client, &pods, &waiting).await,
-        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
     );
 
     // Existing pods' anti-affinity holds against a pod without terms of its own.
@@ -355,7 +361,7 @@ async fn required_anti_affinity_spreads_one_per_node_and_affinity_co_locates() {
     .expect("plain-web");
     assert_eq!(
         failed_scheduling(&client, &pods, "plain-web").await,
-        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules."
+        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
     );
 
     // Required affinity: followers go where their leader is.
@@ -394,7 +400,7 @@ async fn required_anti_affinity_spreads_one_per_node_and_affinity_co_locates() {
     .expect("lonely");
     assert_eq!(
         failed_scheduling(&client, &pods, "lonely").await,
-        "0/3 nodes are available: 3 node(s) didn't match pod affinity rules."
+        "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     );
     // Once such a pod is bound, the waiting one is retried (not left for the 5-minute
     // flush) and joins it.
@@ -471,7 +477,7 @@ async fn topology_spread_keeps_zones_within_max_skew() {
     .expect("b-2");
     assert_eq!(
         failed_scheduling(&client, &pods, "b-2").await,
-        "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints, 3 node(s) didn't match Pod's node affinity/selector."
+        "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints, 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/4 nodes are available: 1 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling."
     );
     pods.create(
         &pp,
@@ -481,7 +487,7 @@ async fn topology_spread_keeps_zones_within_max_skew() {
     .expect("nozone");
     assert_eq!(
         failed_scheduling(&client, &pods, "nozone").await,
-        "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints (missing required label), 3 node(s) didn't match Pod's node affinity/selector."
+        "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints (missing required label), 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
     );
 }
 
@@ -629,7 +635,7 @@ preemptionPolicy: Never
     .expect("polite");
     assert_eq!(
         failed_scheduling(&client, &pods, "polite").await,
-        "0/2 nodes are available: 2 Insufficient cpu."
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
     );
     let p = pods.get("polite").await.expect("polite");
     assert_eq!(p.status.and_then(|s| s.nominated_node_name), None);
@@ -713,4 +719,25 @@ preemptionPolicy: Never
     assert_eq!(bound_to(&pods, "urgent").await, "n1");
     let out = c.kubectl(&["describe", "pod", "urgent"]).await;
     assert!(out.ok().contains("n1"), "{}", out.stdout);
+
+    // Too big even for an emptied node: preemption was tried and says why per node (n1
+    // holds only its peer urgent, n2 would still be short with mid gone); nothing is deleted.
+    pods.create(&pp, &pod("huge", "3", json!({"priorityClassName": "high"})))
+        .await
+        .expect("huge");
+    assert_eq!(
+        failed_scheduling(&client, &pods, "huge").await,
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: \
+         1 Insufficient cpu, 1 No preemption victims found for incoming pod."
+    );
+    let p = pods.get("huge").await.expect("huge");
+    assert_eq!(p.status.and_then(|s| s.nominated_node_name), None);
+    let kept = pods.get("mid").await.expect("mid");
+    assert!(kept.metadata.deletion_timestamp.is_none(), "mid is spared");
+    let out = c.kubectl(&["describe", "pod", "huge"]).await;
+    assert!(
+        out.ok().contains("preemption: 0/2 nodes are available"),
+        "{}",
+        out.stdout
+    );
 }

@@ -435,7 +435,7 @@ async fn bound_local_volumes_pin_their_pods_to_the_volumes_node() {
         .expect("pod");
     assert_eq!(
         failed_scheduling(&client, "early").await,
-        "0/2 nodes are available: persistentvolumeclaim \"late\" not found."
+        "0/2 nodes are available: persistentvolumeclaim \"late\" not found. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     );
     pvcs.create(&PostParams::default(), &claim("late", None, "1Gi"))
         .await
@@ -503,7 +503,8 @@ spec:
     assert_eq!(
         failed_scheduling(&client, "elsewhere").await,
         "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, \
-         1 node(s) had volume node affinity conflict."
+         1 node(s) had volume node affinity conflict. preemption: 0/2 nodes are available: \
+         2 Preemption is not helpful for scheduling."
     );
     let out = c.kubectl(&["describe", "pod", "elsewhere"]).await;
     assert!(

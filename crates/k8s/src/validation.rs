@@ -105,6 +105,16 @@ impl FieldError {
         }
     }
 
+    /// `Invalid value: <detail>`: upstream's `field.OmitValueType{}`, no value printed.
+    pub fn invalid_omitted(field: impl Into<String>, detail: impl Into<String>) -> FieldError {
+        FieldError {
+            kind: ErrorType::Invalid,
+            field: field.into(),
+            value: None,
+            detail: detail.into(),
+        }
+    }
+
     /// `Unsupported value: "x": supported values: "a", "b"` (values printed in the order given).
     pub fn not_supported(field: impl Into<String>, value: Value, supported: &[&str]) -> FieldError {
         let detail = if supported.is_empty() {

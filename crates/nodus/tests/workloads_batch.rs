@@ -2,8 +2,10 @@
 //! network namespace, driven by the real kubectl. `kubectl create job` runs to Complete; a
 //! parallel Job (completions 4, parallelism 2) and an Indexed Job whose pods print their
 //! `$JOB_COMPLETION_INDEX` complete; a failing Job ends Failed with BackoffLimitExceeded
-//! after the back-off; a CronJob `* * * * *` fires within the minute; and
-//! `kubectl create job --from=cronjob/…` runs its template.
+//! after the back-off; an Indexed Job with a successPolicy completes when its leader index
+//! does and its still-running workers are stopped; an Indexed Job with backoffLimitPerIndex
+//! retries only its failing index, then fails with FailedIndexes; a CronJob `* * * * *`
+//! fires within the minute; and `kubectl create job --from=cronjob/…` runs its template.
 
 mod common;
 
@@ -77,6 +79,18 @@ fn jobs_and_cronjobs_run_on_a_real_node() {
     ));
     // A failing Job: two failures (the second after a 10 s back-off) exceed backoffLimit 1.
     cp.apply(&job_yaml("boom", "  backoffLimit: 1\n", "exit 3"));
+    // A leader and two workers that would run for minutes: done when the leader is.
+    cp.apply(&job_yaml(
+        "leader",
+        "  completions: 3\n  parallelism: 3\n  completionMode: Indexed\n  successPolicy:\n    rules:\n    - succeededIndexes: \"0\"\n",
+        "if [ \"$JOB_COMPLETION_INDEX\" = 0 ]; then exit 0; fi; sleep 600",
+    ));
+    // Index 1 always fails: retried once (after its own 10 s back-off), then given up.
+    cp.apply(&job_yaml(
+        "perix",
+        "  completions: 3\n  parallelism: 3\n  completionMode: Indexed\n  backoffLimitPerIndex: 1\n",
+        "[ \"$JOB_COMPLETION_INDEX\" != 1 ]",
+    ));
 
     let par = cp.wait_json(&["job", "par"], T, "par Complete", &logs, finished);
     assert!(has_condition(&par, "Complete"), "{par}");
@@ -118,6 +132,60 @@ fn jobs_and_cronjobs_run_on_a_real_node() {
     assert_eq!(boom["status"]["failed"], 2, "{boom}");
     let (_, table, _) = cp.kubectl(&["get", "job", "boom"]);
     assert!(table.contains("Failed   0/1"), "{table}");
+
+    let leader = cp.wait_json(&["job", "leader"], T, "leader Complete", &logs, finished);
+    for ty in ["SuccessCriteriaMet", "Complete"] {
+        let cond = cluster::condition(&leader, ty).unwrap_or_else(|| panic!("{ty}: {leader}"));
+        assert_eq!(cond["status"], "True", "{leader}");
+        assert_eq!(cond["reason"], "SuccessPolicy", "{leader}");
+        assert_eq!(cond["message"], "Matched rules at index 0", "{leader}");
+    }
+    assert_eq!(leader["status"]["completedIndexes"], "0", "{leader}");
+    assert_eq!(leader["status"]["succeeded"], 1, "{leader}");
+    // The sleeping workers were stopped and removed; the leader's pod stays.
+    let left = cp.wait_json(
+        &["pods", "-l", "batch.kubernetes.io/job-name=leader"],
+        T,
+        "leader's workers removed",
+        &logs,
+        |l| l["items"].as_array().is_some_and(|i| i.len() == 1),
+    );
+    let only = &left["items"][0];
+    assert_eq!(
+        only["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"], "0",
+        "{left}"
+    );
+    assert_eq!(only["status"]["phase"], "Succeeded", "{left}");
+
+    let perix = cp.wait_json(&["job", "perix"], T, "perix Failed", &logs, finished);
+    let failed = cluster::condition(&perix, "Failed").expect("Failed condition");
+    assert_eq!(failed["reason"], "FailedIndexes", "{perix}");
+    assert_eq!(failed["message"], "Job has failed indexes", "{perix}");
+    assert_eq!(perix["status"]["failedIndexes"], "1", "{perix}");
+    assert_eq!(perix["status"]["completedIndexes"], "0,2", "{perix}");
+    assert_eq!(perix["status"]["failed"], 2, "{perix}");
+    let pods = cp
+        .get_json(&[
+            "pods",
+            "-l",
+            "batch.kubernetes.io/job-name=perix,batch.kubernetes.io/job-completion-index=1",
+        ])
+        .expect("perix pods");
+    let mut counts: Vec<String> = pods["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            assert_eq!(p["status"]["phase"], "Failed", "{p}");
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(counts, ["0", "1"], "{pods}");
 
     // A CronJob firing every minute: its first Job comes at the next minute boundary.
     let (ok, out, err) = cp.kubectl(&[

@@ -353,12 +353,18 @@ pub fn default_normalize(raw: Vec<i64>, reverse: bool) -> Vec<i64> {
 /// Upstream's FitError text: `0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had
 /// untolerated taint {k: v}.` (counts per reason, the phrases sorted).
 pub fn fit_error(total: usize, reasons: &[Unfit]) -> String {
+    histogram_error(total, reasons.iter().map(ToString::to_string))
+}
+
+/// Upstream's FitError over any per-node reasons: each reason with how many times it was
+/// given, sorted as text.
+pub(crate) fn histogram_error(total: usize, reasons: impl Iterator<Item = String>) -> String {
     if total == 0 {
         return "no nodes available to schedule pods".to_string();
     }
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for r in reasons {
-        *counts.entry(r.to_string()).or_default() += 1;
+        *counts.entry(r).or_default() += 1;
     }
     let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
     parts.sort();

@@ -501,15 +501,24 @@ impl Scheduler {
         if self.nodes.is_empty() {
             return Err(Unplaced::new(fit::fit_error(0, &[])));
         }
-        let volumes = volumebinding::pre_filter(facts, &snap)
-            .map_err(|r| Unplaced::new(fit::pre_filter_error(self.nodes.len(), &r.to_string())))?;
+        let volumes = volumebinding::pre_filter(facts, &snap).map_err(|r| {
+            // Refused before any node was tried: deleting pods changes nothing anywhere.
+            let refused = fit::pre_filter_error(self.nodes.len(), &r.to_string());
+            let why = self
+                .preemption_eligibility(facts)
+                .map_or_else(String::from, |()| {
+                    let all = vec![preemption::NotHelped::NotHelpful; self.nodes.len()];
+                    preemption::failure_message(self.nodes.len(), &all)
+                });
+            Unplaced::new(format!("{refused} preemption: {why}"))
+        })?;
         let spread = podtopologyspread::pre_filter(facts, &snap);
         let affinity = interpodaffinity::pre_filter(facts, &snap);
         let empty = Usage::default();
         let mut feasible: Vec<(&NodeView, &Usage)> = Vec::new();
         let mut reasons = Vec::new();
-        // Nodes refused only for room, where preemption may help.
-        let mut room_refused: Vec<&NodeView> = Vec::new();
+        // Nodes where preemption might help (upstream's Unschedulable refusals).
+        let mut might_help: Vec<&NodeView> = Vec::new();
         for name in &self.node_order {
             let Some(node) = self.nodes.get(name) else {
                 continue;
@@ -539,24 +548,31 @@ impl Scheduler {
                 Err(r) => {
                     let r = fit::dedup(r);
                     if preemption::resolvable(&r) {
-                        room_refused.push(node);
+                        might_help.push(node);
                     }
                     reasons.extend(r);
                 }
             }
         }
         if feasible.is_empty() {
-            let others_fit = |node: &NodeView| {
-                volumes.as_ref().is_none_or(|v| v.filter(node).is_ok())
-                    && spread.as_ref().is_none_or(|s| s.filter(node).is_ok())
-                    && affinity.as_ref().is_none_or(|a| a.filter(node).is_ok())
+            let others_fit = |node: &NodeView| -> Result<(), Vec<Unfit>> {
+                let one = |r: Result<(), Unfit>| r.map_err(|u| vec![u]);
+                volumes.as_ref().map_or(Ok(()), |v| one(v.filter(node)))?;
+                spread.as_ref().map_or(Ok(()), |s| one(s.filter(node)))?;
+                affinity.as_ref().map_or(Ok(()), |a| one(a.filter(node)))
             };
+            let refused = fit::fit_error(self.nodes.len(), &reasons);
+            // Upstream's FitError carries the preemption's own FitError when it found no
+            // node to free; a nomination adds nothing.
+            let (message, preemption) =
+                match self.preemption(facts, &snap, &might_help, &others_fit) {
+                    Ok(c) => (refused, Some(Box::new(c))),
+                    Err(why) => (format!("{refused} preemption: {why}"), None),
+                };
             return Err(Unplaced {
-                message: fit::fit_error(self.nodes.len(), &reasons),
+                message,
                 pod_bound_may_help: reasons.iter().any(Unfit::helped_by_pod_bound),
-                preemption: self
-                    .preemption(facts, &snap, &room_refused, &others_fit)
-                    .map(Box::new),
+                preemption,
             });
         }
         let views: Vec<&NodeView> = feasible.iter().map(|(n, _)| *n).collect();
@@ -611,15 +627,8 @@ impl Scheduler {
         Ok(best.map(|(_, n)| n.to_string()).unwrap_or_default())
     }
 
-    /// The node and victims preemption chooses for `facts`, if it is eligible and any node
-    /// refused only for room would take it once some lower-priority pods are gone.
-    fn preemption(
-        &self,
-        facts: &PodFacts,
-        snap: &Snapshot<'_>,
-        room_refused: &[&NodeView],
-        others_fit: &dyn Fn(&NodeView) -> bool,
-    ) -> Option<preemption::Candidate> {
+    /// Whether `facts` may preempt at all, else upstream's reason.
+    fn preemption_eligibility(&self, facts: &PodFacts) -> Result<(), &'static str> {
         let prio = preemption::priority(facts);
         let nominated = facts
             .pod
@@ -633,15 +642,31 @@ impl Scheduler {
                     && p.pod.metadata.deletion_timestamp.is_some()
                     && preemption::priority(p) < prio
             });
-        if room_refused.is_empty() || !preemption::eligible(facts, victims_terminating) {
-            return None;
+        preemption::eligible(facts, victims_terminating)
+    }
+
+    /// The node and victims preemption chooses for `facts`, if it is eligible and any node
+    /// where preemption might help would take it once some lower-priority pods are gone; else
+    /// why not, in upstream's words (without the `preemption: ` prefix).
+    fn preemption(
+        &self,
+        facts: &PodFacts,
+        snap: &Snapshot<'_>,
+        might_help: &[&NodeView],
+        others_fit: &dyn Fn(&NodeView) -> Result<(), Vec<Unfit>>,
+    ) -> Result<preemption::Candidate, String> {
+        self.preemption_eligibility(facts).map_err(String::from)?;
+        let total = self.nodes.len();
+        if might_help.is_empty() {
+            let all = vec![preemption::NotHelped::NotHelpful; total];
+            return Err(preemption::failure_message(total, &all));
         }
         let budgets: Vec<preemption::Budget> = snap
             .list(&objects::key_of("policy", "poddisruptionbudgets", None, ""))
             .iter()
             .filter_map(|b| preemption::Budget::of(b))
             .collect();
-        let mut on_node: HashMap<&str, Vec<(&str, &PodFacts)>> = room_refused
+        let mut on_node: HashMap<&str, Vec<(&str, &PodFacts)>> = might_help
             .iter()
             .map(|n| (n.name.as_str(), Vec::new()))
             .collect();
@@ -651,23 +676,29 @@ impl Scheduler {
             }
         }
         let empty = Usage::default();
-        let candidates = room_refused
-            .iter()
-            .filter(|n| others_fit(n))
-            .filter_map(|n| {
-                let used = self.usage.get(&n.name).unwrap_or(&empty);
-                let fits = |u: &Usage| fit::filter(facts, n, u).is_ok();
-                preemption::select_victims(
-                    facts,
-                    &n.name,
-                    used,
-                    &on_node[n.name.as_str()],
-                    &budgets,
-                    &fits,
-                )
-            })
-            .collect();
-        preemption::pick(candidates)
+        let mut candidates = Vec::new();
+        let mut not_helped = Vec::new();
+        for n in might_help {
+            let used = self.usage.get(&n.name).unwrap_or(&empty);
+            let fits = |u: &Usage| fit::filter(facts, n, u).and_then(|()| others_fit(n));
+            match preemption::select_victims(
+                facts,
+                &n.name,
+                used,
+                &on_node[n.name.as_str()],
+                &budgets,
+                &fits,
+            ) {
+                Ok(c) => candidates.push(c),
+                Err(why) => not_helped.push(why),
+            }
+        }
+        if let Some(c) = preemption::pick(candidates) {
+            return Ok(c);
+        }
+        // Every node not tried was refused by a filter deleting pods cannot change.
+        not_helped.resize(total, preemption::NotHelped::NotHelpful);
+        Err(preemption::failure_message(total, &not_helped))
     }
 
     /// Carries out a preemption: the preemptor is nominated to the node, each victim gets

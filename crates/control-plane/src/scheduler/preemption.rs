@@ -7,9 +7,14 @@
 //! the lowest highest victim priority, the smallest sum of victim priorities, the fewest
 //! victims, and the latest start among its most important victims.
 //!
-//! Only nodes refused for room (resources, pod count, host ports) are tried; a node refused
-//! by a filter deleting pods cannot change (taints, node affinity, volumes) is not.
-//! Topology spread and pod affinity are judged as they stand, with the victims still there.
+//! Only nodes refused by a filter upstream marks Unschedulable (room: resources, pod count,
+//! host ports; and topology spread skew, anti-affinity) are tried; a node refused by a filter
+//! deleting pods cannot change (taints, node affinity, pod affinity, volumes) is not.
+//! Topology spread and pod affinity are judged as they stand, with the victims still there,
+//! so only room is ever made.
+//!
+//! When no node works, [`failure_message`] says why per node as upstream's FitError does,
+//! and the scheduler appends it to FailedScheduling after `preemption: `.
 
 use std::collections::HashSet;
 
@@ -49,25 +54,69 @@ fn more_important_first(a: &PodFacts, b: &PodFacts) -> std::cmp::Ordering {
 
 /// Whether a pod refused everywhere may preempt others (upstream's
 /// PodEligibleToPreemptOthers): not with `preemptionPolicy: Never`, nor while pods it
-/// already preempted on its nominated node are still terminating.
-pub(crate) fn eligible(pod: &PodFacts, victims_still_terminating: bool) -> bool {
+/// already preempted on its nominated node are still terminating. The error is upstream's
+/// reason.
+pub(crate) fn eligible(
+    pod: &PodFacts,
+    victims_still_terminating: bool,
+) -> Result<(), &'static str> {
     let never = pod
         .pod
         .spec
         .as_ref()
         .and_then(|s| s.preemption_policy.as_deref())
         == Some("Never");
-    !never && !victims_still_terminating
+    if never {
+        return Err("not eligible due to preemptionPolicy=Never.");
+    }
+    if victims_still_terminating {
+        return Err("not eligible due to a terminating pod on the nominated node.");
+    }
+    Ok(())
 }
 
-/// Whether deleting pods could lift this refusal (upstream marks the others
-/// UnschedulableAndUnresolvable).
+/// Why preemption cannot make room on one node (the per-node status of upstream's
+/// preemption FitError).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum NotHelped {
+    /// Refused by a filter that deleting pods cannot change.
+    NotHelpful,
+    /// No pod of lower priority runs there.
+    NoVictims,
+    /// Still refused with every lower-priority pod gone.
+    StillUnfit(Vec<Unfit>),
+}
+
+impl NotHelped {
+    fn reasons(&self) -> Vec<String> {
+        match self {
+            NotHelped::NotHelpful => vec!["Preemption is not helpful for scheduling".into()],
+            NotHelped::NoVictims => vec!["No preemption victims found for incoming pod".into()],
+            NotHelped::StillUnfit(r) => r.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+/// Upstream's DefaultPreemption message when no node can be freed, without its
+/// `preemption: ` prefix: `0/2 nodes are available: 1 No preemption victims found for
+/// incoming pod, 1 Preemption is not helpful for scheduling.`
+pub(crate) fn failure_message(total: usize, nodes: &[NotHelped]) -> String {
+    super::fit::histogram_error(total, nodes.iter().flat_map(NotHelped::reasons))
+}
+
+/// Whether deleting pods might lift this refusal: upstream's Unschedulable, where the
+/// others are UnschedulableAndUnresolvable.
 pub(crate) fn resolvable(reasons: &[Unfit]) -> bool {
     !reasons.is_empty()
         && reasons.iter().all(|r| {
             matches!(
                 r,
-                Unfit::Ports | Unfit::Insufficient(_) | Unfit::TooManyPods
+                Unfit::Ports
+                    | Unfit::Insufficient(_)
+                    | Unfit::TooManyPods
+                    | Unfit::TopologySpread
+                    | Unfit::PodAntiAffinity
+                    | Unfit::ExistingPodsAntiAffinity
             )
         })
 }
@@ -142,15 +191,15 @@ pub(crate) struct Candidate {
 }
 
 /// Upstream's selectVictimsOnNode. `on_node` are the pods bound there; `fits` says whether
-/// the preemptor fits the node with the given usage.
+/// the preemptor fits the node with the given usage, or why not.
 pub(crate) fn select_victims(
     pod: &PodFacts,
     node: &str,
     used: &Usage,
     on_node: &[(&str, &PodFacts)],
     budgets: &[Budget],
-    fits: &dyn Fn(&Usage) -> bool,
-) -> Option<Candidate> {
+    fits: &dyn Fn(&Usage) -> Result<(), Vec<Unfit>>,
+) -> Result<Candidate, NotHelped> {
     let prio = priority(pod);
     let mut used = used.clone();
     let mut lower: Vec<(&str, &PodFacts)> = on_node
@@ -159,14 +208,13 @@ pub(crate) fn select_victims(
         .copied()
         .collect();
     if lower.is_empty() {
-        return None;
+        return Err(NotHelped::NoVictims);
     }
     for (_, p) in &lower {
         used.remove(p);
     }
-    if !fits(&used) {
-        return None;
-    }
+    fits(&used).map_err(NotHelped::StillUnfit)?;
+    let fits = |u: &Usage| fits(u).is_ok();
     lower.sort_by(|a, b| more_important_first(a.1, b.1));
     let violating = violations(&lower, budgets);
     let (breaking, keeping): (Vec<_>, Vec<_>) =
@@ -184,7 +232,8 @@ pub(crate) fn select_victims(
         }
     }
     if victims.is_empty() {
-        return None;
+        // It fits with nothing removed (upstream's "expected at least one victim pod").
+        return Err(NotHelped::NoVictims);
     }
     victims.sort_by(|a, b| more_important_first(a.1, b.1));
     let top = priority(victims[0].1);
@@ -199,7 +248,7 @@ pub(crate) fn select_victims(
             (None, None) => std::cmp::Ordering::Equal,
         })
         .flatten();
-    Some(Candidate {
+    Ok(Candidate {
         node: node.to_string(),
         priorities: victims.iter().map(|(_, p)| priority(p)).collect(),
         victims: victims.iter().map(|(k, _)| k.to_string()).collect(),
@@ -272,9 +321,10 @@ mod tests {
         }
         let keys: Vec<String> = (0..pods.len()).map(|i| format!("k{i}")).collect();
         let on: Vec<(&str, &PodFacts)> = keys.iter().map(String::as_str).zip(pods).collect();
-        let fits = |u: &Usage| fit::filter(preemptor, &n, u).is_ok();
+        let fits = |u: &Usage| fit::filter(preemptor, &n, u);
         select_victims(preemptor, "n", &used, &on, budgets, &fits)
             .map(|c| (c.victims, c.pdb_violations))
+            .ok()
     }
 
     #[test]
@@ -411,18 +461,74 @@ mod tests {
     }
 
     #[test]
+    fn why_no_node_can_be_freed_in_upstreams_words() {
+        let high = at(100, "2", json!({}), None);
+        let n = node("1");
+        let why = |pods: &[PodFacts]| {
+            let mut used = Usage::default();
+            pods.iter().for_each(|p| used.add(p));
+            let keys: Vec<String> = (0..pods.len()).map(|i| format!("k{i}")).collect();
+            let on: Vec<(&str, &PodFacts)> = keys.iter().map(String::as_str).zip(pods).collect();
+            let fits = |u: &Usage| fit::filter(&high, &n, u);
+            select_victims(&high, "n", &used, &on, &[], &fits).err()
+        };
+        // Only equal or higher priority pods: nothing to take.
+        assert_eq!(
+            why(&[at(100, "1", json!({}), None)]),
+            Some(NotHelped::NoVictims)
+        );
+        assert_eq!(why(&[]), Some(NotHelped::NoVictims));
+        // The node is too small even when emptied.
+        assert_eq!(
+            why(&[at(1, "1", json!({}), None)]),
+            Some(NotHelped::StillUnfit(vec![Unfit::Insufficient("cpu")]))
+        );
+        let cases: Vec<(usize, Vec<NotHelped>, &str)> = vec![
+            (
+                1,
+                vec![NotHelped::NoVictims],
+                "0/1 nodes are available: 1 No preemption victims found for incoming pod.",
+            ),
+            (
+                3,
+                vec![
+                    NotHelped::NotHelpful,
+                    NotHelped::StillUnfit(vec![
+                        Unfit::Insufficient("cpu"),
+                        Unfit::Insufficient("memory"),
+                    ]),
+                    NotHelped::NotHelpful,
+                ],
+                "0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 2 Preemption is not helpful for scheduling.",
+            ),
+        ];
+        for (total, nodes, want) in cases {
+            assert_eq!(failure_message(total, &nodes), want);
+        }
+    }
+
+    #[test]
     fn eligibility_and_resolvable_refusals() {
         let mut never = at(100, "1", json!({}), None);
         never.pod.spec.as_mut().unwrap().preemption_policy = Some("Never".into());
-        assert!(!eligible(&never, false));
+        assert_eq!(
+            eligible(&never, false),
+            Err("not eligible due to preemptionPolicy=Never.")
+        );
         let p = at(100, "1", json!({}), None);
-        assert!(eligible(&p, false));
-        assert!(!eligible(&p, true));
+        assert_eq!(eligible(&p, false), Ok(()));
+        assert_eq!(
+            eligible(&p, true),
+            Err("not eligible due to a terminating pod on the nominated node.")
+        );
         assert!(resolvable(&[
             Unfit::Insufficient("cpu"),
             Unfit::TooManyPods
         ]));
         assert!(resolvable(&[Unfit::Ports]));
+        assert!(resolvable(&[Unfit::ExistingPodsAntiAffinity]));
+        assert!(!resolvable(&[Unfit::PodAffinity]));
+        assert!(!resolvable(&[Unfit::TopologySpreadMissingLabel]));
         assert!(!resolvable(&[Unfit::Taint("{a: }".into())]));
         assert!(!resolvable(&[Unfit::VolumeNodeAffinityConflict]));
         assert!(!resolvable(&[]));

@@ -48,6 +48,12 @@ pub fn add_node_address(netns: &Netns) {
 /// Links `a` and `b` with a veth pair: `a` gets `a_ip`/24, `b` gets `b_ip`/24 and its
 /// default route through `a_ip` (so a node there finds its InternalIP as on a machine).
 pub fn link_namespaces(a: &Netns, a_ip: &str, b: &Netns, b_ip: &str) {
+    link_namespaces_via(a, "peer0", a_ip, b, b_ip);
+}
+
+/// [`link_namespaces`] with `a`'s end of the pair named `a_if`, so one namespace (the
+/// control plane's) can link to several nodes, each on a /24 of its own.
+pub fn link_namespaces_via(a: &Netns, a_if: &str, a_ip: &str, b: &Netns, b_ip: &str) {
     let run = |ns: &Netns, args: &[&str]| {
         let out = ns.run("ip", args).expect("ip in netns");
         assert!(
@@ -61,7 +67,7 @@ pub fn link_namespaces(a: &Netns, a_ip: &str, b: &Netns, b_ip: &str) {
         &[
             "link",
             "add",
-            "peer0",
+            a_if,
             "type",
             "veth",
             "peer",
@@ -71,8 +77,8 @@ pub fn link_namespaces(a: &Netns, a_ip: &str, b: &Netns, b_ip: &str) {
             b.name(),
         ],
     );
-    run(a, &["addr", "add", &format!("{a_ip}/24"), "dev", "peer0"]);
-    run(a, &["link", "set", "peer0", "up"]);
+    run(a, &["addr", "add", &format!("{a_ip}/24"), "dev", a_if]);
+    run(a, &["link", "set", a_if, "up"]);
     run(b, &["addr", "add", &format!("{b_ip}/24"), "dev", "eth0"]);
     run(b, &["link", "set", "eth0", "up"]);
     run(b, &["route", "add", "default", "via", a_ip, "dev", "eth0"]);
@@ -440,6 +446,17 @@ impl NodeProcess {
 }
 
 impl NodeProcess {
+    /// The node's process dies at once (SIGKILL to its PID), as on a crash or power loss:
+    /// its containers keep running, nothing is cleaned up or reported. Reaping and the
+    /// cleanup stay with drop.
+    pub fn kill(&self) {
+        if let Some(d) = &self.daemon {
+            let pid = nix::unistd::Pid::from_raw(d.pid() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
+                .unwrap_or_else(|e| panic!("kill -9 {pid}: {e}"));
+        }
+    }
+
     /// Stops the node's process (its Lease stops being renewed); cleanup stays with drop.
     pub fn stop(&mut self) {
         if let Some(mut d) = self.daemon.take() {

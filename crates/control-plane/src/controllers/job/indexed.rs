@@ -1,6 +1,7 @@
 //! Indexed completion mode: a pod's completion index (the
-//! `batch.kubernetes.io/job-completion-index` annotation) and `status.completedIndexes`
-//! written as upstream does, sorted intervals `1,3-5,7`.
+//! `batch.kubernetes.io/job-completion-index` annotation), `status.completedIndexes` and
+//! `status.failedIndexes` written as upstream does (sorted intervals `1,3-5,7`, a pair as
+//! `1,2`), and which indexes get a pod next.
 
 use std::collections::BTreeSet;
 
@@ -20,7 +21,8 @@ pub(crate) fn pod_index(pod: &Value, completions: i64) -> Option<i64> {
     (0..completions).contains(&i).then_some(i)
 }
 
-/// `1,3-5,7` for {1,3,4,5,7}.
+/// `1,3-5,7` for {1,3,4,5,7}; an interval of two is written `3,4`, as upstream's
+/// `orderedIntervals.String()` does.
 pub(crate) fn format(set: &BTreeSet<i64>) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut iter = set.iter().copied().peekable();
@@ -30,10 +32,10 @@ pub(crate) fn format(set: &BTreeSet<i64>) -> String {
             end += 1;
             iter.next();
         }
-        out.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
+        out.push(match end - start {
+            0 => start.to_string(),
+            1 => format!("{start},{end}"),
+            _ => format!("{start}-{end}"),
         });
     }
     out.join(",")
@@ -51,17 +53,72 @@ pub(crate) fn parse(s: &str, completions: i64) -> BTreeSet<i64> {
     set
 }
 
+/// Upstream's `firstPendingIndexes`: the `count` lowest indexes below `completions` that
+/// neither succeeded, failed for good, nor have a pod (`busy`: active pods, and terminating
+/// ones when only failed pods are replaced).
+pub(crate) fn first_pending(
+    count: usize,
+    completions: i64,
+    succeeded: &BTreeSet<i64>,
+    failed: &BTreeSet<i64>,
+    busy: &BTreeSet<i64>,
+) -> Vec<i64> {
+    // Walks the taken indexes alongside the candidates, so the cost is bounded by the
+    // indexes known plus `count`, never by `completions`.
+    let taken: BTreeSet<i64> = succeeded
+        .iter()
+        .chain(failed)
+        .chain(busy)
+        .copied()
+        .collect();
+    let mut taken = taken.into_iter().peekable();
+    let mut out = Vec::with_capacity(count);
+    let mut candidate = 0;
+    while out.len() < count && candidate < completions {
+        while taken.next_if(|t| *t < candidate).is_some() {}
+        if taken.next_if_eq(&candidate).is_none() {
+            out.push(candidate);
+        }
+        candidate += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn first_pending_skips_finished_and_busy_indexes() {
+        let set = |v: &[i64]| v.iter().copied().collect::<BTreeSet<i64>>();
+        // (count, completions, succeeded, failed, busy, want)
+        type Case<'a> = (usize, i64, &'a [i64], &'a [i64], &'a [i64], &'a [i64]);
+        let cases: [Case; 6] = [
+            (0, 5, &[], &[], &[], &[]),
+            (2, 5, &[], &[], &[], &[0, 1]),
+            (3, 5, &[0], &[1], &[3], &[2, 4]),
+            (5, 5, &[0, 1, 2, 3, 4], &[], &[], &[]),
+            (1, 5, &[0, 1], &[2], &[], &[3]),
+            (10, 3, &[], &[], &[1], &[0, 2]),
+        ];
+        for (count, completions, succ, failed, busy, want) in cases {
+            assert_eq!(
+                first_pending(count, completions, &set(succ), &set(failed), &set(busy)),
+                want,
+                "count {count} succeeded {succ:?} failed {failed:?} busy {busy:?}"
+            );
+        }
+    }
+
+    #[test]
     fn intervals_round_trip() {
-        let cases: [(&[i64], &str); 4] = [
+        let cases: [(&[i64], &str); 6] = [
             (&[], ""),
             (&[0], "0"),
+            (&[0, 1], "0,1"),
             (&[0, 1, 2, 4], "0-2,4"),
             (&[1, 3, 4, 5, 7], "1,3-5,7"),
+            (&[2, 3, 5, 6, 7, 9], "2,3,5-7,9"),
         ];
         for (set, text) in cases {
             let set: BTreeSet<i64> = set.iter().copied().collect();

@@ -4,17 +4,20 @@
 //! counts finished pods through the `batch.kubernetes.io/job-tracking` finalizer and
 //! `status.uncountedTerminatedPods` (a pod's uid is recorded in the Job before its finalizer
 //! is removed, so a pod deleted right after finishing is still counted exactly once);
-//! decides success (completions, Indexed `completedIndexes`) or failure (backoffLimit,
-//! activeDeadlineSeconds, podFailurePolicy) with upstream's FailureTarget/SuccessCriteriaMet
-//! then Failed/Complete conditions; suspends and resumes; and creates or deletes pods toward
-//! parallelism, with the exponential back-off of [`backoff`] after failures.
+//! decides success (completions, Indexed `completedIndexes`, a [`success_policy`]) or failure
+//! (backoffLimit, activeDeadlineSeconds, podFailurePolicy, failed indexes under
+//! [`backoff_per_index`]) with upstream's FailureTarget/SuccessCriteriaMet then Failed/Complete
+//! conditions; suspends and resumes; and creates or deletes pods toward parallelism, with the
+//! exponential back-off of [`backoff`] after failures (per index with backoffLimitPerIndex).
 //! Pods it created and has not yet seen in the cache are remembered (upstream's
 //! expectations), so a slow watch never makes it create duplicates.
 
 mod backoff;
+mod backoff_per_index;
 mod failure_policy;
 mod indexed;
 mod pods;
+mod success_policy;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -30,6 +33,7 @@ use crate::controllers::controller_utils::pod_ready;
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
 
+use backoff_per_index::{FailureCounts, Outcome};
 use failure_policy::Action;
 
 /// The finalizer that keeps a finished pod until the Job has counted it.
@@ -46,20 +50,42 @@ enum Reason {
     BackoffLimitExceeded,
     DeadlineExceeded,
     PodFailurePolicy,
+    SuccessPolicy,
+    FailedIndexes,
+    MaxFailedIndexesExceeded,
     JobSuspended,
     JobResumed,
 }
 
 impl Reason {
+    const ALL: [Reason; 9] = [
+        Reason::CompletionsReached,
+        Reason::BackoffLimitExceeded,
+        Reason::DeadlineExceeded,
+        Reason::PodFailurePolicy,
+        Reason::SuccessPolicy,
+        Reason::FailedIndexes,
+        Reason::MaxFailedIndexesExceeded,
+        Reason::JobSuspended,
+        Reason::JobResumed,
+    ];
+
     fn as_str(self) -> &'static str {
         match self {
             Reason::CompletionsReached => "CompletionsReached",
             Reason::BackoffLimitExceeded => "BackoffLimitExceeded",
             Reason::DeadlineExceeded => "DeadlineExceeded",
             Reason::PodFailurePolicy => "PodFailurePolicy",
+            Reason::SuccessPolicy => "SuccessPolicy",
+            Reason::FailedIndexes => "FailedIndexes",
+            Reason::MaxFailedIndexesExceeded => "MaxFailedIndexesExceeded",
             Reason::JobSuspended => "JobSuspended",
             Reason::JobResumed => "JobResumed",
         }
+    }
+
+    fn parse(s: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.as_str() == s)
     }
 }
 
@@ -124,24 +150,6 @@ fn has_finalizer(p: &Value) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == TRACKING_FINALIZER))
 }
 
-/// When the pod's containers last finished (the failure time back-off counts from).
-fn finish_time(p: &Value) -> Option<k8s_openapi::jiff::Timestamp> {
-    ["initContainerStatuses", "containerStatuses"]
-        .iter()
-        .flat_map(|k| {
-            p.pointer(&format!("/status/{k}"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter_map(|cs| {
-            cs.pointer("/state/terminated/finishedAt")
-                .and_then(Value::as_str)
-                .and_then(|t| t.parse().ok())
-        })
-        .max()
-}
-
 fn controlled_by(p: &Value, job_uid: &str) -> bool {
     p.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -168,6 +176,19 @@ struct JobMemory {
     deleted_by_us: HashSet<String>,
     /// When a failed pod without a container finish time was first seen failed.
     failed_seen: HashMap<String, k8s_openapi::jiff::Timestamp>,
+}
+
+impl JobMemory {
+    /// When the failed pod `p` failed: its finish time, else when this controller first saw
+    /// it failed (rather than upstream's creation time, which would cut the back-off short).
+    fn failure_time(&mut self, p: &Value) -> k8s_openapi::jiff::Timestamp {
+        backoff::finished_at(p).unwrap_or_else(|| {
+            *self
+                .failed_seen
+                .entry(uid(p).to_string())
+                .or_insert_with(now_ts)
+        })
+    }
 }
 
 struct Controller {
@@ -324,6 +345,26 @@ impl Controller {
             .get("podFailurePolicy")
             .filter(|v| !v.is_null())
             .cloned();
+        let completions_n = completions.unwrap_or(0);
+        // backoffLimitPerIndex, maxFailedIndexes and successPolicy apply to Indexed Jobs only
+        // (validation refuses them elsewhere).
+        let per_index = spec
+            .get("backoffLimitPerIndex")
+            .and_then(Value::as_i64)
+            .filter(|_| indexed);
+        let max_failed_indexes = spec.get("maxFailedIndexes").and_then(Value::as_i64);
+        let success_policy = spec
+            .get("successPolicy")
+            .filter(|v| indexed && !v.is_null())
+            .cloned();
+        let outcome_of = |p: &Value| {
+            Outcome::of(
+                policy
+                    .as_ref()
+                    .and_then(|pol| failure_policy::match_pod(pol, p))
+                    .map(|m| m.action),
+            )
+        };
         if job["status"].is_null() {
             job["status"] = json!({});
         }
@@ -338,25 +379,21 @@ impl Controller {
             str_set(&job, "/status/uncountedTerminatedPods/succeeded");
         let mut unc_fail: BTreeSet<String> =
             str_set(&job, "/status/uncountedTerminatedPods/failed");
-        let mut completed: BTreeSet<i64> = indexed::parse(
-            s(&job, "/status/completedIndexes"),
-            completions.unwrap_or(0),
-        );
+        let mut completed: BTreeSet<i64> =
+            indexed::parse(s(&job, "/status/completedIndexes"), completions_n);
+        let mut failed_ix: BTreeSet<i64> =
+            indexed::parse(s(&job, "/status/failedIndexes"), completions_n);
         let mut failure: Option<(Reason, String)> = None;
         let mut ignored: Vec<&Value> = Vec::new();
+        // Failed pods of valid indexes not yet counted: a replacement is made from them.
+        let mut index_failures: Vec<(i64, &Value)> = Vec::new();
         // Back-off counts from the newest failure among the Job's pods (they stay after
         // being counted), so it survives a controller restart.
         let mem = self.memory.entry(job_uid.clone()).or_default();
         let last_failure = pods
             .iter()
             .filter(|p| s(p, "/status/phase") == "Failed" && !deleted_by_us.contains(uid(p)))
-            .map(|p| {
-                finish_time(p).unwrap_or_else(|| {
-                    *mem.failed_seen
-                        .entry(uid(p).to_string())
-                        .or_insert_with(now_ts)
-                })
-            })
+            .map(|p| mem.failure_time(p))
             .max();
         for p in pods.iter().copied().filter(|p| has_finalizer(p)) {
             let u = uid(p).to_string();
@@ -402,21 +439,29 @@ impl Controller {
             if !failed {
                 continue;
             }
-            if let Some(m) = policy
+            let matched = policy
                 .as_ref()
-                .and_then(|pol| failure_policy::match_pod(pol, p))
-            {
+                .and_then(|pol| failure_policy::match_pod(pol, p));
+            if let (Some(limit), Some(ix)) = (per_index, indexed::pod_index(p, completions_n)) {
+                let outcome = Outcome::of(matched.as_ref().map(|m| m.action));
+                if backoff_per_index::index_failed(p, limit, outcome) {
+                    failed_ix.insert(ix);
+                }
+                index_failures.push((ix, p));
+            }
+            if let Some(m) = matched {
                 match m.action {
                     Action::Ignore => {
                         ignored.push(p);
                         continue;
                     }
-                    Action::FailJob | Action::FailIndex => {
+                    Action::FailJob => {
                         if failure.is_none() {
                             failure = Some((Reason::PodFailurePolicy, m.message));
                         }
                     }
-                    Action::Count => {}
+                    // The index fails, not the Job ([`backoff_per_index`]).
+                    Action::FailIndex | Action::Count => {}
                 }
             }
             unc_fail.insert(u);
@@ -437,6 +482,26 @@ impl Controller {
             .filter(|p| !pod_finished(p) && p.pointer("/metadata/deletionTimestamp").is_none())
             .collect();
         let terminating = pods.iter().filter(|p| pod_terminating(p)).count() as i64;
+        let indexes_of = |ps: &mut dyn Iterator<Item = &&Value>| -> BTreeSet<i64> {
+            ps.filter_map(|p| indexed::pod_index(p, completions_n))
+                .collect()
+        };
+        let active_ix = indexes_of(&mut active.iter());
+        // Per index, the failed pod its replacement will be made from: it keeps its
+        // finalizer (and stays uncounted) until that replacement exists.
+        let delayed = if per_index.is_some() {
+            let mem = self.memory.entry(job_uid.clone()).or_default();
+            let candidates: Vec<(i64, &Value, k8s_openapi::jiff::Timestamp)> = index_failures
+                .iter()
+                .filter(|(ix, _)| {
+                    !completed.contains(ix) && !failed_ix.contains(ix) && !active_ix.contains(ix)
+                })
+                .map(|(ix, p)| (*ix, *p, mem.failure_time(p)))
+                .collect();
+            backoff_per_index::delayed_deletion(candidates)
+        } else {
+            Default::default()
+        };
 
         // 2. Success or failure.
         if !has_condition(&job, "FailureTarget") && !has_condition(&job, "SuccessCriteriaMet") {
@@ -463,6 +528,22 @@ impl Controller {
                     "Job was active longer than specified deadline".to_string(),
                 ));
             }
+            if failure.is_none() && per_index.is_some() {
+                let nfailed = failed_ix.len() as i64;
+                if max_failed_indexes.is_some_and(|m| nfailed > m) {
+                    failure = Some((
+                        Reason::MaxFailedIndexesExceeded,
+                        "Job has exceeded the specified maximal number of failed indexes"
+                            .to_string(),
+                    ));
+                } else if nfailed > 0 && nfailed + completed.len() as i64 >= completions_n {
+                    failure = Some((Reason::FailedIndexes, "Job has failed indexes".to_string()));
+                }
+            }
+            let policy_met = success_policy
+                .as_ref()
+                .filter(|_| failure.is_none())
+                .and_then(|sp| success_policy::matches(sp, completions_n, &completed));
             let success = match completions {
                 Some(c) => succeeded >= c,
                 // A work queue: done when one pod succeeded and none is left running.
@@ -470,6 +551,14 @@ impl Controller {
             };
             if let Some((reason, message)) = &failure {
                 set_condition(&mut job, "FailureTarget", "True", *reason, message);
+            } else if let Some(message) = policy_met {
+                set_condition(
+                    &mut job,
+                    "SuccessCriteriaMet",
+                    "True",
+                    Reason::SuccessPolicy,
+                    &message,
+                );
             } else if success {
                 set_condition(
                     &mut job,
@@ -482,10 +571,18 @@ impl Controller {
         }
         let failing = has_condition(&job, "FailureTarget");
         let succeeding = has_condition(&job, "SuccessCriteriaMet");
+        // Failed pods awaiting their replacement stay uncounted, unless the outcome is known
+        // and no replacement will come.
+        if !failing && !succeeding {
+            let held: HashSet<&str> = delayed.values().map(|(p, _)| uid(p)).collect();
+            unc_fail.retain(|u| !held.contains(u.as_str()));
+            ignored.retain(|p| !held.contains(uid(p)));
+        }
+        let failed = counted_fail + unc_fail.len() as i64;
 
         // 3. Pods: terminate everything once the outcome is known, else manage toward parallelism.
         let mut to_delete: Vec<&Value> = Vec::new();
-        let mut to_create: Vec<Option<i64>> = Vec::new();
+        let mut to_create: Vec<(Option<i64>, Option<FailureCounts>)> = Vec::new();
         if failing || succeeding || suspended {
             to_delete.extend(active.iter().copied());
         } else {
@@ -506,7 +603,8 @@ impl Controller {
                 });
                 to_delete.extend(extra.into_iter().take((have - want) as usize));
             } else if have < want {
-                let wait = if failed > 0 {
+                // With backoffLimitPerIndex each index waits on its own (below).
+                let wait = if failed > 0 && per_index.is_none() {
                     let since = last_failure
                         .map(|t| now_ts().duration_since(t).unsigned_abs())
                         .unwrap_or_default();
@@ -516,18 +614,38 @@ impl Controller {
                 };
                 if wait.is_zero() {
                     if indexed {
-                        let running: BTreeSet<i64> = active
-                            .iter()
-                            .filter_map(|p| indexed::pod_index(p, completions.unwrap_or(0)))
-                            .collect();
-                        to_create.extend(
-                            (0..completions.unwrap_or(0))
-                                .filter(|ix| !completed.contains(ix) && !running.contains(ix))
-                                .take((want - have) as usize)
-                                .map(Some),
+                        let mut busy = active_ix.clone();
+                        if only_failed {
+                            busy.extend(indexes_of(
+                                &mut pods.iter().filter(|p| pod_terminating(p)),
+                            ));
+                        }
+                        let pending = indexed::first_pending(
+                            (want - have) as usize,
+                            completions_n,
+                            &completed,
+                            &failed_ix,
+                            &busy,
                         );
+                        for ix in pending {
+                            if per_index.is_none() {
+                                to_create.push((Some(ix), None));
+                                continue;
+                            }
+                            let predecessor = delayed.get(&ix);
+                            if let Some((p, at)) = predecessor {
+                                let since = now_ts().duration_since(*at).unsigned_abs();
+                                if !backoff_per_index::remaining(p, since).is_zero() {
+                                    continue;
+                                }
+                            }
+                            let counts = backoff_per_index::replacement_counts(
+                                predecessor.map(|(p, _)| (*p, outcome_of(p))),
+                            );
+                            to_create.push((Some(ix), Some(counts)));
+                        }
                     } else {
-                        to_create.extend((0..want - have).map(|_| None));
+                        to_create.extend((0..want - have).map(|_| (None, None)));
                     }
                 }
             }
@@ -572,6 +690,9 @@ impl Controller {
             status["completedIndexes"] = json!(indexed::format(&completed));
             status["succeeded"] = json!(succeeded);
         }
+        if per_index.is_some() {
+            status["failedIndexes"] = json!(indexed::format(&failed_ix));
+        }
         strip_zero(status);
         if job != before {
             self.write_status(key, &job)?;
@@ -606,8 +727,8 @@ impl Controller {
                 );
             }
         }
-        for ix in to_create {
-            self.create_pod(&job, ix).await;
+        for (ix, counts) in to_create {
+            self.create_pod(&job, ix, counts).await;
         }
         let nothing_running = active.is_empty() && terminating == 0;
         if nothing_running && (failing || succeeding) {
@@ -632,12 +753,7 @@ impl Controller {
                     )
                 })
                 .unwrap_or(("Complete", String::new(), String::new()));
-            let reason_enum = match reason.as_str() {
-                "BackoffLimitExceeded" => Reason::BackoffLimitExceeded,
-                "DeadlineExceeded" => Reason::DeadlineExceeded,
-                "PodFailurePolicy" => Reason::PodFailurePolicy,
-                _ => Reason::CompletionsReached,
-            };
+            let reason_enum = Reason::parse(&reason).unwrap_or(Reason::CompletionsReached);
             set_condition(&mut job, ty, "True", reason_enum, &message);
             if ty == "Complete" {
                 job["status"]["completionTime"] = json!(now_rfc3339());
@@ -672,9 +788,9 @@ impl Controller {
         .map_err(|e| e.to_string())
     }
 
-    async fn create_pod(&mut self, job: &Value, index: Option<i64>) {
+    async fn create_pod(&mut self, job: &Value, index: Option<i64>, counts: Option<FailureCounts>) {
         let ns = s(job, "/metadata/namespace").to_string();
-        let pod = pods::from_template(job, index);
+        let pod = pods::from_template(job, index, counts);
         match objects::create_as_client(&self.st, "", "pods", &ns, pod).await {
             Ok(stored) => {
                 let name = s(&stored.object, "/metadata/name").to_string();

@@ -1,10 +1,12 @@
 //! A Job's pod from its template (upstream's `podTemplateSpec` handling in `manageJob`):
 //! owner reference, the tracking finalizer, and for Indexed Jobs the completion index as
-//! annotation, label, `JOB_COMPLETION_INDEX` env and hostname `<job>-<index>`.
+//! annotation, label, `JOB_COMPLETION_INDEX` env and hostname `<job>-<index>`, plus the
+//! index's failure counts under `backoffLimitPerIndex`.
 
 use serde_json::{Value, json};
 
 use super::TRACKING_FINALIZER;
+use super::backoff_per_index::{FAILURE_COUNT, FailureCounts, IGNORED_FAILURE_COUNT};
 use super::indexed::INDEX_KEY;
 
 fn meta_map<'a>(pod: &'a mut Value, key: &str) -> &'a mut serde_json::Map<String, Value> {
@@ -16,7 +18,13 @@ fn meta_map<'a>(pod: &'a mut Value, key: &str) -> &'a mut serde_json::Map<String
         .expect("just made an object")
 }
 
-pub(crate) fn from_template(job: &Value, index: Option<i64>) -> Value {
+/// The pod for `index` (none for a NonIndexed Job); `counts` are the index's failures so far
+/// when the Job has `backoffLimitPerIndex`.
+pub(crate) fn from_template(
+    job: &Value,
+    index: Option<i64>,
+    counts: Option<FailureCounts>,
+) -> Value {
     let name = job
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -48,6 +56,13 @@ pub(crate) fn from_template(job: &Value, index: Option<i64>) -> Value {
     if let Some(ix) = index {
         meta_map(&mut pod, "annotations").insert(INDEX_KEY.into(), json!(ix.to_string()));
         meta_map(&mut pod, "labels").insert(INDEX_KEY.into(), json!(ix.to_string()));
+        if let Some(c) = counts {
+            let annotations = meta_map(&mut pod, "annotations");
+            annotations.insert(FAILURE_COUNT.into(), json!(c.counted.to_string()));
+            if c.ignored > 0 {
+                annotations.insert(IGNORED_FAILURE_COUNT.into(), json!(c.ignored.to_string()));
+            }
+        }
         if pod.pointer("/spec/hostname").is_none_or(Value::is_null) {
             pod["spec"]["hostname"] = json!(format!("{name}-{ix}"));
         }
@@ -85,7 +100,7 @@ mod tests {
         let job = json!({"metadata": {"name": "idx", "uid": "u"}, "spec": {"template": {
             "metadata": {"labels": {"batch.kubernetes.io/job-name": "idx"}},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}});
-        let pod = from_template(&job, Some(2));
+        let pod = from_template(&job, Some(2), None);
         assert_eq!(pod["metadata"]["generateName"], json!("idx-2-"));
         assert_eq!(pod["metadata"]["annotations"][INDEX_KEY], json!("2"));
         assert_eq!(pod["metadata"]["labels"][INDEX_KEY], json!("2"));
@@ -100,8 +115,20 @@ mod tests {
         );
         assert_eq!(pod["metadata"]["finalizers"], json!([TRACKING_FINALIZER]));
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], json!("u"));
-        let plain = from_template(&job, None);
+        assert!(pod["metadata"]["annotations"].get(FAILURE_COUNT).is_none());
+        let plain = from_template(&job, None, None);
         assert_eq!(plain["metadata"]["generateName"], json!("idx-"));
         assert!(plain["spec"]["containers"][0].get("env").is_none());
+        // Under backoffLimitPerIndex the counts ride along; an ignored count only when any.
+        let cases = [((0, 0), Some("0"), None), ((2, 1), Some("2"), Some("1"))];
+        for ((counted, ignored), want_counted, want_ignored) in cases {
+            let p = from_template(&job, Some(1), Some(FailureCounts { counted, ignored }));
+            let a = &p["metadata"]["annotations"];
+            assert_eq!(a[FAILURE_COUNT].as_str(), want_counted);
+            assert_eq!(
+                a.get(IGNORED_FAILURE_COUNT).and_then(Value::as_str),
+                want_ignored
+            );
+        }
     }
 }
