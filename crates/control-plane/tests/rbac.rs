@@ -48,6 +48,16 @@ async fn as_user(kc: &Path, args: &[&str]) -> Out {
     kubectl_with(kc, args, None).await
 }
 
+/// `kubectl auth can-i <args>` in default, as the kube-system service account `sa`.
+async fn can_i(c: &common::Cluster, sa: &str, args: &[&str]) -> String {
+    let who = format!("--as=system:serviceaccount:kube-system:{sa}");
+    let mut all = vec!["auth", "can-i", "-n", "default", who.as_str()];
+    all.extend_from_slice(args);
+    let out = c.kubectl(&all).await;
+    assert_eq!(out.stderr, "", "can-i {args:?} as {sa}");
+    out.stdout.trim().to_string()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bindings_grant_roles_and_refusals_read_as_upstream() {
     let c = cluster().await;
@@ -376,6 +386,182 @@ async fn service_accounts_reviews_impersonation_and_aggregation() {
     c.handle.shutdown().await;
 }
 
+/// The controllers' roles of upstream's bootstrap policy, as `kubectl get -o yaml` on a
+/// kube-apiserver shows the deployment controller's.
+const DEPLOYMENT_CONTROLLER_RULES: &str = r#"- apiGroups:
+  - apps
+  - extensions
+  resources:
+  - deployments
+  verbs:
+  - get
+  - list
+  - update
+  - watch
+- apiGroups:
+  - apps
+  - extensions
+  resources:
+  - deployments/status
+  verbs:
+  - update
+- apiGroups:
+  - apps
+  - extensions
+  resources:
+  - deployments/finalizers
+  verbs:
+  - update
+- apiGroups:
+  - apps
+  - extensions
+  resources:
+  - replicasets
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - pods
+  verbs:
+  - get
+  - list
+  - update
+  - watch
+- apiGroups:
+  - ""
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
+  - update
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_have_upstreams_roles_bound_to_their_service_accounts() {
+    let c = cluster().await;
+
+    let yaml = c
+        .kubectl(&[
+            "get",
+            "clusterrole",
+            "system:controller:deployment-controller",
+            "-o",
+            "yaml",
+        ])
+        .await;
+    let yaml = yaml.ok();
+    assert!(
+        yaml.contains("    kubernetes.io/bootstrapping: rbac-defaults\n"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("    rbac.authorization.kubernetes.io/autoupdate: \"true\"\n"),
+        "{yaml}"
+    );
+    let (_, rules) = yaml.split_once("\nrules:\n").expect("rules in the yaml");
+    assert_eq!(rules, DEPLOYMENT_CONTROLLER_RULES);
+
+    // Each role is bound, under its own name, to its controller's service account.
+    let wide = c
+        .kubectl(&[
+            "get",
+            "clusterrolebinding",
+            "system:controller:deployment-controller",
+            "system:controller:certificate-controller",
+            "-o",
+            "wide",
+        ])
+        .await;
+    let wide = wide.ok();
+    for want in [
+        "ClusterRole/system:controller:deployment-controller",
+        "kube-system/deployment-controller",
+        "ClusterRole/system:controller:certificate-controller",
+        "kube-system/certificate-controller",
+    ] {
+        assert!(wide.contains(want), "missing {want} in\n{wide}");
+    }
+    let mut args = vec!["get", "clusterrole", "-o", "name"];
+    let names: Vec<String> = [
+        "attachdetach-controller",
+        "clusterrole-aggregation-controller",
+        "cronjob-controller",
+        "daemon-set-controller",
+        "deployment-controller",
+        "disruption-controller",
+        "endpoint-controller",
+        "endpointslice-controller",
+        "endpointslicemirroring-controller",
+        "expand-controller",
+        "ephemeral-volume-controller",
+        "generic-garbage-collector",
+        "horizontal-pod-autoscaler",
+        "job-controller",
+        "namespace-controller",
+        "node-controller",
+        "persistent-volume-binder",
+        "pod-garbage-collector",
+        "replicaset-controller",
+        "replication-controller",
+        "resourcequota-controller",
+        "route-controller",
+        "service-account-controller",
+        "service-controller",
+        "statefulset-controller",
+        "ttl-controller",
+        "certificate-controller",
+        "pvc-protection-controller",
+        "pv-protection-controller",
+        "ttl-after-finished-controller",
+        "root-ca-cert-publisher",
+        "validatingadmissionpolicy-status-controller",
+        "legacy-service-account-token-cleaner",
+    ]
+    .iter()
+    .map(|n| format!("system:controller:{n}"))
+    .collect();
+    args.extend(names.iter().map(String::as_str));
+    let listed = c.kubectl(&args).await;
+    let listed = listed.ok();
+    assert_eq!(listed.lines().count(), names.len(), "{listed}");
+
+    // What the role grants, asked as the controller's service account.
+    let rs = "replicaset-controller";
+    assert_eq!(can_i(&c, rs, &["create", "pods"]).await, "yes");
+    assert_eq!(
+        can_i(
+            &c,
+            rs,
+            &["update", "replicasets.apps", "--subresource=status"]
+        )
+        .await,
+        "yes"
+    );
+    assert_eq!(can_i(&c, rs, &["get", "secrets"]).await, "no");
+    assert_eq!(can_i(&c, rs, &["create", "replicasets.apps"]).await, "no");
+    let ns = "namespace-controller";
+    assert_eq!(
+        can_i(&c, ns, &["deletecollection", "configmaps"]).await,
+        "yes"
+    );
+    assert_eq!(can_i(&c, ns, &["create", "configmaps"]).await, "no");
+    assert_eq!(
+        can_i(&c, "no-such-controller", &["create", "pods"]).await,
+        "no",
+        "only the bound service accounts may"
+    );
+    c.handle.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escalation_is_refused_without_escalate_or_bind() {
     let c = cluster().await;
@@ -502,6 +688,22 @@ async fn reconciliation_keeps_user_changes_and_restores_deleted_roles() {
     k(&["delete", "clusterrole", "system:node-proxier"])
         .await
         .ok();
+    k(&[
+        "delete",
+        "clusterrole,clusterrolebinding",
+        "system:controller:job-controller",
+    ])
+    .await
+    .ok();
+    let job_controller: &[&str] = &[
+        "auth",
+        "can-i",
+        "create",
+        "pods",
+        "--as=system:serviceaccount:kube-system:job-controller",
+    ];
+    let out = kubectl_with(&kc, job_controller, None).await;
+    assert_eq!(out.stdout.trim(), "no", "deleted: {}", out.stderr);
     handle.shutdown().await;
 
     let handle = common::start_in(dir.path(), ApiConfig::default()).await;
@@ -546,6 +748,25 @@ async fn reconciliation_keeps_user_changes_and_restores_deleted_roles() {
     )
     .await;
     assert_eq!(kp.stdout.trim(), "yes", "{}", kp.stderr);
+    let restored = kubectl_with(
+        &kc,
+        &[
+            "get",
+            "clusterrole,clusterrolebinding",
+            "system:controller:job-controller",
+            "-o",
+            "name",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(
+        restored.ok(),
+        "clusterrole.rbac.authorization.k8s.io/system:controller:job-controller\n\
+         clusterrolebinding.rbac.authorization.k8s.io/system:controller:job-controller\n"
+    );
+    let out = kubectl_with(&kc, job_controller, None).await;
+    assert_eq!(out.stdout.trim(), "yes", "restored: {}", out.stderr);
     handle.shutdown().await;
 }
 

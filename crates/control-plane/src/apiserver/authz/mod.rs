@@ -3,6 +3,7 @@
 //! in flag order; the first allow or deny decides, and when every authorizer has no opinion
 //! the request is refused with their reasons.
 
+mod controller_policy;
 pub mod escalation;
 mod node;
 pub mod policy;

@@ -1,6 +1,7 @@
 //! The bootstrap RBAC policy (upstream's `plugin/pkg/auth/authorizer/rbac/bootstrappolicy`
-//! plus the bindings kubeadm creates for node join), reconciled at every start, and the
-//! ClusterRole aggregation controller.
+//! plus the bindings kubeadm creates for node join; the controllers' roles are in
+//! `controller_policy`), reconciled at every start, and the ClusterRole aggregation
+//! controller.
 //!
 //! Reconciliation creates what is missing; on objects annotated
 //! `rbac.authorization.kubernetes.io/autoupdate: "true"` it adds missing rules, subjects,
@@ -10,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use super::controller_policy;
 use crate::apiserver::bootstrap::ensure_object;
 use crate::apiserver::rest::path::key;
 use crate::apiserver::state::ApiState;
@@ -18,7 +20,7 @@ use crate::storage::{Mutation, Store, StoreError};
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
-const READ: &[&str] = &["get", "list", "watch"];
+pub(super) const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
 const READ_WRITE: &[&str] = &[
     "get",
@@ -31,8 +33,23 @@ const READ_WRITE: &[&str] = &[
     "update",
 ];
 
-fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
+pub(super) fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
     json!({"verbs": verbs, "apiGroups": groups, "resources": resources})
+}
+
+/// `rule` limited to the named objects.
+pub(super) fn named(mut rule: Value, names: &[&str]) -> Value {
+    rule["resourceNames"] = json!(names);
+    rule
+}
+
+/// Upstream's `eventsRule`: recording events, in both event groups.
+pub(super) fn events_rule() -> Value {
+    rule(
+        &["create", "patch", "update"],
+        &["", "events.k8s.io"],
+        &["events"],
+    )
 }
 
 fn urls(verbs: &[&str], paths: &[&str]) -> Value {
@@ -52,7 +69,7 @@ fn bootstrap_meta(name: &str, labels: &[(&str, &str)], autoupdate: bool) -> Valu
     m
 }
 
-fn cluster_role(name: &str, labels: &[(&str, &str)], rules: Vec<Value>) -> Value {
+pub(super) fn cluster_role(name: &str, labels: &[(&str, &str)], rules: Vec<Value>) -> Value {
     json!({"metadata": bootstrap_meta(name, labels, true), "rules": rules})
 }
 
@@ -61,11 +78,27 @@ fn aggregated(name: &str, labels: &[(&str, &str)], selects: &str) -> Value {
         "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {selects: "true"}}]}})
 }
 
-fn subject(kind: &str, name: &str) -> Value {
+/// A binding's subject that is not a service account.
+#[derive(Clone, Copy, Debug)]
+enum Subject {
+    User,
+    Group,
+}
+
+fn subject(kind: Subject, name: &str) -> Value {
+    let kind = match kind {
+        Subject::User => "User",
+        Subject::Group => "Group",
+    };
     json!({"kind": kind, "apiGroup": GROUP, "name": name})
 }
 
-fn binding(name: &str, role: &str, subjects: Vec<Value>, autoupdate: bool) -> Value {
+/// A service account subject: in the core group, so without `apiGroup`, as upstream writes it.
+pub(super) fn service_account(namespace: &str, name: &str) -> Value {
+    json!({"kind": "ServiceAccount", "namespace": namespace, "name": name})
+}
+
+pub(super) fn binding(name: &str, role: &str, subjects: Vec<Value>, autoupdate: bool) -> Value {
     let metadata = if autoupdate {
         bootstrap_meta(name, &[], true)
     } else {
@@ -83,57 +116,20 @@ const TO_VIEW: &str = "rbac.authorization.k8s.io/aggregate-to-view";
 /// Upstream's bootstrap ClusterRoles that apply to what nodus serves.
 pub fn cluster_roles() -> Vec<Value> {
     let csr = "certificates.k8s.io";
-    vec![
-        cluster_role(
-            "cluster-admin",
-            &[],
-            vec![rule(&["*"], &["*"], &["*"]), urls(&["*"], &["*"])],
-        ),
-        cluster_role(
-            "system:discovery",
-            &[],
-            vec![urls(
-                &["get"],
-                &[
-                    "/api",
-                    "/api/*",
-                    "/apis",
-                    "/apis/*",
-                    "/healthz",
-                    "/livez",
-                    "/openapi",
-                    "/openapi/*",
-                    "/readyz",
-                    "/version",
-                    "/version/",
-                ],
-            )],
-        ),
-        cluster_role(
-            "system:public-info-viewer",
-            &[],
-            vec![urls(
-                &["get"],
-                &["/healthz", "/livez", "/readyz", "/version", "/version/"],
-            )],
-        ),
-        cluster_role(
-            "system:monitoring",
-            &[],
-            vec![urls(
-                &["get"],
-                &[
-                    "/healthz",
-                    "/healthz/*",
-                    "/livez",
-                    "/livez/*",
-                    "/metrics",
-                    "/metrics/slis",
-                    "/readyz",
-                    "/readyz/*",
-                ],
-            )],
-        ),
+    let mut roles = vec![cluster_role(
+        "cluster-admin",
+        &[],
+        vec![rule(&["*"], &["*"], &["*"]), urls(&["*"], &["*"])],
+    )];
+    roles.extend(
+        PATH_READERS
+            .iter()
+            .map(|(name, paths)| cluster_role(name, &[], vec![urls(&["get"], paths)])),
+    );
+    roles.extend(NODE_JOIN_ROLES.iter().map(|(name, verbs, resource)| {
+        cluster_role(name, &[], vec![rule(verbs, &[csr], &[resource])])
+    }));
+    roles.extend([
         cluster_role(
             "system:basic-user",
             &[],
@@ -193,11 +189,7 @@ pub fn cluster_roles() -> Vec<Value> {
             vec![
                 rule(READ, &[""], &["endpoints", "services"]),
                 rule(&["get", "list", "watch"], &[""], &["nodes"]),
-                rule(
-                    &["create", "patch", "update"],
-                    &["", "events.k8s.io"],
-                    &["events"],
-                ),
+                events_rule(),
                 rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
             ],
         ),
@@ -205,11 +197,7 @@ pub fn cluster_roles() -> Vec<Value> {
             "system:kube-scheduler",
             &[],
             vec![
-                rule(
-                    &["create", "patch", "update"],
-                    &["", "events.k8s.io"],
-                    &["events"],
-                ),
+                events_rule(),
                 rule(&["create"], &["coordination.k8s.io"], &["leases"]),
                 rule(&["get", "update"], &["coordination.k8s.io"], &["leases"]),
                 rule(&["delete", "get", "list", "watch"], &[""], &["pods"]),
@@ -265,11 +253,7 @@ pub fn cluster_roles() -> Vec<Value> {
                     &["nodes"],
                 ),
                 rule(&["patch", "update"], &[""], &["nodes/status"]),
-                rule(
-                    &["create", "patch", "update"],
-                    &["", "events.k8s.io"],
-                    &["events"],
-                ),
+                events_rule(),
                 rule(READ, &[""], &["pods"]),
                 rule(&["create", "delete"], &[""], &["pods"]),
                 rule(&["patch", "update"], &[""], &["pods/status"]),
@@ -294,48 +278,75 @@ pub fn cluster_roles() -> Vec<Value> {
                 rule(&["create"], &[""], &["serviceaccounts/token"]),
             ],
         ),
-        cluster_role(
-            "system:node-bootstrapper",
-            &[],
-            vec![rule(
-                &["create", "get", "list", "watch"],
-                &[csr],
-                &["certificatesigningrequests"],
-            )],
-        ),
-        cluster_role(
-            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
-            &[],
-            vec![rule(
-                &["create"],
-                &[csr],
-                &["certificatesigningrequests/nodeclient"],
-            )],
-        ),
-        cluster_role(
-            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
-            &[],
-            vec![rule(
-                &["create"],
-                &[csr],
-                &["certificatesigningrequests/selfnodeclient"],
-            )],
-        ),
-        cluster_role(
-            "system:service-account-issuer-discovery",
-            &[],
-            vec![urls(
-                &["get"],
-                &[
-                    "/.well-known/openid-configuration",
-                    "/.well-known/openid-configuration/",
-                    "/openid/v1/jwks",
-                    "/openid/v1/jwks/",
-                ],
-            )],
-        ),
-    ]
+    ]);
+    roles
 }
+
+/// Roles that only read non-resource paths: discovery, health, metrics, the issuer's
+/// documents.
+const PATH_READERS: &[(&str, &[&str])] = &[
+    (
+        "system:discovery",
+        &[
+            "/api",
+            "/api/*",
+            "/apis",
+            "/apis/*",
+            "/healthz",
+            "/livez",
+            "/openapi",
+            "/openapi/*",
+            "/readyz",
+            "/version",
+            "/version/",
+        ],
+    ),
+    (
+        "system:public-info-viewer",
+        &["/healthz", "/livez", "/readyz", "/version", "/version/"],
+    ),
+    (
+        "system:monitoring",
+        &[
+            "/healthz",
+            "/healthz/*",
+            "/livez",
+            "/livez/*",
+            "/metrics",
+            "/metrics/slis",
+            "/readyz",
+            "/readyz/*",
+        ],
+    ),
+    (
+        "system:service-account-issuer-discovery",
+        &[
+            "/.well-known/openid-configuration",
+            "/.well-known/openid-configuration/",
+            "/openid/v1/jwks",
+            "/openid/v1/jwks/",
+        ],
+    ),
+];
+
+/// The CertificateSigningRequest roles of node join: name, verbs, resource.
+const NODE_JOIN_ROLES: &[(&str, &[&str], &str)] = &[
+    (
+        "system:node-bootstrapper",
+        &["create", "get", "list", "watch"],
+        "certificatesigningrequests",
+    ),
+    (
+        "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+        &["create"],
+        "certificatesigningrequests/nodeclient",
+    ),
+    (
+        "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        &["create"],
+        "certificatesigningrequests/selfnodeclient",
+    ),
+];
 
 fn view_rules() -> Vec<Value> {
     vec![
@@ -485,91 +496,88 @@ fn edit_rules() -> Vec<Value> {
     ]
 }
 
+/// Upstream's bootstrap ClusterRoleBindings, each of the ClusterRole of its own name.
+const BINDINGS: &[(&str, &[(Subject, &str)])] = &[
+    ("cluster-admin", &[(Subject::Group, "system:masters")]),
+    (
+        "system:discovery",
+        &[(Subject::Group, "system:authenticated")],
+    ),
+    (
+        "system:basic-user",
+        &[(Subject::Group, "system:authenticated")],
+    ),
+    (
+        "system:public-info-viewer",
+        &[
+            (Subject::Group, "system:authenticated"),
+            (Subject::Group, "system:unauthenticated"),
+        ],
+    ),
+    (
+        "system:monitoring",
+        &[(Subject::Group, "system:monitoring")],
+    ),
+    (
+        "system:node-proxier",
+        &[(Subject::User, "system:kube-proxy")],
+    ),
+    (
+        "system:kube-scheduler",
+        &[(Subject::User, "system:kube-scheduler")],
+    ),
+    // Upstream keeps this binding empty: nodes are authorized by the Node authorizer.
+    ("system:node", &[]),
+    (
+        "system:service-account-issuer-discovery",
+        &[(Subject::Group, "system:serviceaccounts")],
+    ),
+];
+
+/// kubeadm's node-join bindings (not auto-updated, as kubeadm creates them): name, role,
+/// group.
+const KUBEADM_BINDINGS: &[(&str, &str, &str)] = &[
+    (
+        "kubeadm:kubelet-bootstrap",
+        "system:node-bootstrapper",
+        "system:bootstrappers:kubeadm:default-node-token",
+    ),
+    (
+        "kubeadm:node-autoapprove-bootstrap",
+        "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+        "system:bootstrappers:kubeadm:default-node-token",
+    ),
+    (
+        "kubeadm:node-autoapprove-certificate-rotation",
+        "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        "system:nodes",
+    ),
+];
+
 /// Upstream's bootstrap ClusterRoleBindings and the ones kubeadm adds for node join.
 pub fn cluster_role_bindings() -> Vec<Value> {
-    let group = |n: &str| subject("Group", n);
-    let user = |n: &str| subject("User", n);
-    vec![
-        binding(
-            "cluster-admin",
-            "cluster-admin",
-            vec![group("system:masters")],
-            true,
-        ),
-        binding(
-            "system:discovery",
-            "system:discovery",
-            vec![group("system:authenticated")],
-            true,
-        ),
-        binding(
-            "system:basic-user",
-            "system:basic-user",
-            vec![group("system:authenticated")],
-            true,
-        ),
-        binding(
-            "system:public-info-viewer",
-            "system:public-info-viewer",
-            vec![
-                group("system:authenticated"),
-                group("system:unauthenticated"),
-            ],
-            true,
-        ),
-        binding(
-            "system:monitoring",
-            "system:monitoring",
-            vec![group("system:monitoring")],
-            true,
-        ),
-        binding(
-            "system:node-proxier",
-            "system:node-proxier",
-            vec![user("system:kube-proxy")],
-            true,
-        ),
-        binding(
-            "system:kube-scheduler",
-            "system:kube-scheduler",
-            vec![user("system:kube-scheduler")],
-            true,
-        ),
-        // Upstream keeps this binding empty: nodes are authorized by the Node authorizer.
-        binding("system:node", "system:node", vec![], true),
-        binding(
-            "system:service-account-issuer-discovery",
-            "system:service-account-issuer-discovery",
-            vec![group("system:serviceaccounts")],
-            true,
-        ),
-        binding(
-            "kubeadm:kubelet-bootstrap",
-            "system:node-bootstrapper",
-            vec![group("system:bootstrappers:kubeadm:default-node-token")],
-            false,
-        ),
-        binding(
-            "kubeadm:node-autoapprove-bootstrap",
-            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
-            vec![group("system:bootstrappers:kubeadm:default-node-token")],
-            false,
-        ),
-        binding(
-            "kubeadm:node-autoapprove-certificate-rotation",
-            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
-            vec![group("system:nodes")],
-            false,
-        ),
-    ]
+    let upstream = BINDINGS.iter().map(|(name, subjects)| {
+        let subjects = subjects.iter().map(|(k, n)| subject(*k, n)).collect();
+        binding(name, name, subjects, true)
+    });
+    let kubeadm = KUBEADM_BINDINGS.iter().map(|(name, role, group)| {
+        binding(name, role, vec![subject(Subject::Group, group)], false)
+    });
+    upstream.chain(kubeadm).collect()
 }
 
 /// Creates what is missing and tops up auto-updated objects; run at every start.
 pub fn reconcile(st: &ApiState) -> Result<(), StoreError> {
-    for role in cluster_roles() {
+    for role in cluster_roles()
+        .into_iter()
+        .chain(controller_policy::cluster_roles())
+    {
         reconcile_one(st, "clusterroles", None, role)?;
     }
-    for b in cluster_role_bindings() {
+    for b in cluster_role_bindings()
+        .into_iter()
+        .chain(controller_policy::cluster_role_bindings())
+    {
         reconcile_one(st, "clusterrolebindings", None, b)?;
     }
     // kubeadm's cluster-info access for joining nodes, before they have credentials.
@@ -588,7 +596,7 @@ pub fn reconcile(st: &ApiState) -> Result<(), StoreError> {
         ns,
         json!({"metadata": {"name": "kubeadm:bootstrap-signer-clusterinfo"},
             "roleRef": {"apiGroup": GROUP, "kind": "Role", "name": "kubeadm:bootstrap-signer-clusterinfo"},
-            "subjects": [subject("User", "system:anonymous")]}),
+            "subjects": [subject(Subject::User, "system:anonymous")]}),
     )?;
     aggregate(st.store.as_ref())
 }
