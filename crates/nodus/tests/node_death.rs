@@ -39,8 +39,9 @@ fn a_dead_node_is_marked_unknown_tainted_and_its_pods_evicted() {
     let cp = ControlPlane::start_with(
         netns.clone(),
         &[
+            // Longer than the kubelet's 10 s Lease renewal, so a live node never flaps.
             "--node-monitor-grace-period",
-            "4s",
+            "20s",
             "--node-monitor-period",
             "500ms",
             "--node-eviction-rate",

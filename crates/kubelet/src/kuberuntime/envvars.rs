@@ -148,8 +148,9 @@ mod tests {
             svc("shop", "headless", "None", &[("", 80, "TCP")]),
             svc("shop", "kubernetes", "10.96.0.30", &[("", 8443, "TCP")]),
         ];
-        // (namespace, enableServiceLinks, present, absent)
-        let cases: &[(&str, bool, &[(&str, &str)], &[&str])] = &[
+        /// (namespace, enableServiceLinks, variables present, variables absent)
+        type Case<'a> = (&'a str, bool, &'a [(&'a str, &'a str)], &'a [&'a str]);
+        let cases: &[Case] = &[
             (
                 "shop",
                 true,

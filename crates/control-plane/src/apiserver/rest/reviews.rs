@@ -176,6 +176,8 @@ fn review_from_protobuf(body: &[u8]) -> Option<Value> {
 }
 
 /// The review kinds served here.
+// The variants are upstream's kind names, which all end in Review.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     TokenReview,
@@ -213,13 +215,12 @@ impl Kind {
     }
 
     /// A 422 naming one field, as upstream's validation of the review.
-    fn invalid(self, field: &str, value: Value, message: &str) -> Response {
+    fn invalid(self, field: &str, value: Value, message: &str) -> ApiError {
         ApiError(nodus_k8s::status::invalid(
             &format!("{}.{}", self.name(), self.group()),
             "",
             &[FieldError::invalid(field, value, message)],
         ))
-        .into_response()
     }
 }
 
@@ -446,18 +447,21 @@ async fn subject_access_review(State(st): State<SharedState>, req: Request) -> R
     let spec = r.spec();
     let user = match user_of_spec(r.kind, &spec) {
         Ok(u) => u,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let has_ra = spec.get("resourceAttributes").is_some_and(Value::is_object);
     let has_nra = spec
         .get("nonResourceAttributes")
         .is_some_and(Value::is_object);
     if has_ra == has_nra {
-        return r.kind.invalid(
-            "spec.resourceAttributes",
-            json!(spec.get("resourceAttributes")),
-            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-        );
+        return r
+            .kind
+            .invalid(
+                "spec.resourceAttributes",
+                json!(spec.get("resourceAttributes")),
+                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+            )
+            .into_response();
     }
     let (allowed, reason) = review(&st, &user, &spec);
     r.answer(status(allowed, reason)).await
@@ -511,25 +515,28 @@ async fn local_subject_access_review(
         .is_some_and(Value::is_object)
     {
         if !spec_ns.is_empty() && spec_ns != namespace {
-            return r.kind.invalid(
-                "spec.resourceAttributes.namespace",
-                json!(spec_ns),
-                "must match metadata.namespace",
-            );
+            return r
+                .kind
+                .invalid(
+                    "spec.resourceAttributes.namespace",
+                    json!(spec_ns),
+                    "must match metadata.namespace",
+                )
+                .into_response();
         }
         obj["spec"]["resourceAttributes"]["namespace"] = json!(namespace);
     }
     let spec = r.spec();
     let user = match user_of_spec(r.kind, &spec) {
         Ok(u) => u,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let (allowed, reason) = review(&st, &user, &spec);
     r.answer(status(allowed, reason)).await
 }
 
 /// The user a (Local)SubjectAccessReview asks about; a 422 when it names none.
-fn user_of_spec(kind: Kind, spec: &Value) -> Result<User, Response> {
+fn user_of_spec(kind: Kind, spec: &Value) -> Result<User, ApiError> {
     let name = spec.get("user").and_then(Value::as_str).unwrap_or("");
     let groups: Vec<String> = spec
         .get("groups")
