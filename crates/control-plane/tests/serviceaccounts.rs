@@ -358,6 +358,53 @@ async fn tokens_are_issued_authenticated_and_refused_as_upstream() {
     );
     assert_eq!(review(&c, &plain, &[]).await["authenticated"], true);
 
+    // A token bound to a Node (upstream's node binding): it names the node, authenticates
+    // while the Node exists and is refused once it is gone.
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: Node\nmetadata: {name: builder-node}\n"),
+    )
+    .await
+    .ok();
+    let node_uid = c
+        .kubectl(&[
+            "get",
+            "node",
+            "builder-node",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .await
+        .ok()
+        .to_string();
+    let node_bound = create_token(
+        &c,
+        &[
+            "builder",
+            "--bound-object-kind",
+            "Node",
+            "--bound-object-name",
+            "builder-node",
+        ],
+    )
+    .await;
+    assert_eq!(
+        claims_of(&node_bound)["kubernetes.io"]["node"],
+        json!({"name": "builder-node", "uid": node_uid})
+    );
+    let st = review(&c, &node_bound, &[]).await;
+    assert_eq!(st["authenticated"], true, "{st}");
+    assert_eq!(
+        st["user"]["extra"]["authentication.kubernetes.io/node-name"],
+        json!(["builder-node"])
+    );
+    c.kubectl(&["delete", "node", "builder-node"]).await.ok();
+    let st = review(&c, &node_bound, &[]).await;
+    assert_eq!(
+        st["error"],
+        "[invalid bearer token, service account token has been invalidated]"
+    );
+
     // The service account goes: every token of it is refused.
     c.kubectl(&["delete", "sa", "builder"]).await.ok();
     let refused = with_token(

@@ -290,6 +290,7 @@ impl Claims {
 pub enum Bound {
     Pod(Value),
     Secret(Value),
+    Node(Value),
 }
 
 /// What a TokenRequest asks for, defaults applied.
@@ -321,10 +322,12 @@ pub fn new_claims(
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    let (pod, secret) = match bound {
-        Some(Bound::Pod(p)) => (Some(ObjectRef::of(p)), None),
-        Some(Bound::Secret(s)) => (None, Some(ObjectRef::of(s))),
-        None => (None, None),
+    let (pod, secret, node) = match bound {
+        // A pod-bound token also names the pod's node; a secret-bound one no node.
+        Some(Bound::Pod(p)) => (Some(ObjectRef::of(p)), None, node),
+        Some(Bound::Secret(s)) => (None, Some(ObjectRef::of(s)), None),
+        Some(Bound::Node(n)) => (None, None, Some(ObjectRef::of(n))),
+        None => (None, None, None),
     };
     let (exp, warn_after) =
         if pod.is_some() && expiration == WARN_ONLY_EXPIRATION_SECS && kube_audiences {
@@ -341,7 +344,7 @@ pub fn new_claims(
         id: crate::apiserver::rest::new_uid(),
         namespace,
         service_account: sa_ref,
-        node: if pod.is_some() { node } else { None },
+        node,
         pod,
         secret,
         warn_after,
@@ -496,6 +499,25 @@ fn validate_objects(st: &ApiState, c: &Claims, now: i64) -> Result<(), String> {
             ));
         }
         if deleted_before(&p, now) {
+            return Err(INVALIDATED.into());
+        }
+    }
+    // A node-bound token lives as long as its Node; a pod-bound one only names the node.
+    if let (None, Some(r)) = (&c.pod, &c.node) {
+        let n = st
+            .store
+            .get(&format!("/core/nodes/{}", r.name))
+            .map_err(|e| e.to_string())?
+            .map(|o| o.object)
+            .ok_or(INVALIDATED)?;
+        if uid_of(&n) != r.uid {
+            return Err(format!(
+                "node UID ({}) does not match service account node ref claim ({})",
+                uid_of(&n),
+                r.uid
+            ));
+        }
+        if deleted_before(&n, now) {
             return Err(INVALIDATED.into());
         }
     }

@@ -21,6 +21,8 @@ const MAX_EXPIRATION_SECS: i64 = 1 << 32;
 enum BoundKind {
     Pod,
     Secret,
+    /// upstream's ServiceAccountTokenNodeBinding (GA in 1.33).
+    Node,
 }
 
 impl BoundKind {
@@ -29,6 +31,7 @@ impl BoundKind {
         match (group, kind) {
             ("", "Pod") => Some(BoundKind::Pod),
             ("", "Secret") => Some(BoundKind::Secret),
+            ("", "Node") => Some(BoundKind::Node),
             _ => None,
         }
     }
@@ -36,6 +39,7 @@ impl BoundKind {
         match self {
             BoundKind::Pod => "pods",
             BoundKind::Secret => "secrets",
+            BoundKind::Node => "nodes",
         }
     }
 }
@@ -137,7 +141,8 @@ pub fn create(req: &Req) -> ApiResult<Response> {
 }
 
 /// The object `r` names, checked as upstream does (it exists, a pod runs as this service
-/// account, the uid matches when given), and the node of a bound pod.
+/// account, the uid matches when given), and the node of a bound pod. A Node is
+/// cluster-scoped: the token's namespace does not apply to it.
 fn bind(
     req: &Req,
     ns: &str,
@@ -153,7 +158,8 @@ fn bind(
             "cannot bind token to object of type {group}/{version}, Kind={kind}"
         ))));
     };
-    let obj = get(req, bk.plural(), Some(ns), name)?
+    let scope = (bk != BoundKind::Node).then_some(ns);
+    let obj = get(req, bk.plural(), scope, name)?
         .ok_or_else(|| ApiError(status::not_found("", bk.plural(), name)))?;
     let obj_uid = obj
         .pointer("/metadata/uid")
@@ -203,6 +209,7 @@ fn bind(
     let bound = match bk {
         BoundKind::Pod => Bound::Pod(obj),
         BoundKind::Secret => Bound::Secret(obj),
+        BoundKind::Node => Bound::Node(obj),
     };
     Ok((Some(bound), node))
 }
