@@ -585,11 +585,14 @@ async fn config_maps_and_secrets_become_files_and_env_and_updates_propagate() {
     // not a new TokenRequest per sync (it is refreshed at 80 % of its hour).
     let again = volumes::fetch(Some(&cache), Some(&tokens), &pod).await;
     assert_eq!(
-        again.tokens.values().next().cloned().unwrap().unwrap(),
+        again.tokens[&("all-in-one".to_string(), "token".to_string())]
+            .clone()
+            .unwrap(),
         token,
         "a second sync asked for a new token"
     );
-    assert_eq!(tokens.len(), 1);
+    // One cached token per source: this one and the admission-injected kube-api-access.
+    assert_eq!(tokens.len(), again.tokens.len());
     assert_eq!(
         std::fs::read_link(paths["whole"].join("a")).unwrap(),
         std::path::Path::new("..data/a")
