@@ -92,7 +92,13 @@ async fn wait_cidr_not_available(kubeconfig: &Path, name: &str) -> String {
 async fn touch(kubeconfig: &Path, name: &str, n: u32) {
     common::kubectl_with(
         kubeconfig,
-        &["label", "node", name, &format!("touched={n}"), "--overwrite"],
+        &[
+            "label",
+            "node",
+            name,
+            &format!("touched={n}"),
+            "--overwrite",
+        ],
         None,
     )
     .await
@@ -265,7 +271,11 @@ async fn bad_flags_are_refused_at_start() {
             "invalid --cluster-cidr: \"10.42.0.0/33\": the prefix length must be at most 32",
         ),
         (
-            vec!["--allocate-node-cidrs", "--cluster-cidr", "10.42.0.0/16,10.42.128.0/17"],
+            vec![
+                "--allocate-node-cidrs",
+                "--cluster-cidr",
+                "10.42.0.0/16,10.42.128.0/17",
+            ],
             "invalid --cluster-cidr \"10.42.0.0/16,10.42.128.0/17\": two CIDRs are dual-stack and need one IPv4 and one IPv6 CIDR (10.42.0.0/16 and 10.42.128.0/17 are of one family and overlap)",
         ),
         (
@@ -293,7 +303,11 @@ async fn bad_flags_are_refused_at_start() {
             "usage of --node-cidr-mask-size is not allowed with dual-stack clusters",
         ),
     ] {
-        let mut argv = vec!["nodus-control-plane", "--data-dir", data_dir.to_str().expect("utf-8")];
+        let mut argv = vec![
+            "nodus-control-plane",
+            "--data-dir",
+            data_dir.to_str().expect("utf-8"),
+        ];
         argv.extend(flags.iter().copied());
         let cli = Cli::try_parse_from(&argv).expect("flags parse");
         let err = nodus_control_plane::cli::run(cli.cp)

@@ -21,9 +21,7 @@ pub(crate) fn node_pod_cidr(node: &Node) -> String {
     let spec = node.spec.as_ref();
     match spec.and_then(|s| s.pod_cidrs.as_ref()) {
         Some(c) if !c.is_empty() => c.join(","),
-        _ => spec
-            .and_then(|s| s.pod_cidr.clone())
-            .unwrap_or_default(),
+        _ => spec.and_then(|s| s.pod_cidr.clone()).unwrap_or_default(),
     }
 }
 
@@ -93,7 +91,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(node_pod_cidr(&Node::default()), "");
-        assert_eq!(node_pod_cidr(&node(Some("10.88.1.0/24"), None)), "10.88.1.0/24");
+        assert_eq!(
+            node_pod_cidr(&node(Some("10.88.1.0/24"), None)),
+            "10.88.1.0/24"
+        );
         assert_eq!(
             node_pod_cidr(&node(
                 Some("10.88.1.0/24"),

@@ -128,6 +128,28 @@ pub fn config(
     Ok(Some(NodeIpamConfig { sets }))
 }
 
+/// The Node status changes the allocator reports as Normal events (upstream's
+/// RecordNodeStatusChange: "Node <name> status is now: <reason>").
+#[derive(Clone, Copy, Debug)]
+enum StatusChange {
+    CidrNotAvailable,
+    CidrAssignmentFailed,
+}
+
+impl StatusChange {
+    fn reason(self) -> &'static str {
+        match self {
+            StatusChange::CidrNotAvailable => "CIDRNotAvailable",
+            StatusChange::CidrAssignmentFailed => "CIDRAssignmentFailed",
+        }
+    }
+
+    fn record(self, st: &ApiState, rec: &Recorder, node: &Value) {
+        let message = format!("Node {} status is now: {}", name(node), self.reason());
+        rec.record(st, node, "Normal", self.reason(), &message);
+    }
+}
+
 fn pod_cidrs(node: &Value) -> Vec<&str> {
     match node.pointer("/spec/podCIDRs").and_then(Value::as_array) {
         Some(a) if !a.is_empty() => a.iter().filter_map(Value::as_str).collect(),
@@ -225,8 +247,7 @@ fn allocate_or_occupy(st: &ApiState, alloc: &mut RangeAllocator, rec: &Recorder,
         Ok(c) => c,
         Err(e) => {
             tracing::error!(node = %name(node), error = %e, "nodeipam: no pod CIDR for node");
-            let message = format!("Node {} status is now: CIDRNotAvailable", name(node));
-            rec.record(st, node, "Normal", "CIDRNotAvailable", &message);
+            StatusChange::CidrNotAvailable.record(st, rec, node);
             return;
         }
     };
@@ -257,13 +278,7 @@ fn allocate_or_occupy(st: &ApiState, alloc: &mut RangeAllocator, rec: &Recorder,
         }
         Err(e) => {
             tracing::error!(node = %name(node), cidrs = ?strings, error = %e, "nodeipam: failed to update Node PodCIDR");
-            rec.record(
-                st,
-                node,
-                "Normal",
-                "CIDRAssignmentFailed",
-                &format!("Node {} status is now: CIDRAssignmentFailed", name(node)),
-            );
+            StatusChange::CidrAssignmentFailed.record(st, rec, node);
             for (set, c) in alloc.sets.iter_mut().zip(&cidrs) {
                 let _ = set.release(c);
             }
@@ -344,8 +359,14 @@ mod tests {
     #[test]
     fn flags_resolve_with_upstreams_defaults() {
         assert_eq!(config(&NodeIpamFlags::default(), SVC), Ok(None));
-        assert_eq!(masks(&config(&flags("10.42.0.0/16"), SVC)), ["10.42.0.0/16:24"]);
-        assert_eq!(masks(&config(&flags("fd00:42::/56"), SVC)), ["fd00:42::/56:64"]);
+        assert_eq!(
+            masks(&config(&flags("10.42.0.0/16"), SVC)),
+            ["10.42.0.0/16:24"]
+        );
+        assert_eq!(
+            masks(&config(&flags("fd00:42::/56"), SVC)),
+            ["fd00:42::/56:64"]
+        );
         assert_eq!(
             masks(&config(&flags("10.42.0.0/16,fd00:42::/56"), SVC)),
             ["10.42.0.0/16:24", "fd00:42::/56:64"]
@@ -419,7 +440,12 @@ mod tests {
         let mut a = RangeAllocator::new(&cfg);
         let held = json!({"metadata": {"name": "a"}, "spec": {"podCIDR": "10.42.0.0/24", "podCIDRs": ["10.42.0.0/24", "fd00:42::/64"]}});
         a.occupy(&held).unwrap();
-        let got: Vec<String> = a.allocate().unwrap().iter().map(ToString::to_string).collect();
+        let got: Vec<String> = a
+            .allocate()
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(got, ["10.42.1.0/24", "fd00:42:0:1::/64"]);
         // The IPv6 range is exhausted: the failed allocation names it and gives back the
         // IPv4 block (10.42.2.0/24) it had taken.
@@ -428,11 +454,22 @@ mod tests {
             err,
             "failed to allocate cidr from cluster cidr at idx:1: CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted range"
         );
-        assert_eq!(a.sets[0].allocate_next().unwrap().to_string(), "10.42.3.0/24");
-        assert_eq!(a.sets[0].allocate_next().unwrap().to_string(), "10.42.2.0/24");
+        assert_eq!(
+            a.sets[0].allocate_next().unwrap().to_string(),
+            "10.42.3.0/24"
+        );
+        assert_eq!(
+            a.sets[0].allocate_next().unwrap().to_string(),
+            "10.42.2.0/24"
+        );
         // A deleted node's blocks come back.
         a.release(&held);
-        let got: Vec<String> = a.allocate().unwrap().iter().map(ToString::to_string).collect();
+        let got: Vec<String> = a
+            .allocate()
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(got, ["10.42.0.0/24", "fd00:42::/64"]);
         let outside = json!({"metadata": {"name": "b"}, "spec": {"podCIDRs": ["10.43.0.0/24"]}});
         let err = a.occupy(&outside).unwrap_err();
