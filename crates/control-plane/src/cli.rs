@@ -65,6 +65,57 @@ pub struct ControlPlaneArgs {
     /// The most mutating requests in flight at a time; more get 429 (0: no limit).
     #[arg(long, default_value_t = 200)]
     pub max_mutating_requests_inflight: usize,
+    #[command(flatten)]
+    pub node_ipam: NodeIpamArgs,
+}
+
+/// kube-controller-manager's node IPAM flags. `nodus up` takes them too, with its own
+/// defaults ([`NodeIpamArgs::config`]).
+#[derive(Debug, Default, clap::Args)]
+pub struct NodeIpamArgs {
+    /// Give every Node pod CIDRs from --cluster-cidr [default: false; `nodus up`: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub allocate_node_cidrs: Option<bool>,
+    /// The CIDR range of pods: one, or an IPv4 and an IPv6 one (comma-separated) for
+    /// dual-stack [`nodus up`: 10.88.0.0/16].
+    #[arg(long)]
+    pub cluster_cidr: Option<String>,
+    /// The size of each Node's pod CIDR in a single-stack cluster [default: 24 for IPv4,
+    /// 64 for IPv6].
+    #[arg(long)]
+    pub node_cidr_mask_size: Option<u8>,
+    /// The size of each Node's IPv4 pod CIDR in a dual-stack cluster [default: 24].
+    #[arg(long)]
+    pub node_cidr_mask_size_ipv4: Option<u8>,
+    /// The size of each Node's IPv6 pod CIDR in a dual-stack cluster [default: 64].
+    #[arg(long)]
+    pub node_cidr_mask_size_ipv6: Option<u8>,
+}
+
+/// `nodus up`'s pod range: the runtime's default network without a pod CIDR is
+/// 10.88.0.0/16 (containerd's and CRI-O's), so a node's /24 stays inside the range its
+/// pods used before allocation, and it does not overlap the Service range 10.96.0.0/12.
+pub const UP_CLUSTER_CIDR: &str = "10.88.0.0/16";
+
+impl NodeIpamArgs {
+    /// The checked configuration; `allocate` and `cluster_cidr` are the defaults when the
+    /// flags are not given (upstream's: false and none; `nodus up`'s, as k3s: true and
+    /// [`UP_CLUSTER_CIDR`]).
+    pub fn config(
+        &self,
+        allocate: bool,
+        cluster_cidr: Option<&str>,
+        service_cidr: (Ipv4Addr, u8),
+    ) -> Result<Option<crate::controllers::nodeipam::NodeIpamConfig>, RunError> {
+        let flags = crate::controllers::nodeipam::NodeIpamFlags {
+            allocate_node_cidrs: self.allocate_node_cidrs.unwrap_or(allocate),
+            cluster_cidr: self.cluster_cidr.as_deref().or(cluster_cidr),
+            node_cidr_mask_size: self.node_cidr_mask_size,
+            node_cidr_mask_size_ipv4: self.node_cidr_mask_size_ipv4,
+            node_cidr_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
+        };
+        crate::controllers::nodeipam::config(&flags, service_cidr).map_err(RunError::NodeIpam)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +130,8 @@ pub enum RunError {
         value: String,
         why: &'static str,
     },
+    #[error("{0}")]
+    NodeIpam(String),
     #[error("installing signal handlers: {0}")]
     Signal(std::io::Error),
 }
@@ -164,6 +217,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
     cfg.controllers.max_endpoints_per_slice = args.max_endpoints_per_slice.clamp(1, 1000);
     cfg.controllers.scheduler = !args.disable_scheduler;
     cfg.controllers.local_storage_path = args.default_local_storage_path.clone();
+    cfg.controllers.node_ipam = args.node_ipam.config(false, None, cfg.api.service_cidr)?;
     let handle = server::start(cfg).await?;
     println!(
         "nodus control plane: API server at {} ; kubeconfig {}",

@@ -28,6 +28,10 @@ pub struct UpArgs {
     /// Start the control plane alone, without a node on this machine.
     #[arg(long)]
     pub no_node: bool,
+    /// Pod CIDRs for Nodes, as kube-controller-manager's flags; on by default with
+    /// --cluster-cidr 10.88.0.0/16 and a /24 per node (as k3s allocates by default).
+    #[command(flatten)]
+    pub node_ipam: nodus_control_plane::cli::NodeIpamArgs,
     /// Flags for the node after `--`, as `nodus node` takes them (kubelet flags such as
     /// `--hostname-override`, `--cgroup-root`, `--pod-manifest-path`; `--runtime-config`).
     #[arg(last = true)]
@@ -113,6 +117,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut cfg =
         nodus_control_plane::ControlPlaneConfig::new(&cp_dir, args.bind_address, args.secure_port);
     cfg.advertise_address = args.advertise_address;
+    cfg.controllers.node_ipam = args.node_ipam.config(
+        true,
+        Some(nodus_control_plane::cli::UP_CLUSTER_CIDR),
+        cfg.api.service_cidr,
+    )?;
     let handle = nodus_control_plane::start(cfg).await?;
     if let Some(n) = node.as_mut()
         && n.server.is_none()

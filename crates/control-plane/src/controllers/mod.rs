@@ -12,7 +12,8 @@
 //! [`job`], [`cronjob`] and [`ttlafterfinished`]; [`rootcacertpublisher`] (the cluster CA
 //! in every namespace); node join: [`csrapproving`] and [`csrsigning`] (sharing
 //! [`certificates`]) issue kubelet certificates, [`bootstrapsigner`] signs cluster-info for
-//! bootstrap tokens and [`tokencleaner`] removes expired ones. Namespace deletion, the ServiceAccount
+//! bootstrap tokens and [`tokencleaner`] removes expired ones; [`nodeipam`] gives each Node
+//! its pod CIDRs. Namespace deletion, the ServiceAccount
 //! controller and garbage collection are level-triggered sweeps in
 //! `apiserver::controllers`.
 
@@ -30,6 +31,7 @@ pub mod endpointslice;
 pub mod events;
 pub(crate) mod history;
 pub mod job;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod objects;
 pub mod podgc;
@@ -79,6 +81,9 @@ pub struct ControllersConfig {
     pub cluster_signing_key_file: Option<std::path::PathBuf>,
     /// `--cluster-signing-duration` (8760h): the longest certificate the signer issues.
     pub cluster_signing_duration: Duration,
+    /// `--allocate-node-cidrs` with its `--cluster-cidr` and mask sizes, checked
+    /// ([`nodeipam::config`]); `None`: Nodes get no pod CIDRs (upstream's default).
+    pub node_ipam: Option<nodeipam::NodeIpamConfig>,
 }
 
 /// nodus's counterpart of k3s's `/var/lib/rancher/k3s/storage`.
@@ -100,6 +105,7 @@ impl Default for ControllersConfig {
             cluster_signing_cert_file: None,
             cluster_signing_key_file: None,
             cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
+            node_ipam: None,
         }
     }
 }
@@ -168,6 +174,11 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
                     duration: cfg.cluster_signing_duration,
                 },
             ));
+        }
+        if on("nodeipam")
+            && let Some(ipam) = cfg.node_ipam.clone()
+        {
+            tasks.spawn(nodeipam::run(st.clone(), ipam));
         }
         if on("bootstrapsigner") {
             tasks.spawn(bootstrapsigner::run(st.clone()));

@@ -7,6 +7,7 @@
 //! Readiness comes from the runtime state ([`RuntimeState`]: the CRI `Status` call every
 //! 5s, as upstream's updateRuntimeUp) and the PLEG's health.
 
+pub(crate) mod podcidr;
 pub mod setters;
 
 use crate::cm::ContainerManager;
@@ -355,8 +356,15 @@ impl NodeStatusManager {
         } else {
             None
         };
+        let pod_cidr = Arc::new(podcidr::PodCidr::new(self.rt.clone()));
         if let Some(n) = &node {
             let _ = self.node_uid.send(n.metadata.uid.clone());
+            pod_cidr.update(n).await;
+        }
+        {
+            let pod_cidr = Arc::clone(&pod_cidr);
+            let (client, name) = (self.client.clone(), self.config.name.clone());
+            tokio::spawn(async move { pod_cidr.watch(client, name).await });
         }
         let mut last_report: Option<Instant> = None;
         let mut last_verdicts: Vec<Verdict> = Vec::new();
@@ -365,7 +373,10 @@ impl NodeStatusManager {
         loop {
             tick.tick().await;
             for attempt in 0..UPDATE_RETRIES {
-                match self.update_once(&mut last_report, &mut last_verdicts).await {
+                match self
+                    .update_once(&pod_cidr, &mut last_report, &mut last_verdicts)
+                    .await
+                {
                     Ok(()) => break,
                     Err(e) => {
                         tracing::warn!(node = %self.config.name, attempt, error = %e, "Error updating node status, will retry");
@@ -379,10 +390,12 @@ impl NodeStatusManager {
     /// the report interval passed.
     async fn update_once(
         &self,
+        pod_cidr: &podcidr::PodCidr,
         last_report: &mut Option<Instant>,
         last_verdicts: &mut Vec<Verdict>,
     ) -> Result<(), NodeStatusError> {
         let current = self.api().get(&self.config.name).await?;
+        pod_cidr.update(&current).await;
         if self.node_uid.borrow().as_deref() != current.metadata.uid.as_deref() {
             let _ = self.node_uid.send(current.metadata.uid.clone());
         }

@@ -385,6 +385,9 @@ impl DefaultNetwork {
                     "isGateway": true,
                     "ipMasq": true,
                     "hairpinMode": true,
+                    // When the node's pod CIDR replaces the default subnet, a bridge made
+                    // under the old one is re-addressed instead of refusing every new pod.
+                    "forceAddress": true,
                     "ipam": ipam,
                 },
                 { "type": "portmap", "capabilities": { "portMappings": true } },
@@ -581,6 +584,7 @@ mod tests {
         assert_eq!(v["plugins"][0]["isGateway"], true);
         assert_eq!(v["plugins"][0]["ipMasq"], true);
         assert_eq!(v["plugins"][0]["hairpinMode"], true);
+        assert_eq!(v["plugins"][0]["forceAddress"], true);
         assert_eq!(
             v["plugins"][0]["ipam"]["ranges"],
             json!([[{"subnet":"10.88.0.0/16"}]])
