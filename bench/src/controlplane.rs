@@ -73,3 +73,56 @@ pub async fn client(kubeconfig: &Path) -> Result<kube::Client> {
     cfg.default_retry = false;
     Ok(kube::Client::try_from(cfg)?)
 }
+
+/// The pod every create benchmark writes (one container, no node: nothing runs it).
+pub fn bench_pod(name: &str) -> Result<k8s_openapi::api::core::v1::Pod> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox", "command": ["sleep", "3600"]}]}
+    }))?)
+}
+
+/// Creates `prefix-0` … `prefix-<n-1>` in `default`, one after another.
+pub async fn create_pods(c: kube::Client, prefix: String, n: usize) -> Result<()> {
+    use kube::api::{Api, PostParams};
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c, "default");
+    for i in 0..n {
+        api.create(
+            &PostParams::default(),
+            &bench_pod(&format!("{prefix}-{i}"))?,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Pods created one after another by one client.
+pub const SINGLE: usize = 1_000;
+/// Concurrent clients, each on its own connection, and the pods each creates.
+pub const CONCURRENT: usize = 8;
+pub const PER_CLIENT: usize = 250;
+
+/// The API server benchmark's create workload: pods created per second by `clients[0]`
+/// alone ([`SINGLE`] pods in a row), then by all of them at once ([`PER_CLIENT`] each).
+/// Names start with `prefix`, so the workload can run again on the same server.
+pub async fn create_rates(clients: &[kube::Client], prefix: &str) -> Result<(f64, f64)> {
+    use std::time::Instant;
+    let first = clients.first().context("no client")?;
+    let t = Instant::now();
+    create_pods(first.clone(), format!("{prefix}single"), SINGLE).await?;
+    let single = SINGLE as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for (k, c) in clients.iter().enumerate() {
+        tasks.push(tokio::spawn(create_pods(
+            c.clone(),
+            format!("{prefix}conc{k}"),
+            PER_CLIENT,
+        )));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let concurrent = (clients.len() * PER_CLIENT) as f64 / t.elapsed().as_secs_f64();
+    Ok((single, concurrent))
+}

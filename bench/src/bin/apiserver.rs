@@ -11,31 +11,14 @@ use anyhow::Result;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use nodus_bench::controlplane::{client, start};
+use nodus_bench::controlplane::{
+    CONCURRENT, PER_CLIENT, SINGLE, client, create_pods, create_rates, start,
+};
 use nodus_bench::targets::{pct, rss_kib};
 
 const TOTAL_PODS: usize = 10_000;
-const SINGLE: usize = 1_000;
-const CONCURRENT: usize = 8;
-const PER_CLIENT: usize = 250;
 const WATCHERS: usize = 50;
 const WATCH_EVENTS: usize = 500;
-
-fn pod(name: &str) -> Result<Pod> {
-    Ok(serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": {"app": "bench"}},
-        "spec": {"containers": [{"name": "app", "image": "busybox", "command": ["sleep", "3600"]}]}
-    }))?)
-}
-
-async fn create_range(c: kube::Client, prefix: String, n: usize) -> Result<()> {
-    let api: Api<Pod> = Api::namespaced(c, "default");
-    for i in 0..n {
-        api.create(&PostParams::default(), &pod(&format!("{prefix}-{i}"))?)
-            .await?;
-    }
-    Ok(())
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<()> {
@@ -50,29 +33,12 @@ async fn main() -> Result<()> {
     let pid = server.child.id();
     let c = client(&server.kubeconfig).await?;
 
-    // 1 client, sequential creates.
-    let t = Instant::now();
-    create_range(c.clone(), "single".into(), SINGLE).await?;
-    let single_rate = SINGLE as f64 / t.elapsed().as_secs_f64();
-
-    // 8 clients (separate connections), concurrent creates.
-    let mut clients = Vec::new();
-    for _ in 0..CONCURRENT {
+    // 1 client, sequential creates; then 8 clients (separate connections), concurrent.
+    let mut clients = vec![c.clone()];
+    for _ in 1..CONCURRENT {
         clients.push(client(&server.kubeconfig).await?);
     }
-    let t = Instant::now();
-    let mut tasks = Vec::new();
-    for (k, cl) in clients.iter().enumerate() {
-        tasks.push(tokio::spawn(create_range(
-            cl.clone(),
-            format!("conc{k}"),
-            PER_CLIENT,
-        )));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    let conc_rate = (CONCURRENT * PER_CLIENT) as f64 / t.elapsed().as_secs_f64();
+    let (single_rate, conc_rate) = create_rates(&clients, "").await?;
 
     // Fill up to 10k pods with 8 clients.
     let have = SINGLE + CONCURRENT * PER_CLIENT;
@@ -80,11 +46,7 @@ async fn main() -> Result<()> {
     let mut tasks = Vec::new();
     for (k, cl) in clients.iter().enumerate() {
         let n = rest / CONCURRENT + usize::from(k < rest % CONCURRENT);
-        tasks.push(tokio::spawn(create_range(
-            cl.clone(),
-            format!("fill{k}"),
-            n,
-        )));
+        tasks.push(tokio::spawn(create_pods(cl.clone(), format!("fill{k}"), n)));
     }
     for task in tasks {
         task.await??;
