@@ -204,7 +204,7 @@ fn decisions_in_process() -> Result<[(f64, f64); 2]> {
             bail!("{path} is not a served resource");
         };
         let attrs = Attributes {
-            verb: *verb,
+            verb,
             request: Request::Served(&target),
             body: None,
             field_selector: None,
