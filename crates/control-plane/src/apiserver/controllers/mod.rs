@@ -2,8 +2,9 @@
 //! controller (a `default` ServiceAccount per namespace), namespace deletion, garbage
 //! collection by ownerReferences (background, foreground, orphan) and event-log compaction.
 //!
-//! Each sweep is level-triggered over the whole store: it runs after changes (debounced)
-//! and every few seconds, so a missed change is repaired on the next tick.
+//! Changes reach a dependency graph ([`graph`]) and only the objects they concern are
+//! examined; a level-triggered sweep over the whole store repairs anything missed every
+//! [`FULL_SWEEP`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
 use crate::apiserver::rest::path::{Target, group_key};
 use crate::apiserver::state::ApiState;
 use crate::storage::{Mutation, Stored};
+
+mod graph;
 
 /// How long Events are kept.
 const EVENT_TTL_SECS: i64 = 3600;
@@ -168,29 +171,14 @@ pub fn sweep(st: &ApiState) {
             );
             continue;
         }
-        let contents: Vec<&Stored> = all
+        let contents: Vec<(&str, bool)> = all
             .iter()
             .filter(|s| {
                 target_of(&s.key).is_some_and(|(t, _)| t.namespace.as_deref() == Some(name))
             })
+            .map(|s| (s.key.as_str(), deleting(&s.object)))
             .collect();
-        if contents.is_empty() {
-            let _ = st.store.mutate(&ns.key, &mut |cur| {
-                let Some(cur) = cur else {
-                    return Ok(Mutation::Keep);
-                };
-                let mut new = (*cur.object).clone();
-                new["spec"]["finalizers"] = json!([]);
-                if finalizers(&new).is_empty() {
-                    return Ok(Mutation::Delete);
-                }
-                Ok(Mutation::Put(new))
-            });
-        } else {
-            for c in contents.iter().filter(|c| !deleting(&c.object)) {
-                delete_key(st, &c.key, "Background");
-            }
-        }
+        finish_namespace(st, &ns.key, contents);
     }
 
     // Events expire after an hour, as with kube-apiserver's default --event-ttl.
@@ -219,87 +207,206 @@ pub fn sweep(st: &ApiState) {
     }
 
     // Garbage collector: dependents whose owners are gone or going.
-    let mut has_dependents: HashSet<String> = HashSet::new();
+    let mut has_dependents: HashSet<&str> = HashSet::new();
     for dep in &all {
         let owners = owner_uids(&dep.object);
         if owners.is_empty() {
             continue;
         }
-        let mut gone = HashSet::new();
-        let mut orphaning = HashSet::new();
-        let mut foreground = false;
-        for o in &owners {
-            match by_uid.get(o.as_str()) {
-                None => {
-                    gone.insert(o.clone());
-                }
-                Some(owner) => {
-                    has_dependents.insert(o.clone());
-                    let f = finalizers(&owner.object);
-                    if deleting(&owner.object) && f.iter().any(|x| x == "orphan") {
-                        orphaning.insert(o.clone());
-                    } else if deleting(&owner.object) && f.iter().any(|x| x == "foregroundDeletion")
-                    {
-                        foreground = true;
-                    }
-                }
-            }
-        }
-        if !orphaning.is_empty() {
-            remove_owner_refs(st, &dep.key, &orphaning);
-        } else if gone.len() == owners.len() {
-            if !deleting(&dep.object) {
-                delete_key(st, &dep.key, "Background");
-            }
-        } else if foreground {
-            if !deleting(&dep.object) {
-                delete_key(st, &dep.key, "Foreground");
-            }
-        } else if !gone.is_empty() {
-            remove_owner_refs(st, &dep.key, &gone);
-        }
+        has_dependents.extend(
+            owners
+                .iter()
+                .filter_map(|o| by_uid.get(o.as_str()).map(|s| uid(&s.object))),
+        );
+        collect_dependent(st, &dep.key, deleting(&dep.object), &owners, |o| {
+            by_uid
+                .get(o)
+                .map_or(OwnerState::Gone, |s| OwnerState::of(&s.object))
+        });
     }
     // Owners waiting on dependents: finished once none refers to them.
     for owner in all.iter().filter(|s| deleting(&s.object)) {
-        let f = finalizers(&owner.object);
-        let u = uid(&owner.object);
-        if has_dependents.contains(u) {
-            continue;
+        if !has_dependents.contains(uid(&owner.object)) {
+            finish_owner(st, &owner.key, &owner.object);
         }
-        for fin in ["orphan", "foregroundDeletion"] {
-            if f.iter().any(|x| x == fin) {
-                drop_finalizer(st, &owner.key, fin);
+    }
+}
+
+/// Namespace deletion: everything in it is deleted; once nothing is left, the namespace's
+/// `kubernetes` finalizer is cleared and it goes.
+pub(crate) fn finish_namespace(st: &ApiState, ns_key: &str, contents: Vec<(&str, bool)>) {
+    if contents.is_empty() {
+        let _ = st.store.mutate(ns_key, &mut |cur| {
+            let Some(cur) = cur else {
+                return Ok(Mutation::Keep);
+            };
+            let mut new = (*cur.object).clone();
+            new["spec"]["finalizers"] = json!([]);
+            if finalizers(&new).is_empty() {
+                return Ok(Mutation::Delete);
+            }
+            Ok(Mutation::Put(new))
+        });
+    } else {
+        for (key, is_deleting) in contents {
+            if !is_deleting {
+                delete_key(st, key, "Background");
             }
         }
     }
 }
 
-/// Runs the controllers and compaction until the task is aborted.
+/// How a dependent sees one of its owners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OwnerState {
+    Gone,
+    Live,
+    /// Being deleted with `propagationPolicy: Orphan`.
+    Orphaning,
+    /// Being deleted with `propagationPolicy: Foreground`.
+    Foreground,
+}
+
+impl OwnerState {
+    fn of(o: &Value) -> OwnerState {
+        if !deleting(o) {
+            return OwnerState::Live;
+        }
+        let f = finalizers(o);
+        if f.iter().any(|x| x == "orphan") {
+            OwnerState::Orphaning
+        } else if f.iter().any(|x| x == "foregroundDeletion") {
+            OwnerState::Foreground
+        } else {
+            OwnerState::Live
+        }
+    }
+}
+
+/// The garbage collector's decision for one dependent: orphan it from owners deleted with
+/// Orphan, delete it when every owner is gone (or one is deleted in the foreground), drop
+/// references to owners that are gone while others remain.
+pub(crate) fn collect_dependent(
+    st: &ApiState,
+    key: &str,
+    is_deleting: bool,
+    owners: &[String],
+    state: impl Fn(&str) -> OwnerState,
+) {
+    let mut gone = HashSet::new();
+    let mut orphaning = HashSet::new();
+    let mut foreground = false;
+    for o in owners {
+        match state(o) {
+            OwnerState::Gone => {
+                gone.insert(o.clone());
+            }
+            OwnerState::Orphaning => {
+                orphaning.insert(o.clone());
+            }
+            OwnerState::Foreground => foreground = true,
+            OwnerState::Live => {}
+        }
+    }
+    if !orphaning.is_empty() {
+        remove_owner_refs(st, key, &orphaning);
+    } else if gone.len() == owners.len() {
+        if !is_deleting {
+            delete_key(st, key, "Background");
+        }
+    } else if foreground {
+        if !is_deleting {
+            delete_key(st, key, "Foreground");
+        }
+    } else if !gone.is_empty() {
+        remove_owner_refs(st, key, &gone);
+    }
+}
+
+/// An owner deleted with Orphan or Foreground propagation that no dependent refers to any
+/// more: its finalizer goes, and with it the owner.
+pub(crate) fn finish_owner(st: &ApiState, key: &str, o: &Value) {
+    let f = finalizers(o);
+    for fin in ["orphan", "foregroundDeletion"] {
+        if f.iter().any(|x| x == fin) {
+            drop_finalizer(st, key, fin);
+        }
+    }
+}
+
+/// How often the whole store is swept anyway, repairing anything a missed change left and
+/// expiring Events.
+const FULL_SWEEP: Duration = Duration::from_secs(30);
+
+/// Runs the controllers and compaction until the task is aborted: each burst of changes is
+/// applied to the graph and only what it concerns is examined; a full sweep runs every
+/// [`FULL_SWEEP`] and whenever the watch is lost.
 pub async fn run(st: Arc<ApiState>) {
-    let mut changes = st.store.watch("/", st.store.revision()).ok();
     let mut history: VecDeque<(Instant, u64)> = VecDeque::new();
     let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut last_full = Instant::now();
+    let mut graph: Option<(
+        graph::Graph,
+        tokio::sync::mpsc::Receiver<Arc<crate::storage::Event>>,
+    )> = None;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            ev = async {
-                match changes.as_mut() {
-                    Some(rx) => rx.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                if ev.is_none() {
-                    changes = st.store.watch("/", st.store.revision()).ok();
-                }
-                // Let a burst of writes settle into one sweep.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                if let Some(rx) = changes.as_mut() {
-                    while rx.try_recv().is_ok() {}
+        let mut full = last_full.elapsed() >= FULL_SWEEP;
+        match graph.as_mut() {
+            None => full = true,
+            Some((g, rx)) => {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    ev = rx.recv() => {
+                        // Let a burst of writes settle into one pass.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let mut att = graph::Attention::default();
+                        let mut lost = ev.is_none();
+                        if let Some(ev) = ev {
+                            g.apply(&ev, &mut att);
+                        }
+                        loop {
+                            match rx.try_recv() {
+                                Ok(ev) => g.apply(&ev, &mut att),
+                                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                                    lost = true;
+                                    break;
+                                }
+                            }
+                        }
+                        if lost {
+                            full = true;
+                        } else if !att.is_empty() {
+                            let st2 = st.clone();
+                            let g2 = std::mem::take(g);
+                            let g2 = tokio::task::spawn_blocking(move || {
+                                g2.attend(&st2, att);
+                                g2
+                            })
+                            .await;
+                            match g2 {
+                                Ok(g2) => *g = g2,
+                                Err(_) => full = true,
+                            }
+                        }
+                    }
                 }
             }
         }
-        let st2 = st.clone();
-        let _ = tokio::task::spawn_blocking(move || sweep(&st2)).await;
+        if full {
+            let st2 = st.clone();
+            graph = tokio::task::spawn_blocking(move || {
+                sweep(&st2);
+                // The graph from a listing and a watch from the same revision.
+                let (all, rev) = st2.store.list("/").ok()?;
+                let rx = st2.store.watch("/", rev).ok()?;
+                Some((graph::Graph::from_list(&all), rx))
+            })
+            .await
+            .ok()
+            .flatten();
+            last_full = Instant::now();
+        }
         let now = Instant::now();
         history.push_back((now, st.store.revision()));
         let retention = st.config.event_retention;
