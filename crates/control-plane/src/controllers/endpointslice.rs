@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::apiserver::rest::now_rfc3339;
 use crate::apiserver::state::ApiState;
-use crate::controllers::cache::{Cache, Change};
+use crate::controllers::cache::{Cache, Change, Index};
 use crate::controllers::controller_utils::pod_ready;
 use crate::controllers::objects;
 use crate::storage::{EventKind, StoreError};
@@ -171,16 +171,13 @@ impl EndpointSliceController {
         ns: &str,
         svc: &str,
     ) -> Vec<(&'a String, &'a Arc<Value>)> {
-        let prefix = format!("/discovery.k8s.io/endpointslices/{ns}/");
         slices
-            .objects
-            .iter()
-            .filter(|(k, v)| {
-                k.starts_with(&prefix)
-                    && s(
-                        v,
-                        &format!("/metadata/labels/{}", SERVICE_NAME.replace('/', "~1")),
-                    ) == svc
+            .by_index(Index::Namespace, ns)
+            .filter(|(_, v)| {
+                s(
+                    v,
+                    &format!("/metadata/labels/{}", SERVICE_NAME.replace('/', "~1")),
+                ) == svc
                     && s(
                         v,
                         &format!("/metadata/labels/{}", MANAGED_BY.replace('/', "~1")),
@@ -430,9 +427,10 @@ fn ns_name(key: &str) -> Option<(String, String)> {
 
 pub async fn run(st: Arc<ApiState>, max_per_slice: usize) {
     let mut services = Cache::new(st.store.clone(), "/core/services/");
-    let mut pods = Cache::new(st.store.clone(), "/core/pods/");
+    let mut pods = Cache::new(st.store.clone(), "/core/pods/").with_index(Index::Namespace);
     let mut nodes = Cache::new(st.store.clone(), "/core/nodes/");
-    let mut slices = Cache::new(st.store.clone(), "/discovery.k8s.io/endpointslices/");
+    let mut slices = Cache::new(st.store.clone(), "/discovery.k8s.io/endpointslices/")
+        .with_index(Index::Namespace);
     let ctl = EndpointSliceController {
         st: st.clone(),
         max_per_slice: max_per_slice.max(1),
@@ -475,14 +473,19 @@ pub async fn run(st: Arc<ApiState>, max_per_slice: usize) {
                 Some((s(n, "/metadata/name").to_string(), z.to_string()))
             })
             .collect();
-        let mut by_ns: HashMap<&str, Vec<&Arc<Value>>> = HashMap::new();
-        let wanted: HashSet<&str> = dirty.iter().map(|(n, _)| n.as_str()).collect();
-        for p in pods.objects.values() {
-            let ns = s(p, "/metadata/namespace");
-            if wanted.contains(ns) {
-                by_ns.entry(ns).or_default().push(p);
-            }
-        }
+        let namespaces: HashSet<String> = dirty.iter().map(|(n, _)| n.clone()).collect();
+        let by_ns: HashMap<&str, Vec<&Arc<Value>>> = namespaces
+            .iter()
+            .map(String::as_str)
+            .map(|ns| {
+                (
+                    ns,
+                    pods.by_index(Index::Namespace, ns)
+                        .map(|(_, p)| p)
+                        .collect(),
+                )
+            })
+            .collect();
         for (ns, name) in dirty.drain() {
             let svc = services.get(&format!("/core/services/{ns}/{name}"));
             let pods_ns = by_ns.get(ns.as_str()).map(Vec::as_slice).unwrap_or(&[]);

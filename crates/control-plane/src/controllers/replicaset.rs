@@ -21,7 +21,7 @@ use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
 use crate::apiserver::rest::list::labels_of;
 use crate::apiserver::rest::{now_rfc3339, now_ts};
 use crate::apiserver::state::ApiState;
-use crate::controllers::cache::{Cache, Change};
+use crate::controllers::cache::{Cache, Change, Index};
 pub(crate) use crate::controllers::controller_utils::{
     controller_ref, deleting, i, label_selector, owner_ref, parse_ts, pod_active, pod_available,
     pod_ready, ready_since, s,
@@ -336,15 +336,10 @@ impl ReplicaSetController {
         let ns = s(&set, "/metadata/namespace").to_string();
         let uid = s(&set, "/metadata/uid").to_string();
         let selector = self.kind.selector(&set);
-        let pod_prefix = format!("/core/pods/{ns}/");
         let mut failed = false;
         // Claim: adopt matching orphans, release owned pods that no longer match.
         let mut owned: Vec<(String, Arc<Value>)> = Vec::new();
-        for (pk, p) in pods
-            .objects
-            .iter()
-            .filter(|(k, _)| k.starts_with(&pod_prefix))
-        {
+        for (pk, p) in pods.by_index(Index::Namespace, &ns) {
             let matches = selector
                 .as_ref()
                 .is_some_and(|sel| sel.matches(&labels_of(p)));
@@ -602,7 +597,7 @@ fn sync_relevant(o: &Value) -> (Value, Value, Value, Value) {
 
 pub(crate) async fn run(st: Arc<ApiState>, kind: Kind) {
     let mut sets = Cache::new(st.store.clone(), &kind.prefix());
-    let mut pods = Cache::new(st.store.clone(), "/core/pods/");
+    let mut pods = Cache::new(st.store.clone(), "/core/pods/").with_index(Index::Namespace);
     let mut ctl = ReplicaSetController {
         st: st.clone(),
         kind,

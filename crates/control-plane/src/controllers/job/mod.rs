@@ -28,10 +28,11 @@ use serde_json::{Value, json};
 use crate::apiserver::rest::delete::{DeleteOptions, delete_object};
 use crate::apiserver::rest::{now_rfc3339, now_ts};
 use crate::apiserver::state::ApiState;
-use crate::controllers::cache::Cache;
+use crate::controllers::cache::{Cache, Change, Index};
 use crate::controllers::controller_utils::pod_ready;
 use crate::controllers::events::Recorder;
 use crate::controllers::objects;
+use crate::storage::EventKind;
 
 use backoff_per_index::{FailureCounts, Outcome};
 use failure_policy::Action;
@@ -199,47 +200,113 @@ struct Controller {
 
 pub async fn run(st: Arc<ApiState>) {
     let mut jobs = Cache::new(st.store.clone(), "/batch/jobs/");
-    let mut pods = Cache::new(st.store.clone(), "/core/pods/");
+    let mut pods = Cache::new(st.store.clone(), "/core/pods/").with_index(Index::ControllerUid);
     let mut c = Controller {
         st: st.clone(),
         recorder: Recorder::new("job-controller"),
         memory: HashMap::new(),
     };
+    let mut resync = tokio::time::interval(RESYNC);
     loop {
+        // Jobs to sync (by uid) and pods whose Job may be gone; `all` after a re-list or
+        // on the resync tick (deadlines and back-off expiry need no event).
+        let mut work = Work::default();
         tokio::select! {
-            _ = jobs.next() => {}
-            _ = pods.next() => {}
-            _ = tokio::time::sleep(RESYNC) => {}
+            ch = jobs.next() => work.job(ch),
+            ch = pods.next() => work.pod(ch),
+            _ = resync.tick() => work.all = true,
         }
         // Coalesce a burst of changes into one pass.
-        while jobs.try_next().is_some() {}
-        while pods.try_next().is_some() {}
-        let mut by_job: HashMap<String, Vec<Arc<Value>>> = HashMap::new();
-        for p in pods.objects.values() {
-            if let Some(u) = controller_uid(p) {
-                by_job.entry(u.to_string()).or_default().push(p.clone());
+        while let Some(ch) = jobs.try_next() {
+            work.job(ch);
+        }
+        while let Some(ch) = pods.try_next() {
+            work.pod(ch);
+        }
+        let by_uid: HashMap<String, String> = jobs
+            .objects
+            .iter()
+            .map(|(k, j)| (uid(j).to_string(), k.clone()))
+            .collect();
+        c.memory.retain(|u, _| by_uid.contains_key(u));
+        // Pods whose Job is gone keep no finalizer (upstream's orphan cleanup).
+        let orphans: Vec<&Arc<Value>> = if work.relisted {
+            pods.objects
+                .values()
+                .filter(|p| controller_uid(p).is_some_and(|u| !by_uid.contains_key(u)))
+                .collect()
+        } else {
+            work.gone_jobs
+                .iter()
+                .flat_map(|u| pods.by_index(Index::ControllerUid, u).map(|(_, p)| p))
+                .chain(work.pods.iter().filter_map(|k| pods.get(k)))
+                .filter(|p| controller_uid(p).is_some_and(|u| !by_uid.contains_key(u)))
+                .collect()
+        };
+        for p in orphans.into_iter().filter(|p| has_finalizer(p)) {
+            c.remove_finalizer(p);
+        }
+        let dirty: Vec<&String> = if work.all || work.relisted {
+            by_uid.keys().collect()
+        } else {
+            work.pods
+                .iter()
+                .filter_map(|k| pods.get(k).and_then(|p| controller_uid(p)))
+                .chain(work.job_uids.iter().map(String::as_str))
+                .filter_map(|u| by_uid.get_key_value(u).map(|(u, _)| u))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        for job_uid in dirty {
+            let key = &by_uid[job_uid];
+            let owned: Vec<Arc<Value>> = pods
+                .by_index(Index::ControllerUid, job_uid)
+                .map(|(_, p)| p.clone())
+                .collect();
+            if let Err(e) = c.sync(key, &owned).await {
+                tracing::warn!(job = %key, error = %e, "job: sync failed");
             }
         }
-        let live: HashSet<String> = jobs.objects.values().map(|j| uid(j).to_string()).collect();
-        c.memory.retain(|u, _| live.contains(u));
-        // Pods whose Job is gone keep no finalizer (upstream's orphan cleanup).
-        for (u, ps) in &by_job {
-            if !live.contains(u) {
-                for p in ps.iter().filter(|p| has_finalizer(p)) {
-                    c.remove_finalizer(p);
+    }
+}
+
+/// What one pass of the loop has to look at.
+#[derive(Default)]
+struct Work {
+    all: bool,
+    relisted: bool,
+    job_uids: HashSet<String>,
+    /// Uids of Jobs deleted since the last pass.
+    gone_jobs: HashSet<String>,
+    /// Keys of pods that changed.
+    pods: HashSet<String>,
+}
+
+impl Work {
+    fn job(&mut self, ch: Change) {
+        match ch {
+            Change::Relisted => self.relisted = true,
+            Change::Event(ev) => {
+                let u = uid(&ev.object).to_string();
+                if ev.kind == EventKind::Deleted {
+                    self.gone_jobs.insert(u);
+                } else {
+                    self.job_uids.insert(u);
                 }
             }
         }
-        let keys: Vec<String> = jobs.objects.keys().cloned().collect();
-        for key in keys {
-            let job_uid = jobs
-                .objects
-                .get(&key)
-                .map(|j| uid(j).to_string())
-                .unwrap_or_default();
-            let owned = by_job.remove(&job_uid).unwrap_or_default();
-            if let Err(e) = c.sync(&key, &owned).await {
-                tracing::warn!(job = %key, error = %e, "job: sync failed");
+    }
+
+    fn pod(&mut self, ch: Change) {
+        match ch {
+            Change::Relisted => self.relisted = true,
+            Change::Event(ev) => {
+                // A deleted pod changes its Job's counts: the Job is synced by uid.
+                if let Some(u) = controller_uid(&ev.object) {
+                    self.job_uids.insert(u.to_string());
+                }
+                self.pods.insert(ev.key.clone());
             }
         }
     }
