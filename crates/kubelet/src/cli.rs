@@ -62,6 +62,10 @@ pub struct KubeletArgs {
     /// DNS servers pods with dnsPolicy ClusterFirst use (clusterDNS).
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
+    /// clusterDNS when neither the flag nor the config file sets it: upstream's kubelet has
+    /// none, `nodus node` names the cluster DNS Service it runs.
+    #[arg(skip)]
+    pub default_cluster_dns: Vec<String>,
     /// The cluster's DNS domain [default: cluster.local].
     #[arg(long)]
     pub cluster_domain: Option<String>,
@@ -479,7 +483,8 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
             .or(c.pod_logs_dir)
             .unwrap_or_else(|| "/var/log/pods".into()),
         cluster_dns: if args.cluster_dns.is_empty() {
-            c.cluster_dns.unwrap_or_default()
+            c.cluster_dns
+                .unwrap_or_else(|| args.default_cluster_dns.clone())
         } else {
             args.cluster_dns.clone()
         },

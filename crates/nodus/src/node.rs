@@ -13,6 +13,10 @@
 use anyhow::Context as _;
 use std::path::PathBuf;
 
+/// clusterDNS unless `--cluster-dns` or the kubelet config says otherwise: the tenth address
+/// of the control plane's default service CIDR (10.96.0.0/12).
+pub const DEFAULT_CLUSTER_DNS: &str = "10.96.0.10";
+
 /// Flags of `nodus node`: its own, the runtime's, and every kubelet flag.
 #[derive(Debug, clap::Args)]
 pub struct NodeArgs {
@@ -153,6 +157,10 @@ async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow
 /// control plane's data dir.
 pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     let node = nodus_kubelet::cli::node_name(&args.kubelet);
+    if args.kubelet.default_cluster_dns.is_empty() {
+        // The kube-dns Service of a control plane on the default service CIDR.
+        args.kubelet.default_cluster_dns = vec![DEFAULT_CLUSTER_DNS.to_string()];
+    }
     if let Some(cp) = &args.control_plane_data_dir {
         let server = match &args.server {
             Some(s) => s.clone(),

@@ -122,6 +122,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         Some(nodus_control_plane::cli::UP_CLUSTER_CIDR),
         cfg.api.service_cidr,
     )?;
+    if let Some(n) = node.as_mut() {
+        // Pods resolve through the cluster DNS Service of this control plane's service CIDR.
+        n.kubelet.default_cluster_dns = vec![
+            nodus_control_plane::controllers::clusterdns::cluster_dns_ip(cfg.api.service_cidr)
+                .to_string(),
+        ];
+    }
     let handle = nodus_control_plane::start(cfg).await?;
     if let Some(n) = node.as_mut()
         && n.server.is_none()

@@ -20,6 +20,7 @@
 pub mod bootstrapsigner;
 pub mod cache;
 pub(crate) mod certificates;
+pub mod clusterdns;
 pub(crate) mod controller_utils;
 pub mod cronjob;
 pub mod csrapproving;
@@ -179,6 +180,9 @@ pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::tas
             && let Some(ipam) = cfg.node_ipam.clone()
         {
             tasks.spawn(nodeipam::run(st.clone(), ipam));
+        }
+        if on("clusterdns") {
+            tasks.spawn(clusterdns::run(st.clone()));
         }
         if on("bootstrapsigner") {
             tasks.spawn(bootstrapsigner::run(st.clone()));
