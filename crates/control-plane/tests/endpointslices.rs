@@ -283,3 +283,100 @@ async fn slices_split_at_the_maximum_and_a_change_rewrites_one_slice() {
         rv(&after)
     );
 }
+
+/// Cluster DNS: `kube-system/kube-dns` sits at the tenth address of the service CIDR; the
+/// nodes announcing DNS (`dns.nodus.io/serving`) are its endpoints, ready while the Node is
+/// Ready and gone with the Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_dns_endpoints_are_the_nodes_serving_dns() {
+    use k8s_openapi::api::core::v1::Node;
+    let c = common::start().await;
+    let client = c.client().await;
+    let services: Api<Service> = Api::namespaced(client.clone(), "kube-system");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "kube-system");
+    let nodes: Api<Node> = Api::all(client);
+    let svc = eventually("the kube-dns Service", || async {
+        services.get_opt("kube-dns").await.ok().flatten()
+    })
+    .await;
+    let spec = svc.spec.expect("spec");
+    assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.10"));
+    let ports: Vec<(String, i32, String)> = spec
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            (
+                p.name.unwrap_or_default(),
+                p.port,
+                p.protocol.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("dns".to_string(), 53, "UDP".to_string()),
+            ("dns-tcp".to_string(), 53, "TCP".to_string())
+        ]
+    );
+
+    for (name, ip, annotated) in [
+        ("n1", "10.0.0.1", true),
+        ("n2", "10.0.0.2", true),
+        ("n3", "10.0.0.3", false),
+    ] {
+        let mut n = json!({"metadata": {"name": name}});
+        if annotated {
+            n["metadata"]["annotations"] = json!({"dns.nodus.io/serving": format!("{ip}:53")});
+        }
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(n).expect("node"),
+            )
+            .await
+            .expect("create node");
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"status": {"conditions": [{"type": "Ready", "status": "True"}],
+                    "addresses": [{"type": "InternalIP", "address": ip}]}}),
+                ),
+            )
+            .await
+            .expect("node status");
+    }
+    eventually("both DNS nodes as ready endpoints", || async {
+        let eps = endpoints_of(&slices, "kube-dns").await;
+        (eps == [
+            ("10.0.0.1".to_string(), true, true, false),
+            ("10.0.0.2".to_string(), true, true, false),
+        ])
+        .then_some(())
+    })
+    .await;
+
+    // A node that stops reporting Ready stays listed, not ready; a deleted node goes.
+    nodes
+        .patch_status(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}),
+            ),
+        )
+        .await
+        .expect("node status");
+    nodes
+        .delete("n2", &DeleteParams::default())
+        .await
+        .expect("delete node");
+    eventually("n1 not ready and n2 gone", || async {
+        let eps = endpoints_of(&slices, "kube-dns").await;
+        (eps == [("10.0.0.1".to_string(), false, false, false)]).then_some(())
+    })
+    .await;
+}
