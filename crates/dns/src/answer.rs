@@ -105,21 +105,42 @@ pub(crate) enum Reply {
     },
 }
 
-/// Decodes a query. `Err(Some(_))` is the FORMERR to send back (the ID was readable),
-/// `Err(None)` means drop it (unreadable, or a response, which must never be answered).
-pub(crate) fn decode(bytes: &[u8]) -> Result<Message, Option<Message>> {
+/// Why a datagram gets no normal answer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Rejected {
+    /// Undecodable, but the ID was readable: answer FORMERR with it.
+    FormErr(u16),
+    /// Unreadable, or a response, which must never be answered: drop it.
+    Drop,
+}
+
+impl Rejected {
+    /// The FORMERR response, if one is owed.
+    pub(crate) fn response(&self) -> Option<Message> {
+        match self {
+            Self::FormErr(id) => Some(Message::error_msg(
+                *id,
+                OpCode::Query,
+                ResponseCode::FormErr,
+            )),
+            Self::Drop => None,
+        }
+    }
+}
+
+/// Decodes a query.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Message, Rejected> {
     match Message::from_vec(bytes) {
-        Ok(m) if m.metadata.message_type == MessageType::Response => Err(None),
+        Ok(m) if m.metadata.message_type == MessageType::Response => Err(Rejected::Drop),
         Ok(m) => Ok(m),
         Err(_) if bytes.len() >= 2 => {
             // A set QR bit marks a response: never answer it, so two servers cannot loop.
             if bytes.len() > 2 && bytes[2] & 0x80 != 0 {
-                return Err(None);
+                return Err(Rejected::Drop);
             }
-            let id = u16::from_be_bytes([bytes[0], bytes[1]]);
-            Err(Some(Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)))
+            Err(Rejected::FormErr(u16::from_be_bytes([bytes[0], bytes[1]])))
         }
-        Err(_) => Err(None),
+        Err(_) => Err(Rejected::Drop),
     }
 }
 
@@ -369,7 +390,13 @@ fn addresses(
 
 /// CoreDNS's SRV: priority 0, the weight shared evenly (100 / entries, at least 1), one
 /// record per (target, port), the targets' addresses as additional records.
-fn srv(zone: &Zone, owner: &Name, entries: &[Entry], answers: &mut Vec<Record>, extra: &mut Vec<Record>) {
+fn srv(
+    zone: &Zone,
+    owner: &Name,
+    entries: &[Entry],
+    answers: &mut Vec<Record>,
+    extra: &mut Vec<Record>,
+) {
     let internal: Vec<&Entry> = entries
         .iter()
         .filter(|e| matches!(e.host, Host::Ip(_)))
@@ -445,8 +472,11 @@ pub(crate) fn answer(zone: &Zone, store: &Records, req: &Message) -> Reply {
                         labels.insert(0, h);
                     }
                     if let Some(target) = zone.name(&labels) {
-                        m.answers
-                            .push(Record::from_rdata(qname.clone(), zone.ttl, RData::PTR(PTR(target))));
+                        m.answers.push(Record::from_rdata(
+                            qname.clone(),
+                            zone.ttl,
+                            RData::PTR(PTR(target)),
+                        ));
                     }
                 }
                 return Reply::Local(m);
@@ -508,8 +538,11 @@ pub(crate) fn answer(zone: &Zone, store: &Records, req: &Message) -> Reply {
                     && let Ok(mut t) = Name::from_ascii(t)
                 {
                     t.set_fqdn(true);
-                    m.answers
-                        .push(Record::from_rdata(qname.clone(), zone.ttl, RData::CNAME(CNAME(t))));
+                    m.answers.push(Record::from_rdata(
+                        qname.clone(),
+                        zone.ttl,
+                        RData::CNAME(CNAME(t)),
+                    ));
                 }
             }
         }
@@ -550,11 +583,20 @@ mod tests {
             &["10.96.0.10"],
             &[("http", "TCP", 80), ("dns", "UDP", 53)],
         ));
-        r.apply_service(&svc("default", "dual", &["10.96.0.11", "fd00::11"], &[("", "TCP", 80)]));
+        r.apply_service(&svc(
+            "default",
+            "dual",
+            &["10.96.0.11", "fd00::11"],
+            &[("", "TCP", 80)],
+        ));
         r.apply_service(&svc("default", "hl", &["None"], &[("http", "TCP", 80)]));
         r.apply_service(&svc("default", "empty", &["None"], &[]));
         r.apply_service(&external("default", "ext", "example.org"));
-        r.apply_service(&external("default", "alias", "web.default.svc.cluster.local"));
+        r.apply_service(&external(
+            "default",
+            "alias",
+            "web.default.svc.cluster.local",
+        ));
         r.apply_slice(&slice(
             "default",
             "hl-1",
@@ -592,7 +634,11 @@ mod tests {
     }
 
     /// The response's rcode and its answers as `type data` strings.
-    fn ask(store: &Records, name: &str, t: RecordType) -> (ResponseCode, Vec<String>, Vec<String>, bool) {
+    fn ask(
+        store: &Records,
+        name: &str,
+        t: RecordType,
+    ) -> (ResponseCode, Vec<String>, Vec<String>, bool) {
         match answer(&zone(), store, &query(name, t)) {
             Reply::Local(m) | Reply::Chase { response: m, .. } => (
                 m.metadata.response_code,
@@ -604,9 +650,16 @@ mod tests {
                     .iter()
                     .map(|r| format!("{} {} {}", r.name, r.record_type(), r.data))
                     .collect(),
-                m.authorities.iter().any(|r| r.record_type() == RecordType::SOA),
+                m.authorities
+                    .iter()
+                    .any(|r| r.record_type() == RecordType::SOA),
             ),
-            Reply::Forward => (ResponseCode::Unknown(0xfff), vec!["forward".into()], vec![], false),
+            Reply::Forward => (
+                ResponseCode::Unknown(0xfff),
+                vec!["forward".into()],
+                vec![],
+                false,
+            ),
         }
     }
 
@@ -672,7 +725,11 @@ mod tests {
         for (name, t, rcode, want) in table {
             let (got_rcode, got, _, soa) = ask(&s, name, t);
             assert_eq!((got_rcode, &got), (rcode, &want), "{name} {t}");
-            assert_eq!(soa, got.is_empty(), "{name} {t}: SOA in authority iff negative");
+            assert_eq!(
+                soa,
+                got.is_empty(),
+                "{name} {t}: SOA in authority iff negative"
+            );
         }
     }
 
@@ -770,7 +827,10 @@ mod tests {
         let RData::SOA(soa) = &r.data else { panic!() };
         assert_eq!(soa.mname.to_string(), "ns.dns.cluster.local.");
         assert_eq!(soa.rname.to_string(), "hostmaster.cluster.local.");
-        assert_eq!((soa.refresh, soa.retry, soa.expire, soa.minimum), (7200, 1800, 86400, 30));
+        assert_eq!(
+            (soa.refresh, soa.retry, soa.expire, soa.minimum),
+            (7200, 1800, 86400, 30)
+        );
         assert_eq!(soa.serial, s.serial());
         assert!(m.metadata.authoritative);
         let Reply::Local(m) = answer(&z, &s, &query("web.default.svc.cluster.local.", T::A)) else {
@@ -782,7 +842,12 @@ mod tests {
     #[test]
     fn unsynced_store_fails_instead_of_denying() {
         let mut s = Records::new();
-        s.apply_service(&svc("default", "web", &["10.96.0.10"], &[("http", "TCP", 80)]));
+        s.apply_service(&svc(
+            "default",
+            "web",
+            &["10.96.0.10"],
+            &[("http", "TCP", 80)],
+        ));
         let (rcode, ..) = ask(&s, "nope.default.svc.cluster.local.", T::A);
         assert_eq!(rcode, ResponseCode::ServFail);
         let (rcode, got, ..) = ask(&s, "web.default.svc.cluster.local.", T::A);
@@ -793,16 +858,22 @@ mod tests {
     fn malformed_and_odd_queries() {
         let s = store();
         // Garbage with a readable ID: FORMERR echoing the ID.
-        let err = decode(&[0xab, 0xcd, 0x01, 0x00, 0xff]).unwrap_err().expect("formerr");
+        let err = decode(&[0xab, 0xcd, 0x01, 0x00, 0xff])
+            .unwrap_err()
+            .response()
+            .expect("formerr");
         assert_eq!(err.metadata.id, 0xabcd);
         assert_eq!(err.metadata.response_code, ResponseCode::FormErr);
         assert_eq!(err.metadata.message_type, MessageType::Response);
         // Too short for an ID, or a response: dropped.
-        assert!(decode(&[0x01]).unwrap_err().is_none());
-        assert!(decode(&[0xab, 0xcd, 0x81, 0x00, 0xff]).unwrap_err().is_none());
+        assert_eq!(decode(&[0x01]).unwrap_err(), Rejected::Drop);
+        assert_eq!(
+            decode(&[0xab, 0xcd, 0x81, 0x00, 0xff]).unwrap_err(),
+            Rejected::Drop
+        );
         let mut resp = query("a.", T::A);
         resp.metadata.message_type = MessageType::Response;
-        assert!(decode(&resp.to_vec().unwrap()).unwrap_err().is_none());
+        assert_eq!(decode(&resp.to_vec().unwrap()).unwrap_err(), Rejected::Drop);
         // Two questions: FORMERR; no question: FORMERR; another opcode: NOTIMP.
         let mut two = query("web.default.svc.cluster.local.", T::A);
         two.add_query(Query::query(Name::from_str("x.").unwrap(), T::A));

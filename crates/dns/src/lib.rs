@@ -90,7 +90,9 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Dn
                 .await
                 .map_err(|e| err(e.to_string()))?
         }
-        None => kube::Config::infer().await.map_err(|e| err(e.to_string()))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| err(e.to_string()))?,
     };
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
 }

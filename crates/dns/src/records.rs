@@ -340,24 +340,21 @@ impl Records {
         let svc_key = key(ns, service);
         let slice_name = name.to_ascii_lowercase();
         let info = slice_info(s);
-        if self
-            .slices
-            .get(&svc_key)
-            .and_then(|m| m.get(&slice_name))
-            == Some(&info)
-        {
+        if self.slices.get(&svc_key).and_then(|m| m.get(&slice_name)) == Some(&info) {
             return;
         }
         self.delete_slice(ns, name);
         for ep in &info.endpoints {
-            self.reverse.entry(ep.ip).or_default().push(Owner::Endpoint {
-                service: svc_key.clone(),
-                slice: slice_name.clone(),
-                hostname: ep.hostname.clone(),
-            });
+            self.reverse
+                .entry(ep.ip)
+                .or_default()
+                .push(Owner::Endpoint {
+                    service: svc_key.clone(),
+                    slice: slice_name.clone(),
+                    hostname: ep.hostname.clone(),
+                });
         }
-        self.slice_service
-            .insert(key(ns, name), svc_key.1.clone());
+        self.slice_service.insert(key(ns, name), svc_key.1.clone());
         self.slices
             .entry(svc_key)
             .or_default()
@@ -464,11 +461,16 @@ impl Records {
 pub(crate) mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
-    use k8s_openapi::api::discovery::v1::{Endpoint as ApiEndpoint, EndpointConditions};
     use k8s_openapi::api::discovery::v1::EndpointPort;
+    use k8s_openapi::api::discovery::v1::{Endpoint as ApiEndpoint, EndpointConditions};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    pub(crate) fn svc(ns: &str, name: &str, cluster_ips: &[&str], ports: &[(&str, &str, i32)]) -> Service {
+    pub(crate) fn svc(
+        ns: &str,
+        name: &str,
+        cluster_ips: &[&str],
+        ports: &[(&str, &str, i32)],
+    ) -> Service {
         Service {
             metadata: ObjectMeta {
                 namespace: Some(ns.into()),
@@ -607,7 +609,11 @@ pub(crate) mod tests {
             (None, Some("TCP"), [true, false, true]),
         ];
         for (port, proto, want) in table {
-            let got: Vec<bool> = info.ports.iter().map(|p| p.matches(*port, *proto)).collect();
+            let got: Vec<bool> = info
+                .ports
+                .iter()
+                .map(|p| p.matches(*port, *proto))
+                .collect();
             assert_eq!(got, want.to_vec(), "{port:?} {proto:?}");
         }
     }
@@ -648,8 +654,20 @@ pub(crate) mod tests {
             ]
         );
         // FQDN slices carry nothing DNS serves.
-        r.apply_slice(&slice("ns", "f", "hl", "FQDN", &[("a.example", None, None)], &[]));
-        assert_eq!(r.slices("ns", "hl").map(|s| s.endpoints.len()).sum::<usize>(), 3);
+        r.apply_slice(&slice(
+            "ns",
+            "f",
+            "hl",
+            "FQDN",
+            &[("a.example", None, None)],
+            &[],
+        ));
+        assert_eq!(
+            r.slices("ns", "hl")
+                .map(|s| s.endpoints.len())
+                .sum::<usize>(),
+            3
+        );
     }
 
     #[test]
@@ -673,8 +691,22 @@ pub(crate) mod tests {
     fn reverse_prefers_cluster_ip_then_lists_endpoints() {
         let mut r = Records::new();
         r.apply_service(&svc("ns", "web", &["10.96.0.10"], &[]));
-        r.apply_slice(&slice("ns", "a", "hl", "IPv4", &[("10.0.0.1", Some("h"), None)], &[]));
-        r.apply_slice(&slice("other", "b", "hl2", "IPv4", &[("10.0.0.1", None, None)], &[]));
+        r.apply_slice(&slice(
+            "ns",
+            "a",
+            "hl",
+            "IPv4",
+            &[("10.0.0.1", Some("h"), None)],
+            &[],
+        ));
+        r.apply_slice(&slice(
+            "other",
+            "b",
+            "hl2",
+            "IPv4",
+            &[("10.0.0.1", None, None)],
+            &[],
+        ));
         assert_eq!(
             r.reverse(&ip("10.96.0.10")),
             vec![ReverseName {
@@ -713,9 +745,23 @@ pub(crate) mod tests {
         assert!(r.service("ns", "web").is_none());
         assert!(!r.namespace_exists("ns"), "no Service left in ns");
 
-        r.apply_slice(&slice("ns", "a", "hl", "IPv4", &[("10.0.0.1", None, None)], &[]));
+        r.apply_slice(&slice(
+            "ns",
+            "a",
+            "hl",
+            "IPv4",
+            &[("10.0.0.1", None, None)],
+            &[],
+        ));
         // The slice moves to another service: it leaves the first.
-        r.apply_slice(&slice("ns", "a", "hl2", "IPv4", &[("10.0.0.2", None, None)], &[]));
+        r.apply_slice(&slice(
+            "ns",
+            "a",
+            "hl2",
+            "IPv4",
+            &[("10.0.0.2", None, None)],
+            &[],
+        ));
         assert_eq!(r.slices("ns", "hl").count(), 0);
         assert_eq!(r.slices("ns", "hl2").count(), 1);
         assert!(r.reverse(&ip("10.0.0.1")).is_empty());

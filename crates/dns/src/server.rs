@@ -35,7 +35,7 @@ pub(crate) enum Transport {
 /// What to send back, now or after an upstream exchange.
 enum Step {
     Done(Option<Vec<u8>>),
-    Later(Pending),
+    Later(Box<Pending>),
 }
 
 /// A query waiting on the forwarder.
@@ -57,7 +57,7 @@ impl Handler {
     fn step(&self, bytes: &[u8], transport: Transport) -> Step {
         let req = match answer::decode(bytes) {
             Ok(r) => r,
-            Err(formerr) => return Step::Done(formerr.and_then(|m| m.to_vec().ok())),
+            Err(rejected) => return Step::Done(rejected.response().and_then(|m| m.to_vec().ok())),
         };
         let reply = {
             let Ok(store) = self.store.read() else {
@@ -67,24 +67,24 @@ impl Handler {
         };
         match reply {
             Reply::Local(m) => Step::Done(encode(&m, transport, answer::udp_limit(&req))),
-            Reply::Forward => Step::Later(Pending {
+            Reply::Forward => Step::Later(Box::new(Pending {
                 req,
                 bytes: bytes.to_vec(),
                 chase: None,
-            }),
+            })),
             Reply::Chase {
                 response,
                 target,
                 qtype,
-            } => Step::Later(Pending {
+            } => Step::Later(Box::new(Pending {
                 req,
                 bytes: Vec::new(),
                 chase: Some((response, target, qtype)),
-            }),
+            })),
         }
     }
 
-    async fn finish(&self, p: Pending, transport: Transport) -> Option<Vec<u8>> {
+    async fn finish(&self, p: Box<Pending>, transport: Transport) -> Option<Vec<u8>> {
         let limit = answer::udp_limit(&p.req);
         if let Some((mut response, target, qtype)) = p.chase {
             // The CNAME stands even when the target cannot be resolved.
@@ -217,12 +217,16 @@ pub(crate) async fn bind(
     let mut udp = Vec::new();
     let mut tcp = Vec::new();
     for a in listen {
-        udp.push(UdpSocket::bind(a).await.map_err(|e| {
-            std::io::Error::new(e.kind(), format!("binding udp {a}: {e}"))
-        })?);
-        tcp.push(TcpListener::bind(a).await.map_err(|e| {
-            std::io::Error::new(e.kind(), format!("binding tcp {a}: {e}"))
-        })?);
+        udp.push(
+            UdpSocket::bind(a)
+                .await
+                .map_err(|e| std::io::Error::new(e.kind(), format!("binding udp {a}: {e}")))?,
+        );
+        tcp.push(
+            TcpListener::bind(a)
+                .await
+                .map_err(|e| std::io::Error::new(e.kind(), format!("binding tcp {a}: {e}")))?,
+        );
     }
     Ok((udp, tcp))
 }

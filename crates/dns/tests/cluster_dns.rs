@@ -44,7 +44,10 @@ async fn free_port() -> u16 {
 }
 
 /// Starts the DNS server; it stops when the returned sender is dropped.
-async fn start_dns(kubeconfig: &Path, resolv_conf: &Path) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+async fn start_dns(
+    kubeconfig: &Path,
+    resolv_conf: &Path,
+) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port().await));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let config = DnsConfig {
@@ -311,10 +314,17 @@ async fn cluster_dns_answers_from_the_api_and_follows_updates() {
     assert_eq!(r.answers[0].ttl, 5);
 
     // Named ports: SRV to the service name, its address as additional record.
-    let r = ask(dns, "_http._tcp.web.default.svc.cluster.local.", RecordType::SRV).await;
+    let r = ask(
+        dns,
+        "_http._tcp.web.default.svc.cluster.local.",
+        RecordType::SRV,
+    )
+    .await;
     assert_eq!(
         lines(&r.answers),
-        vec!["_http._tcp.web.default.svc.cluster.local. SRV 0 100 80 web.default.svc.cluster.local."]
+        vec![
+            "_http._tcp.web.default.svc.cluster.local. SRV 0 100 80 web.default.svc.cluster.local."
+        ]
     );
     assert_eq!(
         lines(&r.additionals),
@@ -344,8 +354,17 @@ async fn cluster_dns_answers_from_the_api_and_follows_updates() {
         vec!["db-0.db.default.svc.cluster.local. A 10.1.0.1"]
     );
     let r = ask(dns, "db-2.db.default.svc.cluster.local.", RecordType::A).await;
-    assert_eq!(r.metadata.response_code, ResponseCode::NXDomain, "not ready");
-    let r = ask(dns, "_pg._tcp.db.default.svc.cluster.local.", RecordType::SRV).await;
+    assert_eq!(
+        r.metadata.response_code,
+        ResponseCode::NXDomain,
+        "not ready"
+    );
+    let r = ask(
+        dns,
+        "_pg._tcp.db.default.svc.cluster.local.",
+        RecordType::SRV,
+    )
+    .await;
     assert_eq!(
         sorted(lines(&r.answers)),
         vec![
@@ -442,7 +461,11 @@ async fn cluster_dns_answers_from_the_api_and_follows_updates() {
     // What a user's tool prints.
     if Path::new("/usr/bin/busybox").exists() {
         let out = tokio::process::Command::new("/usr/bin/busybox")
-            .args(["nslookup", "web.default.svc.cluster.local", &dns.to_string()])
+            .args([
+                "nslookup",
+                "web.default.svc.cluster.local",
+                &dns.to_string(),
+            ])
             .output()
             .await
             .unwrap();
