@@ -79,7 +79,8 @@ impl Zone {
         if !self.name.zone_of(name) {
             return None;
         }
-        let below = (name.num_labels() - self.name.num_labels()) as usize;
+        // Count labels by iterating: `num_labels` leaves out a leading `*`.
+        let below = name.iter().count() - self.name.iter().count();
         Some(
             name.iter()
                 .take(below)
@@ -716,6 +717,8 @@ mod tests {
             ("web.nons.svc.cluster.local.", T::A, NX, vec![]),
             ("nope.default.svc.cluster.local.", T::MX, NX, vec![]),
             ("foo.cluster.local.", T::A, NX, vec![]),
+            // No wildcards (CoreDNS dropped them).
+            ("*.default.svc.cluster.local.", T::A, NX, vec![]),
             ("a.b._http._tcp.web.default.svc.cluster.local.", T::A, NX, vec![]),
             // Schema version.
             ("dns-version.cluster.local.", T::TXT, OK, vec![format!("dns-version.{z} TXT 1.1.0")]),
