@@ -40,6 +40,8 @@ enum Role {
     Runtime(RuntimeCmd),
     /// Run kube-proxy alone (nftables or iptables mode).
     Proxy(nodus_proxy::ProxyArgs),
+    /// Run cluster DNS alone (the records CoreDNS's kubernetes plugin serves).
+    Dns(nodus_dns::DnsConfig),
     /// Run the API server, scheduler and controllers.
     ControlPlane(nodus_control_plane::cli::ControlPlaneArgs),
     /// A crictl-compatible client of any CRI endpoint.
@@ -204,6 +206,7 @@ fn main() -> ExitCode {
             Role::Token(args) => token::run(args).await,
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
             Role::Proxy(args) => nodus_proxy::run(args).await.map_err(Into::into),
+            Role::Dns(config) => nodus_dns::run(config).await.map_err(Into::into),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)
                 .await
                 .map_err(Into::into),
