@@ -116,10 +116,21 @@ pub async fn run(config: DnsConfig) -> Result<(), DnsError> {
     .await
 }
 
-/// Serves cluster DNS until `shutdown` completes (how `nodus node` embeds it). Returns an
-/// error when the configuration is invalid or a listen address cannot be bound.
+/// Serves cluster DNS until `shutdown` completes. Returns an error when the configuration
+/// is invalid or a listen address cannot be bound.
 pub async fn run_until(
     config: DnsConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), DnsError> {
+    run_until_bound(config, None, shutdown).await
+}
+
+/// [`run_until`], telling `bound` once every listener is bound and the first listing of
+/// Services and EndpointSlices is in (how `nodus node` embeds it: only then does the node
+/// announce DNS on its Node).
+pub async fn run_until_bound(
+    config: DnsConfig,
+    bound: Option<tokio::sync::oneshot::Sender<()>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), DnsError> {
     if config.ttl > MAX_TTL {
@@ -148,6 +159,17 @@ pub async fn run_until(
     );
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(watch::run(client, store.clone()));
+    if let Some(b) = bound {
+        // Announced once the first listing is in: before that every cluster name would fail.
+        let store = store.clone();
+        tasks.spawn(async move {
+            while !store.read().is_ok_and(|s| s.synced()) {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            let _ = b.send(());
+            std::future::pending::<()>().await;
+        });
+    }
     for s in udp {
         tasks.spawn(server::serve_udp(handler.clone(), Arc::new(s)));
     }

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod dns;
 mod join;
 mod node;
 mod token;

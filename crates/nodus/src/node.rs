@@ -53,6 +53,12 @@ pub struct NodeArgs {
     /// Run the node without kube-proxy (Services are not programmed here).
     #[arg(long)]
     pub disable_proxy: bool,
+    /// Do not serve cluster DNS on this node (pods still resolve through other nodes').
+    #[arg(long)]
+    pub disable_cluster_dns: bool,
+    /// The port this node serves cluster DNS on, at its node IP.
+    #[arg(long, default_value_t = 53)]
+    pub cluster_dns_port: u16,
     #[command(flatten)]
     pub kubelet: nodus_kubelet::cli::KubeletArgs,
 }
@@ -221,6 +227,28 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     ));
     let (stop_proxy, proxy_stop) = tokio::sync::oneshot::channel();
     let proxy = start_proxy(&args, &node, &kubeconfig, proxy_stop);
+    let (stop_dns, dns_stop) = tokio::sync::oneshot::channel();
+    let dns = match nodus_kubelet::cli::node_ip(&args.kubelet) {
+        Some(ip) if !args.disable_cluster_dns => Some(crate::dns::start(
+            &kubeconfig,
+            &node,
+            std::net::SocketAddr::new(ip, args.cluster_dns_port),
+            args.kubelet
+                .cluster_domain
+                .clone()
+                .unwrap_or_else(|| "cluster.local".into()),
+            args.kubelet
+                .resolv_conf
+                .clone()
+                .unwrap_or_else(|| "/etc/resolv.conf".into()),
+            dns_stop,
+        )),
+        Some(_) => None,
+        None => {
+            tracing::warn!("no node IP: this node does not serve cluster DNS");
+            None
+        }
+    };
     let kubelet = nodus_kubelet::cli::run(args.kubelet);
     tokio::pin!(kubelet);
     let result = tokio::select! {
@@ -242,8 +270,12 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
         }
     };
     let _ = stop_proxy.send(());
+    let _ = stop_dns.send(());
     if let Some(p) = proxy {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), p).await;
+    }
+    if let Some(d) = dns {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), d).await;
     }
     result
 }

@@ -269,6 +269,62 @@ fn up_runs_a_cluster_where_kubectl_run_works() {
         "ClusterIP {cluster_ip}:8080 answered {body:?}\n{}",
         daemon_log(&log)
     );
+    // Cluster DNS: the node serves it and announces it, kube-dns (10.96.0.10) lists the
+    // node, and a ClusterFirst pod's resolv.conf names it with the search path; service
+    // names resolve from inside the pod, by full name and through the search path.
+    wait(
+        &[
+            "get",
+            "endpointslices",
+            "-n",
+            "kube-system",
+            "-l",
+            "kubernetes.io/service-name=kube-dns",
+            "-o",
+            "json",
+        ],
+        "the node as a ready kube-dns endpoint",
+        &|l| {
+            l.to_string().contains("\"ready\":true")
+                && l.to_string().contains("\"nodeName\":\"up-node\"")
+        },
+    );
+    let (ok, resolv, err) = k(&["exec", "hello", "--", "cat", "/etc/resolv.conf"]);
+    assert!(ok, "{err}");
+    for line in [
+        "nameserver 10.96.0.10",
+        "search default.svc.cluster.local svc.cluster.local cluster.local",
+        "options ndots:5",
+    ] {
+        assert!(
+            resolv.contains(line),
+            "resolv.conf lacks {line:?}:\n{resolv}"
+        );
+    }
+    for name in ["web.default.svc.cluster.local", "web", "kubernetes.default"] {
+        let want = if name.starts_with("web") {
+            cluster_ip.to_string()
+        } else {
+            "10.96.0.1".to_string()
+        };
+        let mut last = String::new();
+        let found = (0..50).any(|_| {
+            let (_, out, err) = k(&["exec", "hello", "--", "nslookup", name]);
+            last = format!("{out}{err}");
+            let hit = out
+                .lines()
+                .any(|l| l.starts_with("Address") && l.contains(&want));
+            if !hit {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            hit
+        });
+        assert!(
+            found,
+            "nslookup {name} in a pod: {last}\n{}",
+            daemon_log(&log)
+        );
+    }
     // In-cluster access, as an operator would have it: the real kubectl, mounted from the
     // host into a pod, uses its in-cluster config (KUBERNETES_SERVICE_HOST/PORT from the
     // kubelet, the service account's bound token and ca.crt from the kube-api-access
