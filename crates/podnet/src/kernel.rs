@@ -27,7 +27,7 @@ pub enum KernelError {
 }
 
 /// Runs one command (`ip`, `bridge`, `nft`) in this network namespace.
-pub trait Runner: Send {
+pub trait Runner: Send + Sync {
     /// Runs `program args…` with `stdin`; returns its standard output.
     fn run(&mut self, program: &str, args: &[&str], stdin: Option<&str>)
     -> Result<String, KernelError>;
