@@ -83,7 +83,16 @@ fn join_lan(lan: &Netns, port: &str, node: &Netns, ip: &str, gw: &str) {
     run_ok(
         lan,
         &[
-            "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", node.name(),
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            node.name(),
         ],
     );
     run_ok(lan, &["link", "set", port, "master", "br0", "up"]);
@@ -97,16 +106,18 @@ fn pod_ip(cp: &ControlPlane, name: &str, logs: &dyn Fn() -> String) -> String {
     let p = cp.wait_json(&["pod", name], T, &format!("{name} Running"), logs, |p| {
         p["status"]["phase"] == "Running" && p["status"]["podIP"].is_string()
     });
-    p["status"]["podIP"].as_str().unwrap_or_default().to_string()
+    p["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// `GET url` from inside pod `from` (busybox wget), retried until it answers: the body.
 fn fetch_from_pod(cp: &ControlPlane, from: &str, url: &str, logs: &dyn Fn() -> String) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (ok, out, err) = cp.kubectl(&[
-            "exec", from, "--", "timeout", "10", "wget", "-qO-", url,
-        ]);
+        let (ok, out, err) =
+            cp.kubectl(&["exec", from, "--", "timeout", "10", "wget", "-qO-", url]);
         if ok && !out.trim().is_empty() {
             return normalize(&out);
         }
@@ -120,9 +131,7 @@ fn fetch_from_pod(cp: &ControlPlane, from: &str, url: &str, logs: &dyn Fn() -> S
 /// The CGI page's `<pod> <caller>` with busybox httpd's IPv4-mapped form of the caller
 /// (`[::ffff:10.77.0.2]`) written as the IPv4 address.
 fn normalize(body: &str) -> String {
-    body.trim()
-        .replace("[::ffff:", "")
-        .replace(']', "")
+    body.trim().replace("[::ffff:", "").replace(']', "")
 }
 
 /// `GET url` from a node's namespace with the host's busybox: the body, if any.
@@ -157,16 +166,30 @@ fn wait_until(what: &str, logs: &dyn Fn() -> String, mut f: impl FnMut() -> bool
 }
 
 fn pod_cidr(cp: &ControlPlane, node: &str, logs: &dyn Fn() -> String) -> String {
-    let n = cp.wait_json(&["node", node], T, &format!("{node} Ready with a podCIDR"), logs, |n| {
-        n["spec"]["podCIDR"].is_string()
-            && cluster::condition(n, "Ready").is_some_and(|c| c["status"] == "True")
-    });
-    n["spec"]["podCIDR"].as_str().unwrap_or_default().to_string()
+    let n = cp.wait_json(
+        &["node", node],
+        T,
+        &format!("{node} Ready with a podCIDR"),
+        logs,
+        |n| {
+            n["spec"]["podCIDR"].is_string()
+                && cluster::condition(n, "Ready").is_some_and(|c| c["status"] == "True")
+        },
+    );
+    n["spec"]["podCIDR"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 const HOST_GW: NodeOptions<'static> = NodeOptions {
     subnet: None,
-    extra: &["--flannel-backend", "host-gw", "--cluster-cidr", "10.77.0.0/16"],
+    extra: &[
+        "--flannel-backend",
+        "host-gw",
+        "--cluster-cidr",
+        "10.77.0.0/16",
+    ],
 };
 
 #[test]
@@ -215,10 +238,18 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
     assert_ne!(cidr_a, cidr_b);
 
     // Each node routes the other's pod CIDR via its InternalIP, marked as nodus's.
-    wait_until("routes to each other's pod CIDR", &|| logs_of(&nodes), || {
-        nodus_routes(&node_ns[0]).iter().any(|r| r.starts_with(&format!("{cidr_b} via 10.253.0.12")))
-            && nodus_routes(&node_ns[1]).iter().any(|r| r.starts_with(&format!("{cidr_a} via 10.253.0.11")))
-    });
+    wait_until(
+        "routes to each other's pod CIDR",
+        &|| logs_of(&nodes),
+        || {
+            nodus_routes(&node_ns[0])
+                .iter()
+                .any(|r| r.starts_with(&format!("{cidr_b} via 10.253.0.12")))
+                && nodus_routes(&node_ns[1])
+                    .iter()
+                    .any(|r| r.starts_with(&format!("{cidr_a} via 10.253.0.11")))
+        },
+    );
 
     // Pod to pod across nodes, both ways; the server sees the client's pod IP.
     cp.apply(&who_pod("who-a", "node-a"));
@@ -226,19 +257,35 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
     let logs = || logs_of(&nodes);
     let ip_a = pod_ip(&cp, "who-a", &logs);
     let ip_b = pod_ip(&cp, "who-b", &logs);
-    let net = |cidr: &str| cidr.rsplit_once('.').map(|(p, _)| p.to_string()).unwrap_or_default();
+    let net = |cidr: &str| {
+        cidr.rsplit_once('.')
+            .map(|(p, _)| p.to_string())
+            .unwrap_or_default()
+    };
     assert!(ip_a.starts_with(&net(&cidr_a)), "{ip_a} in {cidr_a}");
     assert!(ip_b.starts_with(&net(&cidr_b)), "{ip_b} in {cidr_b}");
     assert_eq!(
-        fetch_from_pod(&cp, "who-a", &format!("http://{ip_b}:8080/cgi-bin/who"), &logs),
+        fetch_from_pod(
+            &cp,
+            "who-a",
+            &format!("http://{ip_b}:8080/cgi-bin/who"),
+            &logs
+        ),
         format!("who-b {ip_a}")
     );
     assert_eq!(
-        fetch_from_pod(&cp, "who-b", &format!("http://{ip_a}:8080/cgi-bin/who"), &logs),
+        fetch_from_pod(
+            &cp,
+            "who-b",
+            &format!("http://{ip_a}:8080/cgi-bin/who"),
+            &logs
+        ),
         format!("who-a {ip_b}")
     );
     // Traffic leaving the pod network is still masqueraded (to the node's address).
-    let out = node_ns[0].run("nft", &["list", "table", "ip", "nodus-podnet"]).expect("nft");
+    let out = node_ns[0]
+        .run("nft", &["list", "table", "ip", "nodus-podnet"])
+        .expect("nft");
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("masquerade"), "{table}");
 
@@ -247,37 +294,62 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
     let svc = cp.wait_json(&["svc", "who"], T, "who has a ClusterIP", &logs, |s| {
         s["spec"]["clusterIP"].is_string()
     });
-    let vip = svc["spec"]["clusterIP"].as_str().unwrap_or_default().to_string();
+    let vip = svc["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     for (i, ns) in node_ns[..2].iter().enumerate() {
         let mut seen = std::collections::BTreeSet::new();
-        wait_until(&format!("{} reaches both endpoints of {vip}", names[i]), &logs, || {
-            if let Some(body) = fetch_from_node(ns, &format!("http://{vip}/cgi-bin/who"))
-                && let Some(pod) = body.split_whitespace().next()
-            {
-                seen.insert(pod.to_string());
-            }
-            seen.len() == 2
-        });
+        wait_until(
+            &format!("{} reaches both endpoints of {vip}", names[i]),
+            &logs,
+            || {
+                if let Some(body) = fetch_from_node(ns, &format!("http://{vip}/cgi-bin/who"))
+                    && let Some(pod) = body.split_whitespace().next()
+                {
+                    seen.insert(pod.to_string());
+                }
+                seen.len() == 2
+            },
+        );
         assert_eq!(seen, ["who-a".to_string(), "who-b".to_string()].into());
     }
 
     // A third node joins later and is reachable from both.
-    nodes.push(NodeProcess::start_opts(&node_ns[2], &cp, "node-c", &cgroups[2].path(), &HOST_GW));
+    nodes.push(NodeProcess::start_opts(
+        &node_ns[2],
+        &cp,
+        "node-c",
+        &cgroups[2].path(),
+        &HOST_GW,
+    ));
     let logs = || logs_of(&nodes);
     let cidr_c = pod_cidr(&cp, "node-c", &logs);
     cp.apply(&who_pod("who-c", "node-c"));
     let ip_c = pod_ip(&cp, "who-c", &logs);
     assert_eq!(
-        fetch_from_pod(&cp, "who-a", &format!("http://{ip_c}:8080/cgi-bin/who"), &logs),
+        fetch_from_pod(
+            &cp,
+            "who-a",
+            &format!("http://{ip_c}:8080/cgi-bin/who"),
+            &logs
+        ),
         format!("who-c {ip_a}")
     );
     assert_eq!(
-        fetch_from_pod(&cp, "who-c", &format!("http://{ip_b}:8080/cgi-bin/who"), &logs),
+        fetch_from_pod(
+            &cp,
+            "who-c",
+            &format!("http://{ip_b}:8080/cgi-bin/who"),
+            &logs
+        ),
         format!("who-b {ip_c}")
     );
     for ns in &node_ns[..2] {
         assert!(
-            nodus_routes(ns).iter().any(|r| r.starts_with(&format!("{cidr_c} via 10.253.0.13"))),
+            nodus_routes(ns)
+                .iter()
+                .any(|r| r.starts_with(&format!("{cidr_c} via 10.253.0.13"))),
             "{:?}",
             nodus_routes(ns)
         );
@@ -288,22 +360,43 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
         "apiVersion: v1\nkind: Node\nmetadata:\n  name: impostor\nspec:\n  podCIDR: {cidr_b}\n  podCIDRs: [{cidr_b}]\n"
     ));
     let (ok, out, err) = cp.kubectl(&[
-        "patch", "node", "impostor", "--subresource", "status", "--type", "merge", "-p",
+        "patch",
+        "node",
+        "impostor",
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
         r#"{"status":{"addresses":[{"type":"InternalIP","address":"10.253.0.99"}]}}"#,
     ]);
     assert!(ok, "{out}{err}");
-    wait_until("a Warning about impostor's overlapping pod CIDR", &logs, || {
-        cluster::events_for(&cp, "default", "impostor").iter().any(|(reason, msg)| {
-            reason == "CIDRNotAvailable"
-                && msg.contains(&format!("overlaps pod CIDR {cidr_b} of node node-b"))
-        })
-    });
+    wait_until(
+        "a Warning about impostor's overlapping pod CIDR",
+        &logs,
+        || {
+            cluster::events_for(&cp, "default", "impostor")
+                .iter()
+                .any(|(reason, msg)| {
+                    reason == "CIDRNotAvailable"
+                        && msg.contains(&format!("overlaps pod CIDR {cidr_b} of node node-b"))
+                })
+        },
+    );
     for ns in &node_ns {
         let routes = nodus_routes(ns);
-        assert!(!routes.iter().any(|r| r.contains("10.253.0.99")), "{routes:?}");
+        assert!(
+            !routes.iter().any(|r| r.contains("10.253.0.99")),
+            "{routes:?}"
+        );
     }
     assert_eq!(
-        fetch_from_pod(&cp, "who-a", &format!("http://{ip_b}:8080/cgi-bin/who"), &logs),
+        fetch_from_pod(
+            &cp,
+            "who-a",
+            &format!("http://{ip_b}:8080/cgi-bin/who"),
+            &logs
+        ),
         format!("who-b {ip_a}")
     );
     let (ok, out, err) = cp.kubectl(&["delete", "node", "impostor"]);
@@ -313,13 +406,21 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
     nodes[2].kill();
     let (ok, out, err) = cp.kubectl(&["delete", "node", "node-c"]);
     assert!(ok, "{out}{err}");
-    wait_until("node-c's route removed from node-a and node-b", &logs, || {
-        node_ns[..2]
-            .iter()
-            .all(|ns| !nodus_routes(ns).iter().any(|r| r.starts_with(&cidr_c)))
-    });
+    wait_until(
+        "node-c's route removed from node-a and node-b",
+        &logs,
+        || {
+            node_ns[..2]
+                .iter()
+                .all(|ns| !nodus_routes(ns).iter().any(|r| r.starts_with(&cidr_c)))
+        },
+    );
     // The others' routes stay.
-    assert!(nodus_routes(&node_ns[0]).iter().any(|r| r.starts_with(&cidr_b)));
+    assert!(
+        nodus_routes(&node_ns[0])
+            .iter()
+            .any(|r| r.starts_with(&cidr_b))
+    );
 
     drop(nodes);
     drop(cp);
@@ -347,7 +448,11 @@ fn vxlan_pods_reach_pods_on_a_node_behind_a_router() {
     let out = router
         .run("sysctl", &["-w", "net.ipv4.ip_forward=1"])
         .expect("sysctl");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let cgroups: Vec<testkit::CgroupParent> = ["nodus-pn-vxa", "nodus-pn-vxb"]
         .iter()
         .map(|n| {
@@ -363,7 +468,12 @@ fn vxlan_pods_reach_pods_on_a_node_behind_a_router() {
     );
     let opts = NodeOptions {
         subnet: None,
-        extra: &["--flannel-backend", "vxlan", "--cluster-cidr", "10.78.0.0/16"],
+        extra: &[
+            "--flannel-backend",
+            "vxlan",
+            "--cluster-cidr",
+            "10.78.0.0/16",
+        ],
     };
     let nodes: Vec<NodeProcess> = ["node-a", "node-b"]
         .iter()
@@ -379,13 +489,19 @@ fn vxlan_pods_reach_pods_on_a_node_behind_a_router() {
         )
     };
     for (name, (_, _, ip)) in ["node-a", "node-b"].iter().zip(links) {
-        let n = cp.wait_json(&["node", name], T, &format!("{name} publishes its VTEP"), &logs, |n| {
-            n["metadata"]["annotations"]["flannel.alpha.coreos.com/backend-type"] == "vxlan"
-        });
+        let n = cp.wait_json(
+            &["node", name],
+            T,
+            &format!("{name} publishes its VTEP"),
+            &logs,
+            |n| n["metadata"]["annotations"]["flannel.alpha.coreos.com/backend-type"] == "vxlan",
+        );
         let ann = &n["metadata"]["annotations"];
         assert_eq!(ann["flannel.alpha.coreos.com/public-ip"], ip, "{n}");
         let data: Value = serde_json::from_str(
-            ann["flannel.alpha.coreos.com/backend-data"].as_str().unwrap_or("{}"),
+            ann["flannel.alpha.coreos.com/backend-data"]
+                .as_str()
+                .unwrap_or("{}"),
         )
         .expect("backend-data is JSON");
         assert_eq!(data["VNI"], 1, "{data}");
@@ -400,7 +516,13 @@ fn vxlan_pods_reach_pods_on_a_node_behind_a_router() {
         .expect("ip");
     let dev = String::from_utf8_lossy(&out.stdout);
     let vtep_a = cidr_a.replace("/24", "/32");
-    for want in ["vxlan id 1", "local 10.252.11.2", "dstport 8472", "mtu 1450", &vtep_a] {
+    for want in [
+        "vxlan id 1",
+        "local 10.252.11.2",
+        "dstport 8472",
+        "mtu 1450",
+        &vtep_a,
+    ] {
         assert!(dev.contains(want), "{want} in {dev}");
     }
 
@@ -409,11 +531,21 @@ fn vxlan_pods_reach_pods_on_a_node_behind_a_router() {
     let ip_a = pod_ip(&cp, "who-a", &logs);
     let ip_b = pod_ip(&cp, "who-b", &logs);
     assert_eq!(
-        fetch_from_pod(&cp, "who-a", &format!("http://{ip_b}:8080/cgi-bin/who"), &logs),
+        fetch_from_pod(
+            &cp,
+            "who-a",
+            &format!("http://{ip_b}:8080/cgi-bin/who"),
+            &logs
+        ),
         format!("who-b {ip_a}")
     );
     assert_eq!(
-        fetch_from_pod(&cp, "who-b", &format!("http://{ip_a}:8080/cgi-bin/who"), &logs),
+        fetch_from_pod(
+            &cp,
+            "who-b",
+            &format!("http://{ip_a}:8080/cgi-bin/who"),
+            &logs
+        ),
         format!("who-a {ip_b}")
     );
     // The route to the other node's pods goes over the VXLAN device.

@@ -84,7 +84,11 @@ struct Store {
 }
 
 /// Watches every Node into `store`, waking `changed` on each change.
-async fn watch_nodes(client: kube::Client, store: Arc<Mutex<Store>>, changed: Arc<tokio::sync::Notify>) {
+async fn watch_nodes(
+    client: kube::Client,
+    store: Arc<Mutex<Store>>,
+    changed: Arc<tokio::sync::Notify>,
+) {
     let api: Api<Node> = Api::all(client);
     let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
     let mut relist: Option<BTreeMap<String, Node>> = None;
@@ -267,8 +271,14 @@ impl Agent {
         for c in conflicts.difference(&self.memory.conflicts) {
             tracing::warn!(node = %c.node, "{}", c.message());
             if let Some(n) = nodes.get(&c.node) {
-                events::warn_node(&self.client, &self.node, n, events::CIDR_NOT_AVAILABLE, &c.message())
-                    .await;
+                events::warn_node(
+                    &self.client,
+                    &self.node,
+                    n,
+                    events::CIDR_NOT_AVAILABLE,
+                    &c.message(),
+                )
+                .await;
             }
         }
         self.memory.conflicts = conflicts;
@@ -290,7 +300,9 @@ impl Agent {
             .patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => tracing::info!(node = %self.node, backend = self.backend.annotation(), vtep_mac = ?mac.map(Mac::as_str), "published the node's backend annotations"),
+            Ok(_) => {
+                tracing::info!(node = %self.node, backend = self.backend.annotation(), vtep_mac = ?mac.map(Mac::as_str), "published the node's backend annotations")
+            }
             Err(e) => tracing::warn!(node = %self.node, error = %e, "cannot annotate this node"),
         }
     }
@@ -307,7 +319,10 @@ pub async fn run_until(
         tracing::info!("flannel backend none: the pod network across nodes is not programmed");
         return Ok(());
     }
-    let node = args.hostname_override.clone().ok_or(PodnetError::NoNodeName)?;
+    let node = args
+        .hostname_override
+        .clone()
+        .ok_or(PodnetError::NoNodeName)?;
     let kubeconfig = args.kubeconfig.as_ref().ok_or(PodnetError::NoKubeconfig)?;
     let client = client(kubeconfig).await?;
     enable_forwarding();

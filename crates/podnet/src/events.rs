@@ -11,7 +11,13 @@ pub(crate) const COMPONENT: &str = "nodus-podnet";
 pub(crate) const CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
 
 /// Records a Warning about `node` from this agent on `host`.
-pub(crate) async fn warn_node(client: &kube::Client, host: &str, node: &Node, reason: &str, message: &str) {
+pub(crate) async fn warn_node(
+    client: &kube::Client,
+    host: &str,
+    node: &Node,
+    reason: &str,
+    message: &str,
+) {
     let name = node.metadata.name.clone().unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
     let ev = Event {

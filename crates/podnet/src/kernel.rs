@@ -29,8 +29,12 @@ pub enum KernelError {
 /// Runs one command (`ip`, `bridge`, `nft`) in this network namespace.
 pub trait Runner: Send + Sync {
     /// Runs `program args…` with `stdin`; returns its standard output.
-    fn run(&mut self, program: &str, args: &[&str], stdin: Option<&str>)
-    -> Result<String, KernelError>;
+    fn run(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, KernelError>;
 }
 
 /// The real thing: fork and exec.
@@ -162,7 +166,16 @@ impl Kernel {
 
     /// The permanent IPv4 neighbours on `dev`.
     pub fn neighbours(&mut self, dev: &str) -> Result<BTreeMap<Ipv4Addr, Mac>, KernelError> {
-        let args = ["-4", "-json", "neigh", "show", "dev", dev, "nud", "permanent"];
+        let args = [
+            "-4",
+            "-json",
+            "neigh",
+            "show",
+            "dev",
+            dev,
+            "nud",
+            "permanent",
+        ];
         let out = self.run("ip", &args, None)?;
         Ok(json("ip neigh show", &out)?
             .iter()
@@ -239,7 +252,16 @@ impl Kernel {
         for (mac, ip) in &fdb {
             if plan.fdb.get(mac) != Some(ip) {
                 let ip = ip.to_string();
-                let args = ["fdb", "del", mac.as_str(), "dev", VXLAN_DEVICE, "dst", &ip, "self"];
+                let args = [
+                    "fdb",
+                    "del",
+                    mac.as_str(),
+                    "dev",
+                    VXLAN_DEVICE,
+                    "dst",
+                    &ip,
+                    "self",
+                ];
                 self.apply(&mut rep, "bridge", &args);
             }
         }
@@ -250,7 +272,14 @@ impl Kernel {
             if fdb.get(mac) != Some(ip) {
                 let ip = ip.to_string();
                 let args = [
-                    "fdb", "append", mac.as_str(), "dev", VXLAN_DEVICE, "dst", &ip, "self",
+                    "fdb",
+                    "append",
+                    mac.as_str(),
+                    "dev",
+                    VXLAN_DEVICE,
+                    "dst",
+                    &ip,
+                    "self",
                     "permanent",
                 ];
                 self.apply(&mut rep, "bridge", &args);
@@ -260,7 +289,14 @@ impl Kernel {
             if neigh.get(ip) != Some(mac) {
                 let ip = ip.to_string();
                 let args = [
-                    "neigh", "replace", &ip, "lladdr", mac.as_str(), "dev", VXLAN_DEVICE, "nud",
+                    "neigh",
+                    "replace",
+                    &ip,
+                    "lladdr",
+                    mac.as_str(),
+                    "dev",
+                    VXLAN_DEVICE,
+                    "nud",
                     "permanent",
                 ];
                 self.apply(&mut rep, "ip", &args);
@@ -409,7 +445,8 @@ pub(crate) mod tests {
             c.insert("ip -json link show dev nodus.1".into(), "[{}]".into());
             c.insert(
                 "ip -4 -json neigh show dev nodus.1 nud permanent".into(),
-                r#"[{"dst":"10.42.3.0","lladdr":"02:00:00:00:00:0c","state":["PERMANENT"]}]"#.into(),
+                r#"[{"dst":"10.42.3.0","lladdr":"02:00:00:00:00:0c","state":["PERMANENT"]}]"#
+                    .into(),
             );
             c.insert(
                 "bridge -json fdb show dev nodus.1".into(),

@@ -126,10 +126,16 @@ mod tests {
         assert!(l.vtep_mac.is_none());
 
         let cases = [
-            (serde_json::json!({"metadata": {"name": "x"}}), Skip::NoPodCidr("x".into())),
+            (
+                serde_json::json!({"metadata": {"name": "x"}}),
+                Skip::NoPodCidr("x".into()),
+            ),
             (
                 serde_json::json!({"metadata": {"name": "x"}, "spec": {"podCIDR": "10.1.0.0"}}),
-                Skip::BadPodCidr { node: "x".into(), value: "10.1.0.0".into() },
+                Skip::BadPodCidr {
+                    node: "x".into(),
+                    value: "10.1.0.0".into(),
+                },
             ),
             (
                 serde_json::json!({"metadata": {"name": "x"}, "spec": {"podCIDR": "10.1.0.0/24"},
@@ -145,8 +151,16 @@ mod tests {
     #[test]
     fn own_annotations_use_flannels_keys_and_values() {
         let mac = Mac::parse("02:00:00:00:00:0a").unwrap();
-        let a = own_annotations(Backend::Vxlan, 1, Some(&mac), "192.168.0.11".parse().unwrap());
-        assert_eq!(a[BACKEND_DATA], r#"{"VNI":1,"VtepMAC":"02:00:00:00:00:0a"}"#);
+        let a = own_annotations(
+            Backend::Vxlan,
+            1,
+            Some(&mac),
+            "192.168.0.11".parse().unwrap(),
+        );
+        assert_eq!(
+            a[BACKEND_DATA],
+            r#"{"VNI":1,"VtepMAC":"02:00:00:00:00:0a"}"#
+        );
         assert_eq!(a[BACKEND_TYPE], "vxlan");
         assert_eq!(a[PUBLIC_IP], "192.168.0.11");
         let a = own_annotations(Backend::HostGw, 1, None, "192.168.0.11".parse().unwrap());

@@ -19,11 +19,11 @@
 //! down is removed at the next start.
 
 pub mod cli;
+pub(crate) mod events;
 pub mod kernel;
 pub mod lease;
 pub mod masq;
 pub mod plan;
-pub(crate) mod events;
 pub(crate) mod vxlan;
 
 pub use cli::{PodnetArgs, run_until};

@@ -32,7 +32,8 @@ pub fn script(pod_cidrs: &[Ipv4Net]) -> String {
 
 /// Applies [`script`] with `nft -f -`.
 pub fn sync(k: &mut Kernel, pod_cidrs: &[Ipv4Net]) -> Result<(), KernelError> {
-    k.run("nft", &["-f", "-"], Some(&script(pod_cidrs))).map(|_| ())
+    k.run("nft", &["-f", "-"], Some(&script(pod_cidrs)))
+        .map(|_| ())
 }
 
 #[cfg(test)]

@@ -138,10 +138,7 @@ pub fn plan(own: &str, backend: Backend, leases: &[Lease]) -> Plan {
     ordered.sort_by(|a, b| (&a.created, &a.node).cmp(&(&b.created, &b.node)));
     let mut accepted: Vec<&Lease> = Vec::new();
     for l in ordered {
-        if let Some(w) = accepted
-            .iter()
-            .find(|a| overlaps(a.pod_cidr, l.pod_cidr))
-        {
+        if let Some(w) = accepted.iter().find(|a| overlaps(a.pod_cidr, l.pod_cidr)) {
             out.conflicts.push(Conflict {
                 node: l.node.clone(),
                 pod_cidr: l.pod_cidr,
@@ -234,20 +231,56 @@ mod tests {
             Mac::parse("AA:bb:0c:DD:ee:0F").unwrap().as_str(),
             "aa:bb:0c:dd:ee:0f"
         );
-        for bad in ["", "aa:bb:cc:dd:ee", "aa:bb:cc:dd:ee:fg", "aabb.ccdd.eeff", "a:b:c:d:e:f"] {
+        for bad in [
+            "",
+            "aa:bb:cc:dd:ee",
+            "aa:bb:cc:dd:ee:fg",
+            "aabb.ccdd.eeff",
+            "a:b:c:d:e:f",
+        ] {
             assert!(Mac::parse(bad).is_none(), "{bad}");
         }
     }
 
     #[test]
     fn plan_table() {
-        let a = lease("a", "2026-01-01T00:00:01Z", "10.42.1.0/24", "192.168.0.11", Some("02:00:00:00:00:0a"));
-        let b = lease("b", "2026-01-01T00:00:02Z", "10.42.2.0/24", "192.168.0.12", Some("02:00:00:00:00:0b"));
-        let c_no_mac = lease("c", "2026-01-01T00:00:03Z", "10.42.3.0/24", "192.168.1.13", None);
+        let a = lease(
+            "a",
+            "2026-01-01T00:00:01Z",
+            "10.42.1.0/24",
+            "192.168.0.11",
+            Some("02:00:00:00:00:0a"),
+        );
+        let b = lease(
+            "b",
+            "2026-01-01T00:00:02Z",
+            "10.42.2.0/24",
+            "192.168.0.12",
+            Some("02:00:00:00:00:0b"),
+        );
+        let c_no_mac = lease(
+            "c",
+            "2026-01-01T00:00:03Z",
+            "10.42.3.0/24",
+            "192.168.1.13",
+            None,
+        );
         // Overlaps b exactly, created later: b keeps the CIDR.
-        let d_dup_b = lease("d", "2026-01-01T00:00:04Z", "10.42.2.0/24", "192.168.0.14", Some("02:00:00:00:00:0d"));
+        let d_dup_b = lease(
+            "d",
+            "2026-01-01T00:00:04Z",
+            "10.42.2.0/24",
+            "192.168.0.14",
+            Some("02:00:00:00:00:0d"),
+        );
         // A /23 over a's /24, created earlier than a: a loses (but a is local on node a).
-        let e_wide = lease("e", "2026-01-01T00:00:00Z", "10.42.0.0/23", "192.168.0.15", Some("02:00:00:00:00:0e"));
+        let e_wide = lease(
+            "e",
+            "2026-01-01T00:00:00Z",
+            "10.42.0.0/23",
+            "192.168.0.15",
+            Some("02:00:00:00:00:0e"),
+        );
 
         struct Case {
             name: &'static str,
@@ -267,7 +300,10 @@ mod tests {
                 own: "a",
                 backend: Backend::HostGw,
                 leases: vec![a.clone(), b.clone(), c_no_mac.clone()],
-                routes: vec!["10.42.2.0/24 via 192.168.0.12", "10.42.3.0/24 via 192.168.1.13"],
+                routes: vec![
+                    "10.42.2.0/24 via 192.168.0.12",
+                    "10.42.3.0/24 via 192.168.1.13",
+                ],
                 neighbours: vec![],
                 fdb: vec![],
                 pod_cidrs: vec!["10.42.1.0/24", "10.42.2.0/24", "10.42.3.0/24"],
@@ -386,14 +422,30 @@ mod tests {
 
     #[test]
     fn a_moved_node_moves_its_route() {
-        let a = lease("a", "1", "10.42.1.0/24", "192.168.0.11", Some("02:00:00:00:00:0a"));
-        let mut b = lease("b", "2", "10.42.2.0/24", "192.168.0.12", Some("02:00:00:00:00:0b"));
+        let a = lease(
+            "a",
+            "1",
+            "10.42.1.0/24",
+            "192.168.0.11",
+            Some("02:00:00:00:00:0a"),
+        );
+        let mut b = lease(
+            "b",
+            "2",
+            "10.42.2.0/24",
+            "192.168.0.12",
+            Some("02:00:00:00:00:0b"),
+        );
         let before = plan("a", Backend::Vxlan, &[a.clone(), b.clone()]);
         b.public_ip = "192.168.0.99".parse().unwrap();
         let after = plan("a", Backend::Vxlan, &[a, b]);
         assert_eq!(before.routes, after.routes);
         assert_eq!(
-            after.fdb.values().map(|i| i.to_string()).collect::<Vec<_>>(),
+            after
+                .fdb
+                .values()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>(),
             ["192.168.0.99"]
         );
         let msg = Conflict {

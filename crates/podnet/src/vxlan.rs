@@ -49,7 +49,11 @@ fn uplink(k: &mut Kernel, ip: Ipv4Addr) -> Result<(String, u32), KernelError> {
 
 fn link(k: &mut Kernel) -> Option<serde_json::Value> {
     let out = k
-        .run("ip", &["-json", "-details", "link", "show", "dev", VXLAN_DEVICE], None)
+        .run(
+            "ip",
+            &["-json", "-details", "link", "show", "dev", VXLAN_DEVICE],
+            None,
+        )
         .ok()?;
     serde_json::from_str::<Vec<serde_json::Value>>(&out)
         .ok()?
@@ -69,7 +73,10 @@ pub(crate) fn ensure(k: &mut Kernel, want: &Device) -> Result<Mac, KernelError> 
             && d["local"].as_str() == Some(want.local.to_string().as_str())
             && d["link"].as_str() == Some(uplink.as_str());
         if !same {
-            tracing::info!(device = VXLAN_DEVICE, "VXLAN device has other attributes; recreating it");
+            tracing::info!(
+                device = VXLAN_DEVICE,
+                "VXLAN device has other attributes; recreating it"
+            );
             k.run("ip", &["link", "del", VXLAN_DEVICE], None)?;
         }
     }
@@ -82,23 +89,49 @@ pub(crate) fn ensure(k: &mut Kernel, want: &Device) -> Result<Mac, KernelError> 
         k.run(
             "ip",
             &[
-                "link", "add", VXLAN_DEVICE, "type", "vxlan", "id", &vni, "local", &local, "dev",
-                &uplink, "dstport", &port, "nolearning",
+                "link",
+                "add",
+                VXLAN_DEVICE,
+                "type",
+                "vxlan",
+                "id",
+                &vni,
+                "local",
+                &local,
+                "dev",
+                &uplink,
+                "dstport",
+                &port,
+                "nolearning",
             ],
             None,
         )?;
         tracing::info!(device = VXLAN_DEVICE, vni = want.vni, local = %want.local, dev = %uplink, port = want.port, "created the VXLAN device");
     }
     let mtu = uplink_mtu.saturating_sub(OVERHEAD).to_string();
-    k.run("ip", &["link", "set", VXLAN_DEVICE, "mtu", &mtu, "up"], None)?;
+    k.run(
+        "ip",
+        &["link", "set", VXLAN_DEVICE, "mtu", &mtu, "up"],
+        None,
+    )?;
     // Exactly one address: <podCIDR>.0/32 (a changed pod CIDR leaves no stale one).
     let addr = format!("{}/32", want.address);
-    let out = k.run("ip", &["-4", "-json", "addr", "show", "dev", VXLAN_DEVICE], None)?;
+    let out = k.run(
+        "ip",
+        &["-4", "-json", "addr", "show", "dev", VXLAN_DEVICE],
+        None,
+    )?;
     let have: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(&out)
         .unwrap_or_default()
         .iter()
         .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
-        .filter_map(|i| Some(format!("{}/{}", i["local"].as_str()?, i["prefixlen"].as_u64()?)))
+        .filter_map(|i| {
+            Some(format!(
+                "{}/{}",
+                i["local"].as_str()?,
+                i["prefixlen"].as_u64()?
+            ))
+        })
         .collect();
     for a in have.iter().filter(|a| **a != addr) {
         k.run("ip", &["addr", "del", a, "dev", VXLAN_DEVICE], None)?;

@@ -620,7 +620,10 @@ mod tests {
         assert_eq!(ipam["routes"], json!([{"dst":"0.0.0.0/0"},{"dst":"::/0"}]));
         assert_eq!(ipam["dataDir"], "/tmp/x/ipam");
         assert_eq!(dual["plugins"][0]["ipMasq"], true);
-        let no_masq = DefaultNetwork::new(None).with_ip_masq(false).conflist().unwrap();
+        let no_masq = DefaultNetwork::new(None)
+            .with_ip_masq(false)
+            .conflist()
+            .unwrap();
         assert_eq!(no_masq["plugins"][0]["ipMasq"], false);
         let bytes = serde_json::to_vec(&dual).unwrap();
         assert_eq!(

@@ -432,5 +432,8 @@ fn sandbox_cni_default_network_settings_apply_to_the_pod_cidr_network_only() {
     assert!(cni.ensure_default_config(Some("10.42.1.0/24")).unwrap());
     let v = read();
     assert_eq!(v["plugins"][0]["ipMasq"], false);
-    assert_eq!(v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"], "10.42.1.0/24");
+    assert_eq!(
+        v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+        "10.42.1.0/24"
+    );
 }
