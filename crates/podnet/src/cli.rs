@@ -136,8 +136,6 @@ struct Memory {
     conflicts: BTreeSet<Conflict>,
     waiting_for_own: bool,
     waiting: BTreeSet<String>,
-    /// The VTEP MAC of this node's device after the last ensure.
-    mac: Option<Mac>,
     /// The leases and this node's annotations the last sync worked from: a Node update that
     /// changes neither (a status heartbeat) needs no work until the next resync.
     last: Option<(Vec<Lease>, BTreeMap<String, String>)>,
@@ -260,7 +258,6 @@ impl Agent {
         if backend != Backend::Vxlan || mac.is_some() {
             self.publish(&nodes, &own, mac.as_ref()).await;
         }
-        self.memory.mac = mac;
 
         let waiting: BTreeSet<String> = p.waiting.iter().cloned().collect();
         for w in waiting.difference(&self.memory.waiting) {
