@@ -1,5 +1,6 @@
 //! `nodus node`: a whole worker node in one process — nodus's CRI runtime, the kubelet
-//! pointed at it, and kube-proxy — joining a control plane through a kubeconfig.
+//! pointed at it, kube-proxy and the pod network agent ([`nodus_podnet`], flannel's role:
+//! `--flannel-backend host-gw|vxlan|none`) — joining a control plane through a kubeconfig.
 //!
 //! Joining: `--server URL --token T --discovery-token-ca-cert-hash sha256:H` joins with no
 //! secret on the node but the token ([`crate::join`]'s discovery, then the kubelet's TLS
@@ -59,6 +60,11 @@ pub struct NodeArgs {
     /// The port this node serves cluster DNS on, at its node IP.
     #[arg(long, default_value_t = 53)]
     pub cluster_dns_port: u16,
+    /// The pod network across nodes (k3s's flag): host-gw (a route per node, nodes on one
+    /// L2 segment), vxlan (an overlay, nodes only need to reach each other) or none (bring
+    /// your own CNI; nothing is programmed).
+    #[arg(long, value_enum, default_value_t)]
+    pub flannel_backend: nodus_podnet::Backend,
     #[command(flatten)]
     pub kubelet: nodus_kubelet::cli::KubeletArgs,
 }
@@ -101,6 +107,34 @@ fn start_proxy(
         };
         if let Err(e) = nodus_proxy::run_until(proxy, shutdown).await {
             tracing::error!(error = %e, "kube-proxy stopped: Services are not programmed on this node");
+        }
+    }))
+}
+
+/// Starts the pod network agent beside the kubelet; it stops when `stop` fires. Like the
+/// proxy, an agent that fails is logged, not fatal.
+fn start_podnet(
+    args: &NodeArgs,
+    node: &str,
+    kubeconfig: &std::path::Path,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if args.flannel_backend == nodus_podnet::Backend::None {
+        tracing::info!("--flannel-backend none: the pod network across nodes is not programmed");
+        return None;
+    }
+    let podnet = nodus_podnet::PodnetArgs {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        hostname_override: Some(node.to_string()),
+        flannel_backend: args.flannel_backend,
+        ..Default::default()
+    };
+    Some(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.await;
+        };
+        if let Err(e) = nodus_podnet::run_until(podnet, shutdown).await {
+            tracing::error!(error = %e, "pod network agent stopped: pods reach no other node");
         }
     }))
 }
@@ -213,10 +247,15 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     if args.kubelet.container_runtime_endpoint.is_none() {
         args.kubelet.container_runtime_endpoint = Some(format!("unix://{}", socket.display()));
     }
-    let config = match &args.runtime_config {
+    let mut config = match &args.runtime_config {
         Some(p) => nodus_runtime::config::RuntimeConfig::load(p)?,
-        None => Default::default(),
+        None => nodus_runtime::config::RuntimeConfig::default(),
     };
+    if args.flannel_backend != nodus_podnet::Backend::None {
+        // The agent's table masquerades what leaves the pod network; the bridge masquerading
+        // everything that leaves its own subnet would hide pods' addresses from other nodes.
+        config.default_network_ip_masq = false;
+    }
     let mut runtime = tokio::spawn(nodus_runtime::server::serve(
         nodus_runtime::server::ServeOptions {
             listen: socket,
@@ -249,6 +288,8 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
             None
         }
     };
+    let (stop_podnet, podnet_stop) = tokio::sync::oneshot::channel();
+    let podnet = start_podnet(&args, &node, &kubeconfig, podnet_stop);
     let kubelet = nodus_kubelet::cli::run(args.kubelet);
     tokio::pin!(kubelet);
     let result = tokio::select! {
@@ -271,11 +312,9 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     };
     let _ = stop_proxy.send(());
     let _ = stop_dns.send(());
-    if let Some(p) = proxy {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), p).await;
-    }
-    if let Some(d) = dns {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), d).await;
+    let _ = stop_podnet.send(());
+    for task in [proxy, podnet, dns].into_iter().flatten() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
     }
     result
 }

@@ -29,6 +29,19 @@ pub struct RuntimeConfig {
     /// stream_server_address + stream_server_port); port 0 picks a free one.
     #[serde(default = "default_stream_server_address")]
     pub stream_server_address: std::net::SocketAddr,
+    /// Whether nodus's default bridge network masquerades pod traffic (the bridge plugin's
+    /// `ipMasq`). `nodus node` turns it off when its pod network agent masquerades instead,
+    /// so traffic between pods on different nodes keeps the pods' addresses.
+    #[serde(default = "default_true")]
+    pub default_network_ip_masq: bool,
+    /// host-local's allocation directory for the default network [default: the plugin's
+    /// /var/lib/cni/networks].
+    #[serde(default)]
+    pub default_network_ipam_data_dir: Option<PathBuf>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_cni_bin_dirs() -> Vec<PathBuf> {
@@ -59,6 +72,8 @@ impl Default for RuntimeConfig {
             runtime_handlers: default_handlers(),
             max_concurrent_downloads: default_max_concurrent_downloads(),
             stream_server_address: default_stream_server_address(),
+            default_network_ip_masq: true,
+            default_network_ipam_data_dir: None,
         }
     }
 }
@@ -118,6 +133,17 @@ mod tests {
         assert!(c.runtime_handlers.contains_key("kata"));
         assert_eq!(c.max_concurrent_downloads, 3);
         assert_eq!(c.stream_server_address.to_string(), "127.0.0.1:0");
+        assert!(c.default_network_ip_masq);
+        assert!(c.default_network_ipam_data_dir.is_none());
+        let c = RuntimeConfig::parse(
+            "default-network-ip-masq = false\ndefault-network-ipam-data-dir = \"/tmp/ipam\"\n",
+        )
+        .unwrap();
+        assert!(!c.default_network_ip_masq);
+        assert_eq!(
+            c.default_network_ipam_data_dir.unwrap(),
+            PathBuf::from("/tmp/ipam")
+        );
         let c = RuntimeConfig::parse("stream-server-address = \"127.0.0.1:10010\"").unwrap();
         assert_eq!(c.stream_server_address.port(), 10010);
         let err = RuntimeConfig::parse("stream-server-address = \"nowhere\"").unwrap_err();

@@ -328,22 +328,29 @@ pub fn events_for(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<(String
         .collect()
 }
 
-/// `nodus node` (runtime + kubelet in one process) in `netns`, joining `cp` with
-/// credentials it issues itself from the control plane's data dir.
 /// A node's files in `d`: a CNI bridge network on `subnet` (net.d/), a runtime config
 /// using it (runtime.toml), and busybox imported into the runtime store at `runtime_root`.
 pub fn prepare_node_dir(d: &Path, subnet: &str, runtime_root: &Path) {
+    prepare_node_dir_with(d, Some(subnet), runtime_root)
+}
+
+/// [`prepare_node_dir`]; with no `subnet` net.d/ stays empty, so the runtime writes its
+/// default network from the node's podCIDR (host-local's state under `d/ipam`).
+pub fn prepare_node_dir_with(d: &Path, subnet: Option<&str>, runtime_root: &Path) {
     std::fs::create_dir_all(d.join("net.d")).expect("net.d");
-    std::fs::write(
-        d.join("net.d/10-test.conflist"),
-        super::node::conflist(&d.join("ipam"), subnet),
-    )
-    .expect("conflist");
+    if let Some(subnet) = subnet {
+        std::fs::write(
+            d.join("net.d/10-test.conflist"),
+            super::node::conflist(&d.join("ipam"), subnet),
+        )
+        .expect("conflist");
+    }
     std::fs::write(
         d.join("runtime.toml"),
         format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
-            d.join("net.d").display()
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\ndefault-network-ipam-data-dir = \"{}\"\n",
+            d.join("net.d").display(),
+            d.join("ipam").display()
         ),
     )
     .expect("runtime.toml");
@@ -374,6 +381,16 @@ pub struct NodeProcess {
     pub dir: tempfile::TempDir,
 }
 
+/// How a test node is set up beyond its name and namespace.
+#[derive(Default)]
+pub struct NodeOptions<'a> {
+    /// A CNI bridge conflist on this subnet; `None`: the runtime's default network from the
+    /// node's podCIDR.
+    pub subnet: Option<&'a str>,
+    /// More `nodus node` flags (`--flannel-backend vxlan`).
+    pub extra: &'a [&'a str],
+}
+
 impl NodeProcess {
     pub fn start(
         netns: &Arc<Netns>,
@@ -401,12 +418,44 @@ impl NodeProcess {
         subnet: &str,
         cgroup_root: &str,
     ) -> NodeProcess {
+        let opts = NodeOptions {
+            subnet: Some(subnet),
+            ..Default::default()
+        };
+        Self::start_full(netns, credentials, name, cgroup_root, &opts)
+    }
+
+    /// [`NodeProcess::start`] with [`NodeOptions`].
+    pub fn start_opts(
+        netns: &Arc<Netns>,
+        cp: &ControlPlane,
+        name: &str,
+        cgroup_root: &str,
+        opts: &NodeOptions<'_>,
+    ) -> NodeProcess {
+        let cp_dir = cp.data_dir();
+        Self::start_full(
+            netns,
+            &["--control-plane-data-dir".as_ref(), cp_dir.as_os_str()],
+            name,
+            cgroup_root,
+            opts,
+        )
+    }
+
+    fn start_full(
+        netns: &Arc<Netns>,
+        credentials: &[&std::ffi::OsStr],
+        name: &str,
+        cgroup_root: &str,
+        opts: &NodeOptions<'_>,
+    ) -> NodeProcess {
         let dir = tempfile::Builder::new()
             .prefix("nodus-nodeproc-")
             .tempdir()
             .expect("tempdir");
         let d = dir.path();
-        prepare_node_dir(d, subnet, &d.join("data/runtime"));
+        prepare_node_dir_with(d, opts.subnet, &d.join("data/runtime"));
         let mut cmd = netns.command(nodus_bin()).expect("command in netns");
         cmd.arg("node")
             .arg("--data-dir")
@@ -421,6 +470,7 @@ impl NodeProcess {
             .arg(d.join("logs"))
             .args(["--cgroup-root", cgroup_root])
             .args(["--eviction-hard", super::EVICTION_HARD_DISK_OFF])
+            .args(opts.extra)
             .env("NODUS_LOG", "nodus_kubelet=debug,info");
         let log = d.join("node.log");
         let mut daemon = Daemon::spawn("nodus-node", cmd, &log, Duration::from_secs(10))

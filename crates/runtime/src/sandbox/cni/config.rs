@@ -307,6 +307,9 @@ pub struct DefaultNetwork {
     pub subnets: Vec<String>,
     /// host-local's allocation directory (its default is /var/lib/cni/networks).
     pub ipam_data_dir: Option<PathBuf>,
+    /// The bridge plugin masquerades traffic leaving the pod subnet; off when a pod network
+    /// agent masquerades only traffic leaving the whole cluster's pod network.
+    pub ip_masq: bool,
 }
 
 /// The subnet used when the node has no pod CIDR (containerd's and CRI-O's default).
@@ -332,7 +335,13 @@ impl DefaultNetwork {
                 subnets
             },
             ipam_data_dir: None,
+            ip_masq: true,
         }
+    }
+
+    pub fn with_ip_masq(mut self, on: bool) -> Self {
+        self.ip_masq = on;
+        self
     }
 
     pub fn with_ipam_data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -383,7 +392,7 @@ impl DefaultNetwork {
                     "type": "bridge",
                     "bridge": self.bridge,
                     "isGateway": true,
-                    "ipMasq": true,
+                    "ipMasq": self.ip_masq,
                     "hairpinMode": true,
                     // When the node's pod CIDR replaces the default subnet, a bridge made
                     // under the old one is re-addressed instead of refusing every new pod.
@@ -610,6 +619,12 @@ mod tests {
         );
         assert_eq!(ipam["routes"], json!([{"dst":"0.0.0.0/0"},{"dst":"::/0"}]));
         assert_eq!(ipam["dataDir"], "/tmp/x/ipam");
+        assert_eq!(dual["plugins"][0]["ipMasq"], true);
+        let no_masq = DefaultNetwork::new(None)
+            .with_ip_masq(false)
+            .conflist()
+            .unwrap();
+        assert_eq!(no_masq["plugins"][0]["ipMasq"], false);
         let bytes = serde_json::to_vec(&dual).unwrap();
         assert_eq!(
             NetworkConfigList::from_conflist_bytes(&bytes, None)

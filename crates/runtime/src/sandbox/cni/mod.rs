@@ -56,6 +56,10 @@ pub struct CniConfig {
     pub cache_dir: PathBuf,
     /// Kill a plugin that runs longer than this.
     pub exec_timeout: Duration,
+    /// The default network's `ipMasq` (`default-network-ip-masq`).
+    pub default_ip_masq: bool,
+    /// The default network's host-local `dataDir` (`default-network-ipam-data-dir`).
+    pub default_ipam_data_dir: Option<PathBuf>,
 }
 
 impl CniConfig {
@@ -69,6 +73,8 @@ impl CniConfig {
             conf_dir: conf_dir.into(),
             cache_dir: cache_dir.into(),
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
+            default_ip_masq: true,
+            default_ipam_data_dir: None,
         }
     }
 }
@@ -306,10 +312,18 @@ impl Cni {
         }
     }
 
-    /// Writes nodus's default network ([`DefaultNetwork::new`]) when the conf dir holds no
-    /// configuration. Returns whether it wrote one.
+    /// Writes nodus's default network ([`DefaultNetwork::new`], with this client's
+    /// default-network settings) when the conf dir holds no configuration. Returns whether it
+    /// wrote one.
     pub fn ensure_default_config(&self, pod_cidr: Option<&str>) -> Result<bool, CniError> {
-        self.ensure_default_config_with(&DefaultNetwork::new(pod_cidr))
+        // Without the node's pod CIDR the network is the fallback subnet, which no pod
+        // network agent knows about: it masquerades as it always did.
+        let ip_masq = self.cfg.default_ip_masq || pod_cidr.is_none_or(|c| c.trim().is_empty());
+        let mut net = DefaultNetwork::new(pod_cidr).with_ip_masq(ip_masq);
+        if let Some(dir) = &self.cfg.default_ipam_data_dir {
+            net = net.with_ipam_data_dir(dir);
+        }
+        self.ensure_default_config_with(&net)
     }
 
     /// [`Cni::ensure_default_config`] with every knob.

@@ -408,3 +408,32 @@ fn sandbox_cni_capability_args() {
     assert_eq!(info.port_mappings[0].protocol, Protocol::Udp);
     assert_eq!(info.port_mappings[0].host_port, 5353);
 }
+
+#[test]
+fn sandbox_cni_default_network_settings_apply_to_the_pod_cidr_network_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = CniConfig::new(vec![], dir.path().join("net.d"), dir.path().join("cache"));
+    cfg.default_ip_masq = false;
+    cfg.default_ipam_data_dir = Some(dir.path().join("ipam"));
+    let cni = Cni::new(cfg);
+    let read = || -> serde_json::Value {
+        serde_json::from_slice(&fs::read(dir.path().join("net.d/10-nodus.conflist")).unwrap())
+            .unwrap()
+    };
+    // The fallback subnet (no pod CIDR yet) keeps masquerading: no agent routes it.
+    assert!(cni.ensure_default_config(None).unwrap());
+    let v = read();
+    assert_eq!(v["plugins"][0]["ipMasq"], true);
+    assert_eq!(
+        v["plugins"][0]["ipam"]["dataDir"],
+        dir.path().join("ipam").to_string_lossy().as_ref()
+    );
+    fs::remove_file(dir.path().join("net.d/10-nodus.conflist")).unwrap();
+    assert!(cni.ensure_default_config(Some("10.42.1.0/24")).unwrap());
+    let v = read();
+    assert_eq!(v["plugins"][0]["ipMasq"], false);
+    assert_eq!(
+        v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+        "10.42.1.0/24"
+    );
+}

@@ -91,11 +91,14 @@ impl Inner {
             "runtime state loaded"
         );
         let (events, _) = broadcast::channel(1024);
-        let cni = crate::sandbox::cni::Cni::new(crate::sandbox::cni::CniConfig::new(
+        let mut cni_config = crate::sandbox::cni::CniConfig::new(
             config.cni_bin_dirs.clone(),
             config.cni_conf_dir.clone(),
             root_dir.join("cni").join("cache"),
-        ));
+        );
+        cni_config.default_ip_masq = config.default_network_ip_masq;
+        cni_config.default_ipam_data_dir = config.default_network_ipam_data_dir.clone();
+        let cni = crate::sandbox::cni::Cni::new(cni_config);
         match cni.ensure_default_config(None) {
             Ok(true) => tracing::info!(
                 dir = %config.cni_conf_dir.display(),
