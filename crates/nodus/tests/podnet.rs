@@ -128,6 +128,54 @@ fn fetch_from_pod(cp: &ControlPlane, from: &str, url: &str, logs: &dyn Fn() -> S
     }
 }
 
+/// `nslookup args…` from inside pod `from` (busybox, resolv.conf's nameserver: the kube-dns
+/// ClusterIP), retried until its output contains `want`; the output.
+fn nslookup_from(
+    cp: &ControlPlane,
+    from: &str,
+    args: &[&str],
+    want: &str,
+    logs: &dyn Fn() -> String,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut cmd = vec!["exec", from, "--", "timeout", "10", "nslookup"];
+    cmd.extend_from_slice(args);
+    loop {
+        let (_, out, err) = cp.kubectl(&cmd);
+        if out.contains(want) {
+            return out;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{from}: nslookup {args:?} never showed {want:?}: {out}{err}\n{}",
+                logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+const DNS_OBJECTS: &str = "apiVersion: v1
+kind: Service
+metadata:
+  name: who-headless
+  namespace: default
+spec:
+  clusterIP: None
+  selector: {app: who}
+  ports:
+  - {name: http, port: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: outside
+  namespace: default
+spec:
+  type: ExternalName
+  externalName: who.default.svc.cluster.local
+";
+
 /// The CGI page's `<pod> <caller>` with busybox httpd's IPv4-mapped form of the caller
 /// (`[::ffff:10.77.0.2]`) written as the IPv4 address.
 fn normalize(body: &str) -> String {
@@ -315,6 +363,75 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
         assert_eq!(seen, ["who-a".to_string(), "who-b".to_string()].into());
     }
 
+    // Cluster DNS, served by every node behind kube-dns: from a pod on each node, the
+    // Service's name (full, and through the resolv.conf search path), the headless Service's
+    // endpoints, its SRV record, the pod name form and an ExternalName's CNAME.
+    cp.apply(DNS_OBJECTS);
+    let dashed = |ip: &str| ip.replace('.', "-");
+    for pod in ["who-a", "who-b"] {
+        nslookup_from(&cp, pod, &["who.default.svc.cluster.local"], &vip, &logs);
+        nslookup_from(&cp, pod, &["who"], &vip, &logs);
+        let headless = nslookup_from(
+            &cp,
+            pod,
+            &["who-headless.default.svc.cluster.local"],
+            &ip_a,
+            &logs,
+        );
+        assert!(headless.contains(&ip_b), "{headless}");
+        nslookup_from(
+            &cp,
+            pod,
+            &[
+                "-type=SRV",
+                "_http._tcp.who-headless.default.svc.cluster.local",
+            ],
+            &format!(
+                "8080 {}.who-headless.default.svc.cluster.local",
+                dashed(&ip_b)
+            ),
+            &logs,
+        );
+        nslookup_from(
+            &cp,
+            pod,
+            &[&format!("{}.default.pod.cluster.local", dashed(&ip_a))],
+            &ip_a,
+            &logs,
+        );
+        nslookup_from(
+            &cp,
+            pod,
+            &["outside.default.svc.cluster.local"],
+            "who.default.svc.cluster.local",
+            &logs,
+        );
+    }
+    let kube_dns = |cp: &ControlPlane| -> Vec<String> {
+        let v = cp
+            .get_json(&[
+                "endpointslices",
+                "-n",
+                "kube-system",
+                "-l",
+                "kubernetes.io/service-name=kube-dns",
+            ])
+            .unwrap_or_default();
+        let mut nodes: Vec<String> = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"] == true)
+            .filter_map(|e| e["nodeName"].as_str().map(str::to_string))
+            .collect();
+        nodes.sort();
+        nodes
+    };
+    wait_until("both nodes serve kube-dns", &logs, || {
+        kube_dns(&cp) == ["node-a", "node-b"]
+    });
+
     // A third node joins later and is reachable from both.
     nodes.push(NodeProcess::start_opts(
         &node_ns[2],
@@ -354,6 +471,17 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
             nodus_routes(ns)
         );
     }
+
+    wait_until("node-c serves kube-dns too", &logs, || {
+        kube_dns(&cp) == ["node-a", "node-b", "node-c"]
+    });
+    nslookup_from(
+        &cp,
+        "who-c",
+        &["who.default.svc.cluster.local"],
+        &vip,
+        &logs,
+    );
 
     // A Node claiming node-b's pod CIDR (created later) gets a Warning and no route.
     cp.apply(&format!(
@@ -415,6 +543,13 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
                 .all(|ns| !nodus_routes(ns).iter().any(|r| r.starts_with(&cidr_c)))
         },
     );
+    // DNS goes on without it: node-c's kube-dns endpoint went with its Node.
+    wait_until("kube-dns without node-c", &logs, || {
+        kube_dns(&cp) == ["node-a", "node-b"]
+    });
+    for pod in ["who-a", "who-b"] {
+        nslookup_from(&cp, pod, &["who.default.svc.cluster.local"], &vip, &logs);
+    }
     // The others' routes stay.
     assert!(
         nodus_routes(&node_ns[0])
