@@ -26,7 +26,7 @@ PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$D"
+    if [ -n "${KEEP:-}" ]; then echo "kept $D" >&2; else rm -rf "$D"; fi
 }
 trap cleanup EXIT
 KC="$D/cp/admin.kubeconfig"
@@ -131,6 +131,10 @@ open(f"{d}/nsd.conf", "w").write(f"""server:
     database: ""
     logfile: "{d}/nsd.log"
     verbosity: 0
+    # Response rate limiting (on by default, 200/s per source block) would drop most of
+    # a benchmark's queries.
+    rrl-ratelimit: 0
+    rrl-whitelist-ratelimit: 0
 remote-control:
     control-enable: no
 zone:

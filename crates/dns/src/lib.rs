@@ -22,6 +22,7 @@ pub use forward::ForwardError;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// CoreDNS's ceiling for the `ttl` option.
@@ -148,14 +149,31 @@ pub async fn run_until(
     );
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(watch::run(client, store.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
     for s in udp {
-        tasks.spawn(server::serve_udp(handler.clone(), Arc::new(s)));
+        threads.extend(
+            server::serve_udp(
+                handler.clone(),
+                s,
+                tokio::runtime::Handle::current(),
+                stop.clone(),
+            )
+            .map_err(DnsError::Bind)?,
+        );
     }
     for l in tcp {
         tasks.spawn(server::serve_tcp(handler.clone(), l));
     }
     shutdown.await;
+    stop.store(true, Ordering::Relaxed);
     tasks.shutdown().await;
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
+    .await;
     let n = store.read().map(|s| s.service_count()).unwrap_or(0);
     tracing::info!(services = n, "cluster DNS stopped");
     Ok(())
