@@ -31,7 +31,8 @@ const MAX_TTL: u32 = 3600;
 /// Flags of `nodus dns`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DnsConfig {
-    /// Kubeconfig of the API server to watch [default: in-cluster, then $KUBECONFIG].
+    /// Kubeconfig of the API server to watch [default: $KUBECONFIG or ~/.kube/config, then
+    /// in-cluster].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Addresses to serve DNS on, UDP and TCP.
@@ -79,7 +80,7 @@ pub enum DnsError {
 async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, DnsError> {
     let shown = kubeconfig
         .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "(in-cluster or $KUBECONFIG)".into());
+        .unwrap_or_else(|| "($KUBECONFIG, ~/.kube/config or in-cluster)".into());
     let err = |e: String| DnsError::Kubeconfig {
         path: shown.clone(),
         err: e,
