@@ -26,7 +26,7 @@ PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$D"
+    if [ -n "${KEEP:-}" ]; then echo "kept $D" >&2; else rm -rf "$D"; fi
 }
 trap cleanup EXIT
 KC="$D/cp/admin.kubeconfig"
@@ -131,6 +131,10 @@ open(f"{d}/nsd.conf", "w").write(f"""server:
     database: ""
     logfile: "{d}/nsd.log"
     verbosity: 0
+    # Response rate limiting (on by default, 200/s per source block) would drop most of
+    # a benchmark's queries.
+    rrl-ratelimit: 0
+    rrl-whitelist-ratelimit: 0
 remote-control:
     control-enable: no
 zone:
@@ -142,7 +146,8 @@ zone:
 """)
 PY
 nsd -d -c "$D/nsd.conf" >"$D/nsd.out" 2>&1 &
-PIDS+=($!)
+NSD_PID=$!
+PIDS+=($NSD_PID)
 
 LAST="$(tail -n 1 "$D/queries.txt" | cut -d' ' -f1)"
 for port in "$DNS_PORT" "$NSD_PORT"; do
@@ -173,10 +178,42 @@ run_paced() {
     awk -v n="$n" -v q="$q" 'NR == int(n*0.5) {p50=$1*1000} NR == int(n*0.99) {p99=$1*1000} END {printf "%.3f %.3f %.0f\n", p50, p99, q}' "$D/lat-$1"
 }
 
+descendants() {
+    local c
+    for c in $(pgrep -P "$1" || true); do
+        echo "$c"
+        descendants "$c"
+    done
+}
+# CPU ticks (user, system) of a process and its descendants (nsd's servers are
+# grandchildren): "utime stime".
+ticks() {
+    local u=0 s=0 p
+    for p in "$1" $(descendants "$1"); do
+        # Fields after the command name, which may hold spaces ("nsd: main").
+        read -r pu ps < <(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12, $13}')
+        u=$((u + pu)); s=$((s + ps))
+    done
+    echo "$u $s"
+}
+# CPU µs per answered query during a paced run, user / system: "user_us sys_us"
+per_query() {
+    local hz
+    hz=$(getconf CLK_TCK)
+    awk -v u0="$2" -v s0="$3" -v u1="$4" -v s1="$5" -v q="$6" -v d="$DURATION" -v hz="$hz" \
+        'BEGIN {n = q * d; printf "%.1f %.1f\n", (u1 - u0) / hz * 1e6 / n, (s1 - s0) / hz * 1e6 / n}'
+}
+
 read -r N_QPS N_AVG N_LOST < <(run_max "$DNS_PORT")
 read -r R_QPS R_AVG R_LOST < <(run_max "$NSD_PORT")
+read -r U0 S0 < <(ticks "$DNS_PID")
 read -r N_P50 N_P99 N_PQ < <(run_paced "$DNS_PORT")
+read -r U1 S1 < <(ticks "$DNS_PID")
+read -r N_CPU_U N_CPU_S < <(per_query "" "$U0" "$S0" "$U1" "$S1" "$N_PQ")
+read -r U0 S0 < <(ticks "$NSD_PID")
 read -r R_P50 R_P99 R_PQ < <(run_paced "$NSD_PORT")
+read -r U1 S1 < <(ticks "$NSD_PID")
+read -r R_CPU_U R_CPU_S < <(per_query "" "$U0" "$S0" "$U1" "$S1" "$R_PQ")
 N_RSS=$(awk '/VmRSS/ {printf "%d", $2/1024}' "/proc/$DNS_PID/status")
 NPROC=$(nproc)
 
@@ -184,10 +221,10 @@ TABLE="$(cat <<EOF
 <!-- bench:dns:start -->
 Command: \`bash bench/dns.sh\` (release build; dnsperf $(dnsperf -h 2>&1 | awk '/^Version/ {print $2}'), nsd $(nsd -v 2>&1 | awk 'NR==1 {print $3}'); $NPROC cores shared by dnsperf and the server; $(cat "$D/mix.txt")).
 
-| server | max queries/s (lost) | avg latency at max | p50 / p99 latency at ${PACED_QPS} q/s offered (achieved) |
-| --- | --- | --- | --- |
-| \`nodus dns\`, 1,000 Services + 100 EndpointSlices by watch | ${N_QPS} (${N_LOST}) | ${N_AVG} ms | ${N_P50} / ${N_P99} ms (${N_PQ} q/s) |
-| nsd, the same records from a static zone | ${R_QPS} (${R_LOST}) | ${R_AVG} ms | ${R_P50} / ${R_P99} ms (${R_PQ} q/s) |
+| server | max queries/s (lost) | avg latency at max | p50 / p99 latency at ${PACED_QPS} q/s offered (achieved) | server CPU per query at ${PACED_QPS} q/s, user + system |
+| --- | --- | --- | --- | --- |
+| \`nodus dns\`, 1,000 Services + 100 EndpointSlices by watch | ${N_QPS} (${N_LOST}) | ${N_AVG} ms | ${N_P50} / ${N_P99} ms (${N_PQ} q/s) | ${N_CPU_U} + ${N_CPU_S} µs |
+| nsd, the same records from a static zone | ${R_QPS} (${R_LOST}) | ${R_AVG} ms | ${R_P50} / ${R_P99} ms (${R_PQ} q/s) | ${R_CPU_U} + ${R_CPU_S} µs |
 
 \`nodus dns\` RSS after the runs: ${N_RSS} MiB.
 <!-- bench:dns:end -->

@@ -22,6 +22,7 @@ pub use forward::ForwardError;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// CoreDNS's ceiling for the `ttl` option.
@@ -30,7 +31,8 @@ const MAX_TTL: u32 = 3600;
 /// Flags of `nodus dns`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DnsConfig {
-    /// Kubeconfig of the API server to watch [default: in-cluster, then $KUBECONFIG].
+    /// Kubeconfig of the API server to watch [default: $KUBECONFIG or ~/.kube/config, then
+    /// in-cluster].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Addresses to serve DNS on, UDP and TCP.
@@ -78,7 +80,7 @@ pub enum DnsError {
 async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, DnsError> {
     let shown = kubeconfig
         .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "(in-cluster or $KUBECONFIG)".into());
+        .unwrap_or_else(|| "($KUBECONFIG, ~/.kube/config or in-cluster)".into());
     let err = |e: String| DnsError::Kubeconfig {
         path: shown.clone(),
         err: e,
@@ -170,14 +172,31 @@ pub async fn run_until_bound(
             std::future::pending::<()>().await;
         });
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
     for s in udp {
-        tasks.spawn(server::serve_udp(handler.clone(), Arc::new(s)));
+        threads.extend(
+            server::serve_udp(
+                handler.clone(),
+                s,
+                tokio::runtime::Handle::current(),
+                stop.clone(),
+            )
+            .map_err(DnsError::Bind)?,
+        );
     }
     for l in tcp {
         tasks.spawn(server::serve_tcp(handler.clone(), l));
     }
     shutdown.await;
+    stop.store(true, Ordering::Relaxed);
     tasks.shutdown().await;
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
+    .await;
     let n = store.read().map(|s| s.service_count()).unwrap_or(0);
     tracing::info!(services = n, "cluster DNS stopped");
     Ok(())

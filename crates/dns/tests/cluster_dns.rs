@@ -530,3 +530,54 @@ async fn dead_upstreams_give_servfail() {
     drop(silent);
     cp.shutdown().await;
 }
+
+#[tokio::test]
+async fn invalid_configuration_is_refused_with_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 127.0.0.1\n").unwrap();
+    let base = DnsConfig {
+        kubeconfig: Some(dir.path().join("none.kubeconfig")),
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        cluster_domain: "cluster.local".into(),
+        resolv_conf: resolv.clone(),
+        ttl: 5,
+    };
+    let missing = dir.path().join("missing.conf");
+    let cases = [
+        (
+            DnsConfig {
+                ttl: 3601,
+                ..base.clone()
+            },
+            "--ttl 3601: must be between 0 and 3600".to_string(),
+        ),
+        (
+            DnsConfig {
+                listen: vec![],
+                ..base.clone()
+            },
+            "--listen: at least one address is required".to_string(),
+        ),
+        (
+            DnsConfig {
+                resolv_conf: missing.clone(),
+                ..base.clone()
+            },
+            format!("reading {}", missing.display()),
+        ),
+        (
+            base.clone(),
+            format!(
+                "kubeconfig {}",
+                dir.path().join("none.kubeconfig").display()
+            ),
+        ),
+    ];
+    for (config, want) in cases {
+        let err = nodus_dns::run_until(config, async {})
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().starts_with(&want), "{err} (want {want})");
+    }
+}
