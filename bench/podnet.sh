@@ -246,7 +246,7 @@ LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 BLOCK=$(cat <<EOF
 Pod to pod on the runtime's default network (bridge, host-local from the node's podCIDR), one
 client pod on node-0 against a server pod on node-0 (same node) and on node-1 (across nodes,
-through the LAN bridge of the test's namespace); nodes are network namespaces on one veth-based
+through the LAN bridge of the bench's namespace); nodes are network namespaces on one veth-based
 LAN, so "the wire" is a veth pair and the figures show the cost of the pod network's own path
 (routing, VXLAN encapsulation, nftables), not of a NIC. iperf3 TCP, one stream, ${SECS} s per run,
 median of ${RUNS} runs (each run in brackets), runs alternating same node and across; ping -c 200
