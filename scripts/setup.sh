@@ -17,6 +17,8 @@ PACKAGES=(
   etcd-server
   iproute2 util-linux procps
   hyperfine
+  # an upstream DNS server for the cluster DNS forwarding test
+  nsd
 )
 
 missing=()

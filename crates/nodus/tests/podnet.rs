@@ -155,6 +155,18 @@ fn nslookup_from(
     }
 }
 
+const NODE_PORT: &str = "apiVersion: v1
+kind: Service
+metadata:
+  name: who-nodeport
+  namespace: default
+spec:
+  type: NodePort
+  selector: {app: who}
+  ports:
+  - {port: 80, targetPort: 8080, nodePort: 30080}
+";
+
 const DNS_OBJECTS: &str = "apiVersion: v1
 kind: Service
 metadata:
@@ -230,6 +242,31 @@ fn pod_cidr(cp: &ControlPlane, node: &str, logs: &dyn Fn() -> String) -> String 
         .to_string()
 }
 
+/// nsd (Debian's package) in `lan` on `10.253.0.1:53`, the upstream resolver the nodes'
+/// resolv.conf names: it serves `outside.example.test` (192.0.2.7), a name outside the
+/// cluster that the nodes' DNS must forward.
+fn upstream_resolver(lan: &Arc<Netns>, dir: &std::path::Path) -> testkit::daemon::Daemon {
+    std::fs::write(
+        dir.join("example.test.zone"),
+        "$ORIGIN example.test.\n$TTL 60\n@ IN SOA ns hostmaster 1 3600 600 86400 60\n@ IN NS ns\nns IN A 10.253.0.1\noutside IN A 192.0.2.7\n",
+    )
+    .expect("zone");
+    let d = dir.display();
+    std::fs::write(
+        dir.join("nsd.conf"),
+        format!(
+            "server:\n  ip-address: 10.253.0.1@53\n  username: \"\"\n  chroot: \"\"\n  zonesdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  xfrdfile: \"{d}/xfrd.state\"\n  zonelistfile: \"{d}/zone.list\"\n  database: \"\"\n  logfile: \"{d}/nsd.log\"\nremote-control:\n  control-enable: no\nzone:\n  name: example.test\n  zonefile: example.test.zone\n"
+        ),
+    )
+    .expect("nsd.conf");
+    let mut cmd = lan
+        .command("nsd")
+        .expect("nsd in the LAN namespace (Debian's nsd package)");
+    cmd.arg("-d").arg("-c").arg(dir.join("nsd.conf"));
+    testkit::daemon::Daemon::spawn("nsd", cmd, &dir.join("nsd.out"), Duration::from_secs(5))
+        .expect("spawn nsd")
+}
+
 const HOST_GW: NodeOptions<'static> = NodeOptions {
     subnet: None,
     extra: &[
@@ -271,8 +308,24 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
         "10.253.0.1".parse().expect("ip"),
         &["--allocate-node-cidrs", "--cluster-cidr", "10.77.0.0/16"],
     );
+    // The nodes' resolv.conf names the LAN's resolver, as a host's names its network's.
+    let upstream_dir = tempfile::tempdir().expect("tempdir");
+    let _upstream = upstream_resolver(&lan, upstream_dir.path());
+    let resolv = upstream_dir.path().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 10.253.0.1\n").expect("resolv.conf");
+    let resolv = resolv.display().to_string();
+    let extra: Vec<&str> = HOST_GW
+        .extra
+        .iter()
+        .copied()
+        .chain(["--resolv-conf", resolv.as_str()])
+        .collect();
+    let host_gw = NodeOptions {
+        subnet: None,
+        extra: &extra,
+    };
     let mut nodes: Vec<NodeProcess> = (0..2)
-        .map(|i| NodeProcess::start_opts(&node_ns[i], &cp, names[i], &cgroups[i].path(), &HOST_GW))
+        .map(|i| NodeProcess::start_opts(&node_ns[i], &cp, names[i], &cgroups[i].path(), &host_gw))
         .collect();
     let logs_of = |nodes: &[NodeProcess]| {
         nodes
@@ -428,6 +481,18 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
         nodes.sort();
         nodes
     };
+    // A name outside the cluster is forwarded to the nodes' upstream (nsd on the LAN).
+    for pod in ["who-a", "who-b"] {
+        nslookup_from(&cp, pod, &["outside.example.test"], "192.0.2.7", &logs);
+    }
+    // A NodePort Service answers on each node's address, from outside every node.
+    cp.apply(NODE_PORT);
+    for ip in &ips[..2] {
+        wait_until(&format!("NodePort 30080 on {ip}"), &logs, || {
+            fetch_from_node(&lan, &format!("http://{ip}:30080/cgi-bin/who"))
+                .is_some_and(|b| b.starts_with("who-"))
+        });
+    }
     wait_until("both nodes serve kube-dns", &logs, || {
         kube_dns(&cp) == ["node-a", "node-b"]
     });
@@ -438,7 +503,7 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
         &cp,
         "node-c",
         &cgroups[2].path(),
-        &HOST_GW,
+        &host_gw,
     ));
     let logs = || logs_of(&nodes);
     let cidr_c = pod_cidr(&cp, "node-c", &logs);
