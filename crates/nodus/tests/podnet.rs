@@ -137,22 +137,64 @@ fn nslookup_from(
     want: &str,
     logs: &dyn Fn() -> String,
 ) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut cmd = vec!["exec", from, "--", "timeout", "10", "nslookup"];
+    let mut cmd = vec!["timeout", "10", "nslookup"];
     cmd.extend_from_slice(args);
+    exec_until(cp, from, &cmd, want, logs)
+}
+
+/// `cmd` in pod `from`, retried until its output contains `want`; the output.
+fn exec_until(
+    cp: &ControlPlane,
+    from: &str,
+    cmd: &[&str],
+    want: &str,
+    logs: &dyn Fn() -> String,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut all = vec!["exec", from, "--"];
+    all.extend_from_slice(cmd);
     loop {
-        let (_, out, err) = cp.kubectl(&cmd);
+        let (_, out, err) = cp.kubectl(&all);
         if out.contains(want) {
             return out;
         }
         if Instant::now() > deadline {
             panic!(
-                "{from}: nslookup {args:?} never showed {want:?}: {out}{err}\n{}",
+                "{from}: {cmd:?} never showed {want:?}: {out}{err}\n{}",
                 logs()
             );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// A busybox pod on `node` with the host's glibc `getent` mounted in, to resolve as glibc
+/// programs do (resolv.conf's search list and ndots, NSS).
+fn getent_pod(name: &str, node: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {{name: getent, hostPath: {{path: /usr/bin/getent, type: File}}}}
+  - {{name: libs, hostPath: {{path: /usr/lib/x86_64-linux-gnu, type: Directory}}}}
+  - {{name: lib64, hostPath: {{path: /usr/lib64, type: Directory}}}}
+  containers:
+  - name: main
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sleep, '3600']
+    volumeMounts:
+    - {{name: getent, mountPath: /usr/bin/getent, readOnly: true}}
+    - {{name: libs, mountPath: /lib/x86_64-linux-gnu, readOnly: true}}
+    - {{name: lib64, mountPath: /lib64, readOnly: true}}
+"#
+    )
 }
 
 const NODE_PORT: &str = "apiVersion: v1
@@ -484,6 +526,20 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
     // A name outside the cluster is forwarded to the nodes' upstream (nsd on the LAN).
     for pod in ["who-a", "who-b"] {
         nslookup_from(&cp, pod, &["outside.example.test"], "192.0.2.7", &logs);
+    }
+    // glibc's resolver (getent, the host's, mounted into a pod on each node): full names,
+    // the search path, a forwarded name.
+    for (pod, node) in [("getent-a", "node-a"), ("getent-b", "node-b")] {
+        cp.apply(&getent_pod(pod, node));
+        pod_ip(&cp, pod, &logs);
+        for (name, want) in [
+            ("who.default.svc.cluster.local", vip.as_str()),
+            ("who", vip.as_str()),
+            ("who-headless", ip_b.as_str()),
+            ("outside.example.test", "192.0.2.7"),
+        ] {
+            exec_until(&cp, pod, &["getent", "hosts", name], want, &logs);
+        }
     }
     // A NodePort Service answers on each node's address, from outside every node.
     cp.apply(NODE_PORT);
