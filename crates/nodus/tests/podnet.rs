@@ -535,7 +535,7 @@ fn host_gw_pods_reach_pods_on_other_nodes_with_their_own_address() {
         for (name, want) in [
             ("who.default.svc.cluster.local", vip.as_str()),
             ("who", vip.as_str()),
-            ("who-headless", ip_b.as_str()),
+            ("who-headless", "10.77."), // an endpoint's pod IP, not a ClusterIP
             ("outside.example.test", "192.0.2.7"),
         ] {
             exec_until(&cp, pod, &["getent", "hosts", name], want, &logs);
