@@ -43,7 +43,8 @@ async fn free_port() -> u16 {
     }
 }
 
-/// Starts the DNS server; it stops when the returned sender is dropped.
+/// Starts the DNS server and waits until it serves; it stops when the returned sender is
+/// dropped.
 async fn start_dns(
     kubeconfig: &Path,
     resolv_conf: &Path,
@@ -57,13 +58,20 @@ async fn start_dns(
         resolv_conf: resolv_conf.to_path_buf(),
         ttl: 5,
     };
+    // Queries only once the server is bound and has listed: before that a query races the
+    // bind (ECONNREFUSED) or gets SERVFAIL.
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        nodus_dns::run_until(config, async {
+        nodus_dns::run_until_bound(config, Some(bound_tx), async {
             let _ = rx.await;
         })
         .await
         .expect("dns server runs");
     });
+    tokio::time::timeout(std::time::Duration::from_secs(30), bound_rx)
+        .await
+        .expect("the DNS server bound and listed within 30 s")
+        .expect("the DNS server started");
     (addr, tx)
 }
 
