@@ -34,6 +34,10 @@ pub struct Resources {
     /// v2 `memory.high` in bytes: -1 (unlimited) or > 0. v1 has no equivalent; ignored there,
     /// as upstream's v1 driver does.
     pub memory_high: Option<i64>,
+    /// v2 `memory.min` in bytes (≥ 0): memory the kernel does not reclaim from the cgroup;
+    /// the kubelet's MemoryQoS sets it to the requests. Ignored on v1, which has no
+    /// equivalent.
+    pub memory_min: Option<i64>,
     /// -1 (unlimited) or > 0.
     pub pids_limit: Option<i64>,
     /// A cpu list such as `0-3,6`.
@@ -91,6 +95,11 @@ impl Resources {
             {
                 return bad(field, format!("{v} must be -1 (unlimited) or positive"));
             }
+        }
+        if let Some(v) = self.memory_min
+            && v < 0
+        {
+            return bad("memory_min", format!("{v} must not be negative"));
         }
         for (field, v) in [
             ("cpuset_cpus", &self.cpuset_cpus),

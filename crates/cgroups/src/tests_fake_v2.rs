@@ -1,10 +1,12 @@
 //! cgroup v2 on a fake cgroupfs tree in a temp dir: the files a kernel would show exist
 //! beforehand, and the tests assert the exact bytes the driver writes.
 
+use crate::controller::ControllerKind;
 use crate::error::CgroupError;
 use crate::hierarchy::Hierarchy;
-use crate::manager::Manager;
+use crate::manager::CgroupManager;
 use crate::resources::Resources;
+use crate::v2::V2Manager;
 use std::path::Path;
 
 fn put(p: &Path, s: &str) {
@@ -18,7 +20,7 @@ fn get(p: &Path) -> String {
 
 /// A root offering the usual controllers, with `kubepods` existing and already enabling cpu
 /// and memory for its children.
-fn tree() -> (tempfile::TempDir, Manager) {
+fn tree() -> (tempfile::TempDir, V2Manager) {
     let d = tempfile::tempdir().unwrap();
     let r = d.path();
     put(
@@ -35,7 +37,7 @@ fn tree() -> (tempfile::TempDir, Manager) {
     put(&r.join("kubepods/hugetlb.2MB.rsvd.max"), "max\n");
     let h = Hierarchy::detect_at(r);
     assert!(h.is_v2());
-    (d, Manager::fake(h))
+    (d, V2Manager::fake(h))
 }
 
 #[test]
@@ -148,7 +150,9 @@ fn a_controller_the_kernel_lacks_is_an_error_and_nothing_is_left() {
 #[test]
 fn update_of_a_missing_cgroup_and_bad_values_are_refused() {
     let (d, m) = tree();
-    assert!(m.has_controller("hugetlb") && !m.has_controller("freezer"));
+    assert!(
+        m.has_controller(ControllerKind::Hugetlb) && !m.has_controller(ControllerKind::Freezer)
+    );
     assert_eq!(
         m.update("kubepods/nope", &Resources::default())
             .unwrap_err()

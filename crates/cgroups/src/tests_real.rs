@@ -2,26 +2,28 @@
 //! hybrid cgroup2 mount driven as a v2 hierarchy), each under its own
 //! `nodus-cgtest-<pid>-<n>` root that a guard removes even when the test panics.
 
+use crate::common::DeleteRetries;
 use crate::error::CgroupError;
 use crate::hierarchy::Hierarchy;
-use crate::manager::Manager;
+use crate::manager::CgroupManager;
 use crate::resources::Resources;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// A test cgroup root and the processes a test started; both go away on drop.
 struct Guard {
-    m: Manager,
+    m: Arc<dyn CgroupManager>,
     root: String,
     children: Vec<Child>,
 }
 
 impl Guard {
-    fn new(m: Manager) -> Guard {
+    fn new(m: Arc<dyn CgroupManager>) -> Guard {
         let root = format!(
             "nodus-cgtest-{}-{}",
             std::process::id(),
@@ -75,16 +77,16 @@ impl Drop for Guard {
     }
 }
 
-fn v1() -> Option<Manager> {
+fn v1() -> Option<Arc<dyn CgroupManager>> {
     let h = Hierarchy::detect();
     if h.is_v2() || h.mount("memory").is_none() {
         eprintln!("skipped: this machine has no cgroup v1 memory controller");
         return None;
     }
-    Some(Manager::detect())
+    Some(crate::detect())
 }
 
-fn cat(m: &Manager, controller: &str, path: &str, file: &str) -> String {
+fn cat(m: &Arc<dyn CgroupManager>, controller: &str, path: &str, file: &str) -> String {
     let p = m.hierarchy().dir(controller, path).join(file);
     std::fs::read_to_string(&p)
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -340,7 +342,13 @@ fn v1_busy_delete_retries_then_kills_stragglers() {
     let pid = g.sleeper("pod", "1000");
 
     // Without permission to kill, the bounded retries end in a busy error naming the dir.
-    let patient = g.m.clone().with_delete_retries(3, u32::MAX);
+    let patient = crate::with_retries(
+        g.m.hierarchy().clone(),
+        DeleteRetries {
+            attempts: 3,
+            kill_after: u32::MAX,
+        },
+    );
     let err = patient.delete(&pod).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
     let msg = err.to_string();
@@ -367,7 +375,13 @@ fn v1_busy_delete_succeeds_once_the_process_leaves() {
     let mut child = g.take_child(pid);
     let reaper = std::thread::spawn(move || child.wait());
     // Generous bound, never killing: success can only come from the process exiting.
-    let patient = g.m.clone().with_delete_retries(60, u32::MAX);
+    let patient = crate::with_retries(
+        g.m.hierarchy().clone(),
+        DeleteRetries {
+            attempts: 60,
+            kill_after: u32::MAX,
+        },
+    );
     patient.delete(&pod).unwrap();
     let status = reaper.join().unwrap().unwrap();
     assert!(status.success(), "{status:?}");
@@ -417,7 +431,7 @@ fn v1_failed_create_leaves_nothing_behind() {
 
 #[test]
 fn missing_cgroup_root_is_a_clear_error() {
-    let m = Manager::new(Hierarchy::v1("/nonexistent-nodus-cgroup-root"));
+    let m = crate::for_hierarchy(Hierarchy::v1("/nonexistent-nodus-cgroup-root"));
     let err = m.create("kubepods", &Resources::default()).unwrap_err();
     assert!(matches!(err, CgroupError::RootMissing(_)));
     assert!(
@@ -425,7 +439,7 @@ fn missing_cgroup_root_is_a_clear_error() {
             .starts_with("cgroup root /nonexistent-nodus-cgroup-root"),
         "{err}"
     );
-    let m = Manager::new(Hierarchy::v2("/nonexistent-nodus-cgroup-root"));
+    let m = crate::for_hierarchy(Hierarchy::v2("/nonexistent-nodus-cgroup-root"));
     assert_eq!(
         m.create("kubepods", &Resources::default())
             .unwrap_err()
@@ -454,10 +468,10 @@ fn real_v2_unified_mount_freeze_kill_delete() {
         return;
     }
     // The outer guard only removes the test directory from the unified root.
-    let outer = Guard::new(Manager::new(Hierarchy::v2(&unified)));
+    let outer = Guard::new(crate::for_hierarchy(Hierarchy::v2(&unified)));
     let top = unified.join(&outer.root);
     std::fs::create_dir(&top).unwrap();
-    let mut g = Guard::new(Manager::new(Hierarchy::v2(&top)));
+    let mut g = Guard::new(crate::for_hierarchy(Hierarchy::v2(&top)));
     let before = std::fs::read_to_string(top.join("cgroup.subtree_control")).unwrap();
     let pod = g.path("pod");
     g.m.create(&g.path("pod/ctr"), &Resources::default())

@@ -8,10 +8,10 @@ use super::admission::{Rejection, admit};
 use super::allocatable::{NodeResources, allocatable, machine_capacity, parse_reserved};
 use super::resources::{CgroupValues, milli_to_shares, pod_requests, pod_values};
 use k8s_openapi::api::core::v1::Pod;
-use nodus_cgroups::{Manager, Resources};
+use nodus_cgroups::{CgroupManager, Resources};
 use nodus_k8s::qos::{QosClass, pod_qos_class};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CmError {
@@ -30,7 +30,7 @@ pub struct ContainerManager {
     pub config: Config,
     pub capacity: NodeResources,
     pub allocatable: NodeResources,
-    cgroups: Manager,
+    cgroups: Arc<dyn CgroupManager>,
     /// Serialises tier updates with pod cgroup creation.
     lock: Mutex<()>,
     kube: NodeResources,
@@ -81,7 +81,7 @@ impl ContainerManager {
                     .into(),
             ));
         }
-        let cgroups = Manager::detect();
+        let cgroups = nodus_cgroups::detect();
         cgroups.check_root().map_err(|source| CmError::Root {
             root: config.layout.root.clone(),
             source,
@@ -176,6 +176,11 @@ impl ContainerManager {
         Ok(())
     }
 
+    /// The cgroup driver (for statistics).
+    pub fn cgroups(&self) -> &Arc<dyn CgroupManager> {
+        &self.cgroups
+    }
+
     /// The pod's cgroup path.
     pub fn pod_cgroup(&self, pod: &Pod) -> String {
         let qos = pod_qos_class(&pod.spec.clone().unwrap_or_default());
@@ -256,12 +261,8 @@ impl ContainerManager {
             QosClass::Burstable,
             QosClass::BestEffort,
         ] {
-            let dir = self
-                .cgroups
-                .hierarchy()
-                .dir("memory", &self.config.layout.tier(qos));
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                if let Some(uid) = e.file_name().to_string_lossy().strip_prefix("pod") {
+            for name in self.cgroups.children(&self.config.layout.tier(qos)) {
+                if let Some(uid) = name.strip_prefix("pod") {
                     out.push(uid.to_string());
                 }
             }

@@ -216,8 +216,7 @@ fn pods_container(s: &ServerState, now: i64) -> Value {
     if !layout.per_qos {
         return json!([]);
     }
-    let h = nodus_cgroups::Hierarchy::detect();
-    let Ok(st) = nodus_cgroups::read_stats(&h, &layout.kubepods()) else {
+    let Ok(st) = s.kr.cm.cgroups().read_stats(&layout.kubepods()) else {
         return json!([]);
     };
     // Available against the kubepods limit (capacity minus the reservations), else the
