@@ -51,7 +51,7 @@ pub use hierarchy::Hierarchy;
 pub use manager::{CgroupManager, detect, for_hierarchy, with_retries};
 pub use resources::{
     Resources, cpu_max, milli_cpu_to_quota, milli_cpu_to_shares, shares_to_weight,
-    shares_to_weight_quadratic, weight_to_shares,
+    shares_to_weight_linear, weight_to_shares,
 };
 pub use stats::{CpuStats, MemoryStats, Pressure, PsiLine, PsiStats, Stats, parse_pressure};
 

@@ -68,7 +68,7 @@ fn create_enables_controllers_and_writes_v2_files() {
         "+cpuset +hugetlb +io +pids"
     );
     let b = r.join("kubepods/burstable");
-    assert_eq!(get(&b.join("cpu.weight")), "4");
+    assert_eq!(get(&b.join("cpu.weight")), "17");
     assert_eq!(get(&b.join("cpu.max")), "50000 100000");
     assert_eq!(get(&b.join("memory.max")), "67108864");
     assert_eq!(get(&b.join("memory.high")), "max");
@@ -95,7 +95,7 @@ fn shares_and_quota_map_to_weight_and_cpu_max() {
         cpu_quota: Some(-1),
         ..Default::default()
     });
-    assert_eq!(get(&c.join("cpu.weight")), "39");
+    assert_eq!(get(&c.join("cpu.weight")), "100");
     // No period given: the kernel keeps the one it has.
     assert_eq!(get(&c.join("cpu.max")), "max");
     upd(Resources {
