@@ -10,6 +10,9 @@ mod io;
 mod memory;
 mod pids;
 
+#[cfg(test)]
+pub(crate) use memory::meminfo_usage;
+
 use crate::common::{
     DeleteRetries, Files, check_writable, child_names, collect_pids_in, components, join,
     kill_pids, non_root, offers, read,
