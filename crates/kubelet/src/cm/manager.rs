@@ -219,6 +219,19 @@ impl ContainerManager {
         Ok(path)
     }
 
+    /// The cgroup of the pod with `uid`, wherever its tier put it (the pod's spec may be
+    /// unknown), when it exists.
+    pub fn pod_cgroup_of(&self, uid: &str) -> Option<String> {
+        [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ]
+        .into_iter()
+        .map(|qos| self.config.layout.pod(qos, uid))
+        .find(|p| self.cgroups.exists(p))
+    }
+
     /// Removes a pod's cgroup wherever its tier put it (the pod's spec may be unknown).
     pub fn remove_pod(&self, uid: &str) {
         let _g = self.lock.lock();

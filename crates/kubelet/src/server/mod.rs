@@ -240,7 +240,9 @@ async fn metrics_probes(State(s): State<ServerState>) -> impl IntoResponse {
 
 /// `/metrics/cadvisor`: per-container CPU and memory from the CRI stats, in cAdvisor's
 /// metric names (a minimal subset: `container_cpu_usage_seconds_total`,
-/// `container_memory_working_set_bytes`).
+/// `container_memory_working_set_bytes`), and with KubeletPSI the pressure stall totals
+/// (`container_pressure_{cpu,memory,io}_{waiting,stalled}_seconds_total`: `some` and
+/// `full`).
 async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Response {
     let summary = match stats::summary_json(&s).await {
         Ok(v) => v,
@@ -252,6 +254,24 @@ async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Respo
     let mut mem = String::from(
         "# HELP container_memory_working_set_bytes Current working set in bytes.\n# TYPE container_memory_working_set_bytes gauge\n",
     );
+    let mut pressure: Vec<(String, String, String)> = Vec::new();
+    for resource in ["cpu", "memory", "io"] {
+        for (kind, line, help) in [
+            ("waiting", "some", "tasks in the container have waited"),
+            (
+                "stalled",
+                "full",
+                "no tasks in the container could make progress",
+            ),
+        ] {
+            let name = format!("container_pressure_{resource}_{kind}_seconds_total");
+            let head = format!(
+                "# HELP {name} Total time duration {help} due to {resource} congestion.\n# TYPE {name} counter\n"
+            );
+            pressure.push((name, line.to_string(), head));
+        }
+    }
+    let mut pressure_text: Vec<String> = vec![String::new(); pressure.len()];
     for p in summary["pods"].as_array().into_iter().flatten() {
         let ns = p["podRef"]["namespace"].as_str().unwrap_or_default();
         let pod = p["podRef"]["name"].as_str().unwrap_or_default();
@@ -269,6 +289,17 @@ async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Respo
                     "container_memory_working_set_bytes{{{labels}}} {ws}\n"
                 ));
             }
+            for (i, (name, line, _)) in pressure.iter().enumerate() {
+                let resource = name
+                    .trim_start_matches("container_pressure_")
+                    .split('_')
+                    .next()
+                    .unwrap_or_default();
+                // The kernel counts stall time in microseconds.
+                if let Some(us) = c[resource]["psi"][line.as_str()]["total"].as_u64() {
+                    pressure_text[i].push_str(&format!("{name}{{{labels}}} {}\n", us as f64 / 1e6));
+                }
+            }
         }
     }
     (
@@ -276,7 +307,16 @@ async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Respo
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        format!("{cpu}{mem}"),
+        {
+            let mut out = format!("{cpu}{mem}");
+            for ((_, _, head), body) in pressure.iter().zip(&pressure_text) {
+                if !body.is_empty() {
+                    out.push_str(head);
+                    out.push_str(body);
+                }
+            }
+            out
+        },
     )
         .into_response()
 }
