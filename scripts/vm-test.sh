@@ -183,6 +183,14 @@ for line in sys.stdin:
         print(pkg, t["kind"][0], t["name"], m["executable"])
 ' > "$out/executables"
   log "$(wc -l < "$out/executables") test executables listed for the guest"
+  # Host tools the tests drive that the guest's packages lack (kubectl is one static
+  # binary), on the guest's PATH through the share.
+  mkdir -p "$out/bin"
+  for tool in kubectl; do
+    if command -v "$tool" >/dev/null; then
+      cp "$(command -v "$tool")" "$out/bin/"
+    fi
+  done
   qemu-img create -q -f qcow2 -b "$img/image.raw" -F raw "$out/disk.qcow2"
   local args
   args=$(IFS=,; echo "$*")
@@ -216,6 +224,16 @@ for line in sys.stdin:
   fi
   local status
   status=$(cat "$out/status")
+  # The guest's poweroff was the graceful-shutdown test: check what its pods left.
+  if [[ -f $out/shutdown/armed ]]; then
+    local exe
+    exe=$(awk '$1 == "nodus" && $3 == "node_shutdown" {print $4; exit}' "$out/executables")
+    log "verifying the graceful node shutdown the guest went through"
+    if ! (cd crates/nodus && NODUS_VM_SHUTDOWN_DIR=$out/shutdown \
+      "$exe" --ignored --exact graceful_shutdown_2_verify); then
+      status=1
+    fi
+  fi
   log "suite exit status $status; logs in $out"
   exit "$status"
 }

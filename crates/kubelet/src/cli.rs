@@ -365,6 +365,7 @@ struct Resolved {
     eviction: crate::eviction::Config,
     /// `userNamespaces.idsPerPod`.
     ids_per_pod: u32,
+    shutdown: crate::nodeshutdown::Config,
 }
 
 /// The settings of the node status, lease and registration.
@@ -451,9 +452,11 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     cm.kubelet_psi = feature(&gates, "KubeletPSI")?;
     let node = resolve_node(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
+    let shutdown = resolve_shutdown(&c, &gates)?;
     let ids_per_pod = c.ids_per_pod();
     Ok(Resolved {
         ids_per_pod,
+        shutdown,
         endpoint: args
             .container_runtime_endpoint
             .clone()
@@ -687,6 +690,75 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
     })
 }
 
+/// What the shutdown manager is given of the kubelet: its active pods, and a kill that
+/// marks the pod's terminal status and resolves once the pod's worker has stopped it.
+#[allow(clippy::type_complexity)]
+fn shutdown_functions(
+    core: &Arc<crate::kubelet::Core>,
+    pods: &PodManager,
+    workers: &crate::pod_workers::PodWorkers,
+) -> (
+    Box<dyn Fn() -> Vec<k8s_openapi::api::core::v1::Pod> + Send + Sync>,
+    crate::nodeshutdown::KillPod,
+) {
+    let (c, p, w) = (Arc::clone(core), pods.clone(), workers.clone());
+    let active = Box::new(move || crate::kubelet::active_pods(&p, &c, &w));
+    let (c, w) = (Arc::clone(core), workers.clone());
+    let kill: crate::nodeshutdown::KillPod = Arc::new(move |pod, grace| {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        c.mark_shutdown(&uid);
+        w.update(crate::pod_workers::Update::Kill {
+            pod,
+            grace: Some(grace),
+            remove: false,
+        });
+        let w = w.clone();
+        Box::pin(async move {
+            use crate::pod_workers::WorkerPhase::{Syncing, Terminating};
+            while matches!(w.phase(&uid), Some(Syncing | Terminating)) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    });
+    (active, kill)
+}
+
+/// Graceful node shutdown from the KubeletConfiguration (upstream has no flags for it).
+fn resolve_shutdown(
+    c: &KubeletConfiguration,
+    gates: &[String],
+) -> Result<crate::nodeshutdown::Config, RunError> {
+    let period = |v: &Option<String>, name: &str| -> Result<Duration, RunError> {
+        match v {
+            Some(v) => parse_duration(v).map_err(|e| RunError::Flag(format!("{name}: {e}"))),
+            None => Ok(Duration::ZERO),
+        }
+    };
+    let by_priority = c
+        .shutdown_grace_period_by_pod_priority
+        .clone()
+        .unwrap_or_default();
+    if !by_priority.is_empty() && !feature(gates, "GracefulNodeShutdownBasedOnPodPriority")? {
+        return Err(RunError::Flag(
+            "invalid configuration: Specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority".into(),
+        ));
+    }
+    let config = crate::nodeshutdown::Config {
+        shutdown_grace_period: period(&c.shutdown_grace_period, "shutdownGracePeriod")?,
+        shutdown_grace_period_critical_pods: period(
+            &c.shutdown_grace_period_critical_pods,
+            "shutdownGracePeriodCriticalPods",
+        )?,
+        by_pod_priority: by_priority,
+    };
+    config.validate().map_err(RunError::Flag)?;
+    if !feature(gates, "GracefulNodeShutdown")? {
+        tracing::info!("Node graceful shutdown feature is disabled, node shutdown will be immediate");
+        return Ok(crate::nodeshutdown::Config::default());
+    }
+    Ok(config)
+}
+
 fn dur(
     flag: &Option<String>,
     file: &Option<String>,
@@ -722,6 +794,8 @@ pub enum RunError {
 /// MemoryQoS alpha, KubeletPSI beta).
 const FEATURE_GATES: &[(&str, bool)] = &[
     ("EventedPLEG", false),
+    ("GracefulNodeShutdown", true),
+    ("GracefulNodeShutdownBasedOnPodPriority", true),
     ("KubeletPSI", true),
     ("MemoryQoS", false),
 ];
@@ -833,6 +907,7 @@ fn spawn_api_parts(p: ApiParts) {
         runtime,
         node_uid: uid_tx,
         pressure: p.pressure,
+        shutdown: Arc::clone(&p.core.shutdown),
     };
     tokio::spawn(manager.run());
     tokio::spawn(
@@ -1097,6 +1172,19 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
                                 .is_some()
                         })
                 }),
+            }
+            .run(),
+        );
+    }
+    {
+        let (active_pods, kill_pod) = shutdown_functions(&core, &pods, &workers);
+        tokio::spawn(
+            crate::nodeshutdown::Manager {
+                groups: r.shutdown.groups(),
+                state: Arc::clone(&core.shutdown),
+                node: node.clone(),
+                active_pods,
+                kill_pod,
             }
             .run(),
         );

@@ -29,8 +29,35 @@ pub struct Core {
     rejected: Mutex<std::collections::HashSet<String>>,
     /// The node's pressure conditions, as the eviction manager last judged them.
     pub pressure: Arc<crate::eviction::Pressure>,
-    /// Pods the eviction manager is killing, with the message their status gets.
-    evicted: Mutex<HashMap<String, String>>,
+    /// Whether the node is shutting down (node status and admission read it).
+    pub shutdown: Arc<crate::nodeshutdown::State>,
+    /// Pods the eviction or shutdown manager is killing, with the status they end with.
+    abnormal: Mutex<HashMap<String, Abnormal>>,
+}
+
+/// Why the kubelet itself ended a pod (upstream's TerminatePodAbnormally callers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbnormalReason {
+    /// Node-pressure eviction: its containers and volumes are removed at once, so the
+    /// pressure goes away.
+    Evicted,
+    /// Graceful node shutdown.
+    NodeShutdown,
+}
+
+impl AbnormalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbnormalReason::Evicted => crate::eviction::REASON,
+            AbnormalReason::NodeShutdown => crate::nodeshutdown::REASON,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Abnormal {
+    reason: AbnormalReason,
+    message: String,
 }
 
 impl Core {
@@ -49,7 +76,8 @@ impl Core {
             sync_frequency,
             rejected: Mutex::new(Default::default()),
             pressure: Arc::default(),
-            evicted: Mutex::new(HashMap::new()),
+            shutdown: Arc::default(),
+            abnormal: Mutex::new(HashMap::new()),
         }
     }
 
@@ -57,13 +85,33 @@ impl Core {
     /// Evicted, `message` and a DisruptionTarget condition, and its containers and volumes
     /// are removed so what it used is reclaimed.
     pub fn mark_evicted(&self, uid: &str, message: &str) {
-        if let Ok(mut m) = self.evicted.lock() {
-            m.insert(uid.to_string(), message.to_string());
+        self.mark_abnormal(uid, AbnormalReason::Evicted, message);
+    }
+
+    /// Marks a pod the shutdown manager is terminating: it ends Failed with reason
+    /// Terminated, upstream's message and a DisruptionTarget condition.
+    pub fn mark_shutdown(&self, uid: &str) {
+        self.mark_abnormal(
+            uid,
+            AbnormalReason::NodeShutdown,
+            crate::nodeshutdown::MESSAGE,
+        );
+    }
+
+    fn mark_abnormal(&self, uid: &str, reason: AbnormalReason, message: &str) {
+        if let Ok(mut m) = self.abnormal.lock() {
+            m.insert(
+                uid.to_string(),
+                Abnormal {
+                    reason,
+                    message: message.to_string(),
+                },
+            );
         }
     }
 
-    fn eviction_message(&self, uid: &str) -> Option<String> {
-        self.evicted.lock().ok().and_then(|m| m.get(uid).cloned())
+    fn abnormal(&self, uid: &str) -> Option<Abnormal> {
+        self.abnormal.lock().ok().and_then(|m| m.get(uid).cloned())
     }
 
     pub fn is_rejected(&self, uid: &str) -> bool {
@@ -332,12 +380,12 @@ impl Core {
                             status.phase = Some(if ok { "Succeeded" } else { "Failed" }.into());
                         }
                     }
-                    let evicted = self.eviction_message(&uid);
-                    if let Some(message) = &evicted {
-                        set_evicted(&mut status, message);
+                    let abnormal = self.abnormal(&uid);
+                    if let Some(a) = &abnormal {
+                        set_terminated_abnormally(&mut status, a.reason, &a.message);
                     }
                     self.status.set(&uid, status);
-                    if evicted.is_some() {
+                    if abnormal.is_some_and(|a| a.reason == AbnormalReason::Evicted) {
                         self.reclaim_evicted(&pod).await;
                     }
                 }
@@ -377,7 +425,7 @@ impl Core {
         }
         self.kr.cm.remove_pod(&uid);
         self.status.remove(&uid);
-        if let Ok(mut m) = self.evicted.lock() {
+        if let Ok(mut m) = self.abnormal.lock() {
             m.remove(&uid);
         }
         self.kr.forget(&uid);
@@ -409,10 +457,14 @@ impl Core {
     }
 }
 
-/// An evicted pod's terminal status (upstream's TerminatePodAbnormally with Evict).
-pub fn set_evicted(status: &mut PodStatus, message: &str) {
-    status.phase = Some("Failed".into());
-    status.reason = Some(crate::eviction::REASON.into());
+/// The terminal status of a pod the kubelet ended itself (upstream's
+/// TerminatePodAbnormally): Failed (unless it already succeeded), the reason and message,
+/// and a DisruptionTarget condition.
+pub fn set_terminated_abnormally(status: &mut PodStatus, reason: AbnormalReason, message: &str) {
+    if reason == AbnormalReason::Evicted || status.phase.as_deref() != Some("Succeeded") {
+        status.phase = Some("Failed".into());
+    }
+    status.reason = Some(reason.as_str().into());
     status.message = Some(message.to_string());
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     conditions.retain(|c| c.type_ != "DisruptionTarget");
@@ -426,6 +478,25 @@ pub fn set_evicted(status: &mut PodStatus, message: &str) {
         )),
         ..Default::default()
     });
+}
+
+/// upstream's GetActivePods: admitted, not finished, not being torn down — the pods the
+/// eviction and shutdown managers may end.
+pub fn active_pods(
+    pods: &crate::syncloop::PodManager,
+    core: &Core,
+    workers: &crate::pod_workers::PodWorkers,
+) -> Vec<Pod> {
+    pods.all()
+        .into_iter()
+        .filter(|p| {
+            let u = p.metadata.uid.clone().unwrap_or_default();
+            !core.is_rejected(&u)
+                && core.is_active(p)
+                && p.metadata.deletion_timestamp.is_none()
+                && workers.phase(&u) == Some(crate::pod_workers::WorkerPhase::Syncing)
+        })
+        .collect()
 }
 
 /// The pod workers' view of the core.

@@ -64,6 +64,12 @@ pub struct KubeletConfiguration {
     pub authentication: Option<KubeletAuthentication>,
     pub authorization: Option<KubeletAuthorization>,
     pub user_namespaces: Option<UserNamespaces>,
+    /// Graceful node shutdown: the whole delay logind grants the kubelet.
+    pub shutdown_grace_period: Option<String>,
+    /// The part of it kept for pods of system-critical priority.
+    pub shutdown_grace_period_critical_pods: Option<String>,
+    pub shutdown_grace_period_by_pod_priority:
+        Option<Vec<crate::nodeshutdown::PriorityGracePeriod>>,
 }
 
 /// `userNamespaces`: how many host ids each pod with `hostUsers: false` gets.

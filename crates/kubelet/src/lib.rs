@@ -23,6 +23,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod mirror;
 pub mod nodelease;
+pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod objectcache;
 pub mod pleg;

@@ -161,7 +161,11 @@ impl SyncLoop {
                     let deleted = pod.metadata.deletion_timestamp.is_some();
                     let pressure = self.core.pressure.conditions();
                     if !deleted
-                        && let Err(r) = crate::cm::admission::admit_pressure(&pod, &pressure)
+                        && let Err(r) = self
+                            .core
+                            .shutdown
+                            .admit()
+                            .and_then(|()| crate::cm::admission::admit_pressure(&pod, &pressure))
                             .and_then(|()| self.core.kr.cm.admit(&pod, &others))
                     {
                         self.pods.set(&pod);

@@ -215,17 +215,7 @@ impl Manager {
 
     /// Pods that may be evicted: admitted, not finished, not being torn down.
     fn active_pods(&self) -> Vec<Pod> {
-        self.pods
-            .all()
-            .into_iter()
-            .filter(|p| {
-                let u = uid(p);
-                !self.core.is_rejected(&u)
-                    && self.core.is_active(p)
-                    && p.metadata.deletion_timestamp.is_none()
-                    && self.workers.phase(&u) == Some(WorkerPhase::Syncing)
-            })
-            .collect()
+        crate::kubelet::active_pods(&self.pods, &self.core, &self.workers)
     }
 
     async fn image_fs(&self) -> Option<PathBuf> {

@@ -191,6 +191,8 @@ pub struct NodeStatusManager {
     pub node_uid: tokio::sync::watch::Sender<Option<String>>,
     /// The pressure conditions the eviction manager reports.
     pub pressure: Arc<crate::eviction::Pressure>,
+    /// Whether the shutdown manager saw the node start shutting down.
+    pub shutdown: Arc<crate::nodeshutdown::State>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -246,7 +248,11 @@ impl NodeStatusManager {
             self.pressure.pid(),
         )
         .to_vec();
-        verdicts.push(setters::ready(&self.runtime.errors(&self.pleg)));
+        let mut errors = self.runtime.errors(&self.pleg);
+        if self.shutdown.shutting_down() {
+            errors.push(crate::nodeshutdown::STATUS_ERROR.to_string());
+        }
+        verdicts.push(setters::ready(&errors));
         let now = Time(crate::config::now_timestamp());
         let images = match self
             .rt
@@ -371,7 +377,11 @@ impl NodeStatusManager {
         let mut tick = tokio::time::interval(self.config.update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            // A shutdown starting is reported at once, not at the next tick.
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shutdown.changed() => {}
+            }
             for attempt in 0..UPDATE_RETRIES {
                 match self
                     .update_once(&pod_cidr, &mut last_report, &mut last_verdicts)

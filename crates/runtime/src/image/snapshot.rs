@@ -439,9 +439,20 @@ pub fn mount_overlay(
     upper_work: Option<(&Path, &Path)>,
     target: &Path,
 ) -> Result<MountGuard, SnapshotError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Once the kernel turned `lowerdir+` down, ask it no more: each refusal is a line in
+    // its log.
+    static LEGACY: AtomicBool = AtomicBool::new(false);
+    if LEGACY.load(Ordering::Relaxed) {
+        return mount_overlay_legacy(lowers, upper_work, target);
+    }
     match mount_overlay_fsconfig(lowers, upper_work, target) {
         Ok(g) => Ok(g),
-        Err(FsconfigError::Unsupported) => mount_overlay_legacy(lowers, upper_work, target),
+        Err(FsconfigError::Unsupported) => {
+            let g = mount_overlay_legacy(lowers, upper_work, target)?;
+            LEGACY.store(true, Ordering::Relaxed);
+            Ok(g)
+        }
         Err(FsconfigError::Failed(e)) => Err(e),
     }
 }
