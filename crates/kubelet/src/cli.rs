@@ -583,11 +583,8 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
         .clone()
         .or(c.cgroup_driver.clone())
         .unwrap_or_else(|| "cgroupfs".into());
-    if driver != "cgroupfs" {
-        return Err(RunError::Flag(format!(
-            "cgroupDriver {driver:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only"
-        )));
-    }
+    let cgroup_driver =
+        crate::cm::cgroup_driver::CgroupDriver::parse(&driver).map_err(RunError::Flag)?;
     let map = |flag: &str,
                sep: char,
                a: &Option<String>,
@@ -670,6 +667,7 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
         pod_pids_limit: (pids > 0).then_some(pids),
         cpu_cfs_quota: args.cpu_cfs_quota.or(c.cpu_cfs_quota).unwrap_or(true),
         cpu_cfs_quota_period_us: period_us,
+        cgroup_driver,
     })
 }
 
@@ -875,12 +873,22 @@ async fn rotate_client_certificate(client: kube::Client, cert_dir: PathBuf, node
 
 pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let node = node_name(&args);
-    let r = resolve(&args)?;
+    let mut r = resolve(&args)?;
     let evented = r.evented_pleg;
     for d in [&args.root_dir, &r.pod_logs_dir] {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
     let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
+    r.cm.cgroup_driver =
+        crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cm.cgroup_driver)
+            .await
+            .map_err(RunError::Flag)?;
+    if r.cm.cgroup_driver != crate::cm::cgroup_driver::CgroupDriver::Cgroupfs {
+        return Err(RunError::Flag(format!(
+            "cgroupDriver {:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only",
+            r.cm.cgroup_driver.as_str()
+        )));
+    }
     let cert_dir = args
         .cert_dir
         .clone()

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod allocatable;
+pub mod cgroup_driver;
 pub mod manager;
 pub mod qos;
 pub mod resources;
@@ -26,4 +27,6 @@ pub struct Config {
     pub pod_pids_limit: Option<i64>,
     pub cpu_cfs_quota: bool,
     pub cpu_cfs_quota_period_us: u64,
+    /// `cgroupDriver` as configured; the runtime's RuntimeConfig answer overrides it.
+    pub cgroup_driver: cgroup_driver::CgroupDriver,
 }

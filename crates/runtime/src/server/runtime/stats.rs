@@ -33,7 +33,7 @@ fn u64v(v: u64) -> Option<pb::UInt64Value> {
 }
 
 /// `linux.cgroupsPath` of a container's bundle.
-fn cgroups_path(bundle: &Path) -> Option<String> {
+pub(super) fn cgroups_path(bundle: &Path) -> Option<String> {
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json")).ok()?).ok()?;
     spec.get("linux")?
@@ -42,7 +42,7 @@ fn cgroups_path(bundle: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
-fn cpu_and_memory(
+pub(super) fn cpu_and_memory(
     inner: &Inner,
     key: &str,
     cgroup: Option<&str>,
@@ -154,7 +154,7 @@ pub fn list_container_stats(
 
 /// Interface counters inside a network namespace (`/proc/thread-self/net/dev` read from a
 /// thread that joined it).
-fn net_dev(netns: &Path) -> Vec<pb::NetworkInterfaceUsage> {
+pub(super) fn net_dev(netns: &Path) -> Vec<pb::NetworkInterfaceUsage> {
     let path = netns.to_path_buf();
     let read = std::thread::spawn(move || -> Option<String> {
         let f = std::fs::File::open(&path).ok()?;
