@@ -879,10 +879,9 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
     let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
-    r.cm.cgroup_driver =
-        crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cm.cgroup_driver)
-            .await
-            .map_err(RunError::Flag)?;
+    r.cm.cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cm.cgroup_driver)
+        .await
+        .map_err(RunError::Flag)?;
     if r.cm.cgroup_driver != crate::cm::cgroup_driver::CgroupDriver::Cgroupfs {
         return Err(RunError::Flag(format!(
             "cgroupDriver {:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only",

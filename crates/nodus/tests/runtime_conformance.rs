@@ -80,11 +80,7 @@ async fn exec_sync_timeout_kills_the_exec_and_its_children() {
     let sb_cfg = n.sandbox_config("exec-timeout");
     let sb = n.run_sandbox(&sb_cfg).await;
     let id = n
-        .run(
-            &sb,
-            &sb_cfg,
-            n.container_config("main", &["sleep", "3600"]),
-        )
+        .run(&sb, &sb_cfg, n.container_config("main", &["sleep", "3600"]))
         .await;
     // critest's shape: `sleep 4321` with a 1 s timeout.
     let e = n.exec(&id, &["sleep", "4321"], 1).await.unwrap_err();
@@ -204,7 +200,11 @@ async fn container_status_reports_the_user_of_the_init_process() {
         .and_then(|u| u.linux)
         .expect("ContainerStatus.user.linux of a running container");
     // What the process itself sees.
-    let ids = stdout(&n.exec(&id, &["sh", "-c", "id -u; id -g; id -G"], 10).await.unwrap());
+    let ids = stdout(
+        &n.exec(&id, &["sh", "-c", "id -u; id -g; id -G"], 10)
+            .await
+            .unwrap(),
+    );
     let ids: Vec<&str> = ids.lines().collect();
     assert_eq!(
         (user.uid.to_string(), user.gid.to_string()),
@@ -231,9 +231,7 @@ async fn container_status_reports_the_user_of_the_init_process() {
         })
         .await
         .unwrap();
-    let exited = n
-        .wait_state(&id, pb::ContainerState::ContainerExited)
-        .await;
+    let exited = n.wait_state(&id, pb::ContainerState::ContainerExited).await;
     assert_eq!(
         exited.user.and_then(|u| u.linux).map(|u| (u.uid, u.gid)),
         Some((1000, 3000))
@@ -349,7 +347,11 @@ async fn image_volumes_report_the_image_and_mount_only_their_sub_path() {
     let ls = stdout(
         &n.exec(
             &id,
-            &["sh", "-c", "ls /sub; echo ---; ls -d /whole/bin /sub/bin 2>&1"],
+            &[
+                "sh",
+                "-c",
+                "ls /sub; echo ---; ls -d /whole/bin /sub/bin 2>&1",
+            ],
             10,
         )
         .await
@@ -397,7 +399,8 @@ async fn image_volumes_report_the_image_and_mount_only_their_sub_path() {
         let e = n.create(&sb, &sb_cfg, cfg).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(
-            e.message().contains(&format!("image subpath {sub_path:?}")) && e.message().ends_with(why),
+            e.message().contains(&format!("image subpath {sub_path:?}"))
+                && e.message().ends_with(why),
             "{sub_path}: {}",
             e.message()
         );
@@ -415,14 +418,12 @@ async fn pod_sandbox_metrics_follow_their_descriptors() {
     let sb_cfg = n.sandbox_config("metrics");
     let sb = n.run_sandbox(&sb_cfg).await;
     let id = n
-        .run(
-            &sb,
-            &sb_cfg,
-            n.container_config("main", &["sleep", "3600"]),
-        )
+        .run(&sb, &sb_cfg, n.container_config("main", &["sleep", "3600"]))
         .await;
     // Some traffic on the pod's interface.
-    let _ = n.exec(&id, &["ping", "-c", "1", "-W", "1", "10.97.0.1"], 10).await;
+    let _ = n
+        .exec(&id, &["ping", "-c", "1", "-W", "1", "10.97.0.1"], 10)
+        .await;
     let mut rt = n.c.runtime.clone();
     let descriptors = rt
         .list_metric_descriptors(pb::ListMetricDescriptorsRequest {})
@@ -450,7 +451,9 @@ async fn pod_sandbox_metrics_follow_their_descriptors() {
         }
     }
     assert_eq!(
-        keys("container_network_receive_bytes_total").last().map(String::as_str),
+        keys("container_network_receive_bytes_total")
+            .last()
+            .map(String::as_str),
         Some("interface")
     );
     let pods = rt
@@ -471,10 +474,16 @@ async fn pod_sandbox_metrics_follow_their_descriptors() {
     let rx = pod
         .metrics
         .iter()
-        .find(|m| m.name == "container_network_receive_bytes_total" && label(m, "interface") == "eth0")
+        .find(|m| {
+            m.name == "container_network_receive_bytes_total" && label(m, "interface") == "eth0"
+        })
         .unwrap_or_else(|| panic!("eth0 received bytes: {:?}", pod.metrics));
     assert_eq!(
-        (label(rx, "pod"), label(rx, "namespace"), label(rx, "container")),
+        (
+            label(rx, "pod"),
+            label(rx, "namespace"),
+            label(rx, "container")
+        ),
         ("metrics".into(), "default".into(), "POD".into())
     );
     assert!(rx.value.as_ref().unwrap().value > 0, "{rx:?}");

@@ -162,7 +162,11 @@ mod tests {
             err,
             "systemd-cgroup = true: the systemd cgroup driver is not supported yet"
         );
-        assert!(!RuntimeConfig::parse("systemd-cgroup = false").unwrap().systemd_cgroup);
+        assert!(
+            !RuntimeConfig::parse("systemd-cgroup = false")
+                .unwrap()
+                .systemd_cgroup
+        );
         let c = RuntimeConfig::parse("stream-server-address = \"127.0.0.1:10010\"").unwrap();
         assert_eq!(c.stream_server_address.port(), 10010);
         let err = RuntimeConfig::parse("stream-server-address = \"nowhere\"").unwrap_err();

@@ -114,7 +114,11 @@ mod tests {
     fn parses_config_and_cri_values() {
         assert_eq!(CgroupDriver::parse("cgroupfs"), Ok(CgroupDriver::Cgroupfs));
         assert_eq!(CgroupDriver::parse("systemd"), Ok(CgroupDriver::Systemd));
-        assert!(CgroupDriver::parse("Systemd").unwrap_err().contains("invalid"));
+        assert!(
+            CgroupDriver::parse("Systemd")
+                .unwrap_err()
+                .contains("invalid")
+        );
         let resp = |d: i32| pb::RuntimeConfigResponse {
             linux: Some(pb::LinuxRuntimeConfiguration { cgroup_driver: d }),
         };

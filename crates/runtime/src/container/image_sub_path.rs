@@ -34,7 +34,10 @@ pub fn resolve(root: &Path, sub_path: &str) -> Result<PathBuf, SubPathError> {
             at.pop().ok_or(SubPathError::Escapes)?;
             continue;
         }
-        let path = at.iter().fold(root.to_path_buf(), |p, c| p.join(c)).join(&c);
+        let path = at
+            .iter()
+            .fold(root.to_path_buf(), |p, c| p.join(c))
+            .join(&c);
         let meta = std::fs::symlink_metadata(&path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => SubPathError::NotFound,
             _ => SubPathError::Io(e.to_string()),
@@ -90,13 +93,19 @@ mod tests {
 
         assert_eq!(resolve(&root, "usr/share"), Ok(root.join("usr/share")));
         assert_eq!(resolve(&root, "./usr//share/"), Ok(root.join("usr/share")));
-        assert_eq!(resolve(&root, "share/data"), Ok(root.join("usr/share/data")));
+        assert_eq!(
+            resolve(&root, "share/data"),
+            Ok(root.join("usr/share/data"))
+        );
         assert_eq!(
             resolve(&root, "usr/share/../share/data"),
             Ok(root.join("usr/share/data"))
         );
         assert_eq!(resolve(&root, "../outside"), Err(SubPathError::Escapes));
-        assert_eq!(resolve(&root, "usr/../../outside"), Err(SubPathError::Escapes));
+        assert_eq!(
+            resolve(&root, "usr/../../outside"),
+            Err(SubPathError::Escapes)
+        );
         assert_eq!(resolve(&root, "/usr"), Err(SubPathError::Escapes));
         assert_eq!(resolve(&root, "abs"), Err(SubPathError::Escapes));
         assert_eq!(resolve(&root, "usr/up/outside"), Err(SubPathError::Escapes));

@@ -71,9 +71,9 @@ impl CriMetric {
 
     pub(crate) fn kind(self) -> pb::MetricType {
         match self {
-            CriMetric::MemoryUsageBytes | CriMetric::MemoryWorkingSetBytes | CriMetric::MemoryRss => {
-                pb::MetricType::Gauge
-            }
+            CriMetric::MemoryUsageBytes
+            | CriMetric::MemoryWorkingSetBytes
+            | CriMetric::MemoryRss => pb::MetricType::Gauge,
             _ => pb::MetricType::Counter,
         }
     }
@@ -128,7 +128,15 @@ mod tests {
             .unwrap();
         assert_eq!(
             cpu.label_keys,
-            ["container", "id", "image", "name", "namespace", "pod", "cpu"]
+            [
+                "container",
+                "id",
+                "image",
+                "name",
+                "namespace",
+                "pod",
+                "cpu"
+            ]
         );
         let rx = d
             .iter()

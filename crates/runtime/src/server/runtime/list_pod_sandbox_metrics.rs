@@ -94,7 +94,11 @@ pub(crate) fn network_metrics(
         out.extend(l.metric(CriMetric::NetworkReceiveBytesTotal, &name, v(&i.rx_bytes)));
         out.extend(l.metric(CriMetric::NetworkReceiveErrorsTotal, &name, v(&i.rx_errors)));
         out.extend(l.metric(CriMetric::NetworkTransmitBytesTotal, &name, v(&i.tx_bytes)));
-        out.extend(l.metric(CriMetric::NetworkTransmitErrorsTotal, &name, v(&i.tx_errors)));
+        out.extend(l.metric(
+            CriMetric::NetworkTransmitErrorsTotal,
+            &name,
+            v(&i.tx_errors),
+        ));
     }
     out
 }
@@ -200,7 +204,15 @@ mod tests {
             .unwrap();
         assert_eq!(
             cpu.label_values,
-            ["app", "c1", "busybox", "app_web_default_uid_0", "default", "web", "total"]
+            [
+                "app",
+                "c1",
+                "busybox",
+                "app_web_default_uid_0",
+                "default",
+                "web",
+                "total"
+            ]
         );
         assert_eq!(cpu.value.as_ref().unwrap().value, 2);
         assert_eq!(cpu.metric_type, pb::MetricType::Counter as i32);

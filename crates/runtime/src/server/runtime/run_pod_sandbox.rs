@@ -116,7 +116,10 @@ pub(crate) fn pod_user_namespace(
 /// EINVAL.
 pub(crate) fn check_id_maps(maps: &[IdMap]) -> Result<(), String> {
     let range = |start: u32, size: u32| u64::from(start)..u64::from(start) + u64::from(size);
-    if !maps.iter().any(|m| range(m.container_id, m.size).contains(&0)) {
+    if !maps
+        .iter()
+        .any(|m| range(m.container_id, m.size).contains(&0))
+    {
         return Err("container ID 0 cannot be mapped to a host ID".into());
     }
     for (i, a) in maps.iter().enumerate() {
