@@ -506,3 +506,69 @@ async fn pod_sandbox_metrics_follow_their_descriptors() {
     }
     n.stop_and_remove_sandbox(&sb).await;
 }
+
+/// The kubelet's side: it takes the cgroup driver from RuntimeConfig over its own
+/// `cgroupDriver`, and reports the runtime's ContainerUser in the pod's status.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_follows_the_runtimes_cgroup_driver_and_reports_the_container_user() {
+    use common::kubelet::{Kubelet, NODE_NAME, container_status, is_running};
+    if !have_root() {
+        return;
+    }
+    let node = BareNode::new("10.97.1.0/24");
+    node.cgroup.create();
+    // systemd on its own would be refused: nodus's kubelet manages cgroupfs only. The
+    // runtime says cgroupfs, and the kubelet follows it.
+    let k = Kubelet::start(
+        node.netns.clone(),
+        &node.rt.endpoint(),
+        &node.cgroup.path(),
+        &["--cgroup-driver", "systemd"],
+    );
+    k.write_manifest(
+        "who.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: who
+spec:
+  securityContext:
+    runAsUser: 1000
+    runAsGroup: 3000
+    supplementalGroups: [4000]
+    supplementalGroupsPolicy: Strict
+  containers:
+  - name: main
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+"#,
+    );
+    let name = format!("who-{NODE_NAME}");
+    let p = k.wait_pod(&name, Duration::from_secs(60), "running with a user", |p| {
+        is_running(p, "main") && !container_status(p, "main").unwrap()["user"].is_null()
+    });
+    let user = &container_status(&p, "main").unwrap()["user"]["linux"];
+    assert_eq!(
+        (user["uid"].as_i64(), user["gid"].as_i64()),
+        (Some(1000), Some(3000)),
+        "{user}"
+    );
+    let groups: Vec<i64> = user["supplementalGroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g.as_i64())
+        .collect();
+    assert!(groups.contains(&4000), "{user}");
+    let log = std::fs::read_to_string(k.dir.path().join("kubelet-1.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l
+            .contains("Using cgroup driver setting received from the CRI runtime")
+            && l.contains("cgroupfs")),
+        "{log}"
+    );
+    k.remove_manifest("who.yaml");
+    k.wait_gone(&name, Duration::from_secs(60));
+}
