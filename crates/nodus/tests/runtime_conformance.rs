@@ -547,7 +547,7 @@ spec:
     );
     let name = format!("who-{NODE_NAME}");
     let p = k.wait_pod(&name, Duration::from_secs(60), "running with a user", |p| {
-        is_running(p, "main") && !container_status(p, "main").unwrap()["user"].is_null()
+        is_running(p, "main") && container_status(p, "main").is_some_and(|c| !c["user"].is_null())
     });
     let user = &container_status(&p, "main").unwrap()["user"]["linux"];
     assert_eq!(
@@ -570,5 +570,53 @@ spec:
         "{log}"
     );
     k.remove_manifest("who.yaml");
+    k.wait_gone(&name, Duration::from_secs(60));
+}
+
+/// The OOM kill of a privileged pod through the kubelet: the pod's own cgroup (with the
+/// pod-level memory limit) sits between the QoS tier and the container's.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_reports_oomkilled_for_a_privileged_pod() {
+    use common::kubelet::{Kubelet, NODE_NAME, container_status};
+    if !have_root() {
+        return;
+    }
+    let node = BareNode::new("10.97.2.0/24");
+    node.cgroup.create();
+    let k = Kubelet::start(
+        node.netns.clone(),
+        &node.rt.endpoint(),
+        &node.cgroup.path(),
+        &[],
+    );
+    k.write_manifest(
+        "hog.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    securityContext: {privileged: true}
+    resources: {limits: {memory: 20Mi}}
+    command: ["sh", "-c", "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived"]
+"#,
+    );
+    let name = format!("hog-{NODE_NAME}");
+    let p = k.wait_pod(&name, Duration::from_secs(60), "terminated", |p| {
+        container_status(p, "hog").is_some_and(|c| !c["state"]["terminated"].is_null())
+    });
+    let t = &container_status(&p, "hog").unwrap()["state"]["terminated"];
+    assert_eq!(
+        (t["reason"].as_str(), t["exitCode"].as_i64()),
+        (Some("OOMKilled"), Some(137)),
+        "{t}"
+    );
+    k.remove_manifest("hog.yaml");
     k.wait_gone(&name, Duration::from_secs(60));
 }
