@@ -92,18 +92,10 @@ fn container_user(rec: &ContainerRecord) -> Option<pb::LinuxContainerUser> {
             return Some(u);
         }
     }
-    let spec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(rec.bundle.join("config.json")).ok()?).ok()?;
-    let user = spec.pointer("/process/user")?;
-    let id = |k: &str| user.get(k).and_then(|v| v.as_i64()).unwrap_or(0);
-    Some(pb::LinuxContainerUser {
-        uid: id("uid"),
-        gid: id("gid"),
-        supplemental_groups: user
-            .get("additionalGids")
-            .and_then(|g| g.as_array())
-            .map(|a| a.iter().filter_map(|g| g.as_i64()).collect())
-            .unwrap_or_default(),
+    rec.user.as_ref().map(|u| pb::LinuxContainerUser {
+        uid: i64::from(u.uid),
+        gid: i64::from(u.gid),
+        supplemental_groups: u.additional_gids.iter().map(|g| i64::from(*g)).collect(),
     })
 }
 

@@ -402,6 +402,11 @@ pub async fn create_container(
         shim_dir,
         shim_pid: None,
         init_pid: None,
+        user: spec.process().as_ref().map(|p| crate::state::ProcessUser {
+            uid: p.user().uid(),
+            gid: p.user().gid(),
+            additional_gids: p.user().additional_gids().clone().unwrap_or_default(),
+        }),
     };
     inner.save_container(&rec)?;
     undo.disarm();
