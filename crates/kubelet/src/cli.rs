@@ -95,7 +95,8 @@ pub struct KubeletArgs {
     /// Create the QoS cgroup hierarchy (kubepods, burstable, besteffort) [default: true].
     #[arg(long)]
     pub cgroups_per_qos: Option<bool>,
-    /// cgroupfs (systemd is not supported) [default: cgroupfs].
+    /// cgroupfs or systemd; the runtime's answer to CRI RuntimeConfig overrides it, and only
+    /// cgroupfs is supported [default: cgroupfs].
     #[arg(long)]
     pub cgroup_driver: Option<String>,
     /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=256Mi.

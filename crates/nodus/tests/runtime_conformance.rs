@@ -368,21 +368,26 @@ async fn image_volumes_report_the_image_and_mount_only_their_sub_path() {
         "only the sub path is mounted: {ls}"
     );
     let mounts = n.status(&id).await.mounts;
-    let images: Vec<(&str, &str, &str)> = mounts
+    let images: Vec<(&str, &str, &str, &str)> = mounts
         .iter()
         .filter_map(|m| {
+            let image = m.image.as_ref()?;
             Some((
                 m.container_path.as_str(),
-                m.image.as_ref()?.image.as_str(),
+                image.image.as_str(),
+                image.image_ref.as_str(),
                 m.image_sub_path.as_str(),
             ))
         })
         .collect();
+    // The image as asked for, and the id it resolved to (what containerStatuses' imageID is).
+    let status = n.status(&id).await;
+    assert_eq!(status.image_ref, image_id);
     assert_eq!(
         images,
         [
-            ("/whole", image_id.as_str(), ""),
-            ("/sub", image_id.as_str(), "bin")
+            ("/whole", "busybox", image_id.as_str(), ""),
+            ("/sub", "busybox", image_id.as_str(), "bin")
         ]
     );
 

@@ -308,12 +308,12 @@ pub async fn create_container(
         });
         resolved_images.push((i, img.id.to_string()));
     }
-    // ContainerStatus reports the image each volume mounts as resolved now (its id), not
-    // the name it was asked by, which may point elsewhere later.
+    // ContainerStatus reports the image each volume mounts as it resolved now (`image_ref`,
+    // the id the container's own `image_ref` is), whatever the name points at later.
     let mut cfg = cfg;
     for (i, id) in resolved_images {
         if let Some(spec) = cfg.mounts[i].image.as_mut() {
-            spec.image = id;
+            spec.image_ref = id;
         }
     }
 
