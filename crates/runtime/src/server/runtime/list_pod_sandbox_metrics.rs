@@ -146,12 +146,9 @@ pub fn list_pod_sandbox_metrics(
                     ..pod.clone()
                 };
                 let cgroup = super::stats::cgroups_path(&c.bundle);
-                // Its own CPU sample key: the nano-core rates of ContainerStats keep theirs.
-                let (cpu, memory) = super::stats::cpu_and_memory(
-                    inner,
-                    &format!("metrics:{}", c.id),
-                    cgroup.as_deref(),
-                );
+                // Cumulative CPU only: a rate here would move the samples ContainerStats
+                // computes nano-cores against.
+                let (cpu, memory) = super::stats::cpu_and_memory(inner, None, cgroup.as_deref());
                 pb::ContainerMetrics {
                     container_id: c.id.clone(),
                     metrics: container_metrics(&labels, cpu.as_ref(), memory.as_ref()),

@@ -42,9 +42,11 @@ pub(super) fn cgroups_path(bundle: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
+/// CPU and memory of a cgroup; `rate_key` names the CPU sample that nano-cores are
+/// computed against (None: no rate, which leaves the samples of the stats RPCs alone).
 pub(super) fn cpu_and_memory(
     inner: &Inner,
-    key: &str,
+    rate_key: Option<&str>,
     cgroup: Option<&str>,
 ) -> (Option<pb::CpuUsage>, Option<pb::MemoryUsage>) {
     let now = crate::state::now_ns();
@@ -55,9 +57,8 @@ pub(super) fn cpu_and_memory(
     let cpu = pb::CpuUsage {
         timestamp: now,
         usage_core_nano_seconds: u64v(stats.cpu.usage_ns),
-        usage_nano_cores: inner
-            .cpu_samples
-            .rate(key, now, stats.cpu.usage_ns)
+        usage_nano_cores: rate_key
+            .and_then(|key| inner.cpu_samples.rate(key, now, stats.cpu.usage_ns))
             .and_then(u64v),
     };
     let m = &stats.memory;
@@ -100,7 +101,7 @@ fn disk_usage(dir: &Path) -> (u64, u64) {
 pub(crate) fn container_stats_of(inner: &Inner, rec: &ContainerRecord) -> pb::ContainerStats {
     let cfg = rec.config();
     let cgroup = cgroups_path(&rec.bundle);
-    let (cpu, memory) = cpu_and_memory(inner, &rec.id, cgroup.as_deref());
+    let (cpu, memory) = cpu_and_memory(inner, Some(&rec.id), cgroup.as_deref());
     let upper = rec.layer_dir.join("upper");
     let (bytes, inodes) = disk_usage(&upper);
     pb::ContainerStats {
@@ -192,7 +193,7 @@ fn sandbox_stats_of(inner: &Inner, rec: &SandboxRecord) -> pb::PodSandboxStats {
         .as_ref()
         .map(|l| l.cgroup_parent.clone())
         .filter(|p| !p.is_empty());
-    let (cpu, memory) = cpu_and_memory(inner, &format!("pod:{}", rec.id), parent.as_deref());
+    let (cpu, memory) = cpu_and_memory(inner, Some(&format!("pod:{}", rec.id)), parent.as_deref());
     let containers: Vec<pb::ContainerStats> = inner
         .containers()
         .values()
