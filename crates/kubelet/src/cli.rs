@@ -362,6 +362,7 @@ struct Resolved {
     read_only: SocketAddr,
     evented_pleg: bool,
     cm: crate::cm::Config,
+    cgroup_driver: crate::cm::cgroup_driver::CgroupDriver,
     node: NodeSettings,
     eviction: crate::eviction::Config,
     /// `userNamespaces.idsPerPod`.
@@ -448,6 +449,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         .collect();
     gates.extend(args.feature_gates.iter().cloned());
     let cm = resolve_cm(args, &c)?;
+    let cgroup_driver = resolve_cgroup_driver(args, &c)?;
     let node = resolve_node(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
     let ids_per_pod = c.ids_per_pod();
@@ -514,6 +516,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         ),
         evented_pleg: feature(&gates, "EventedPLEG")?,
         cm,
+        cgroup_driver,
         node,
         eviction,
     })
@@ -578,14 +581,20 @@ fn resolve_eviction(
     })
 }
 
-fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm::Config, RunError> {
+/// `cgroupDriver` as configured; the runtime's RuntimeConfig answer overrides it.
+fn resolve_cgroup_driver(
+    args: &KubeletArgs,
+    c: &KubeletConfiguration,
+) -> Result<crate::cm::cgroup_driver::CgroupDriver, RunError> {
     let driver = args
         .cgroup_driver
         .clone()
         .or(c.cgroup_driver.clone())
         .unwrap_or_else(|| "cgroupfs".into());
-    let cgroup_driver =
-        crate::cm::cgroup_driver::CgroupDriver::parse(&driver).map_err(RunError::Flag)?;
+    crate::cm::cgroup_driver::CgroupDriver::parse(&driver).map_err(RunError::Flag)
+}
+
+fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm::Config, RunError> {
     let map = |flag: &str,
                sep: char,
                a: &Option<String>,
@@ -668,7 +677,6 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
         pod_pids_limit: (pids > 0).then_some(pids),
         cpu_cfs_quota: args.cpu_cfs_quota.or(c.cpu_cfs_quota).unwrap_or(true),
         cpu_cfs_quota_period_us: period_us,
-        cgroup_driver,
     })
 }
 
@@ -874,19 +882,19 @@ async fn rotate_client_certificate(client: kube::Client, cert_dir: PathBuf, node
 
 pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let node = node_name(&args);
-    let mut r = resolve(&args)?;
+    let r = resolve(&args)?;
     let evented = r.evented_pleg;
     for d in [&args.root_dir, &r.pod_logs_dir] {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
     let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
-    r.cm.cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cm.cgroup_driver)
+    let cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cgroup_driver)
         .await
         .map_err(RunError::Flag)?;
-    if r.cm.cgroup_driver != crate::cm::cgroup_driver::CgroupDriver::Cgroupfs {
+    if cgroup_driver != crate::cm::cgroup_driver::CgroupDriver::Cgroupfs {
         return Err(RunError::Flag(format!(
             "cgroupDriver {:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only",
-            r.cm.cgroup_driver.as_str()
+            cgroup_driver.as_str()
         )));
     }
     let cert_dir = args

@@ -27,6 +27,4 @@ pub struct Config {
     pub pod_pids_limit: Option<i64>,
     pub cpu_cfs_quota: bool,
     pub cpu_cfs_quota_period_us: u64,
-    /// `cgroupDriver` as configured; the runtime's RuntimeConfig answer overrides it.
-    pub cgroup_driver: cgroup_driver::CgroupDriver,
 }
