@@ -19,6 +19,8 @@ PACKAGES=(
   hyperfine
   # an upstream DNS server for the cluster DNS forwarding test
   nsd
+  # the VM lane (scripts/vm-test.sh): a cgroup v2 + systemd guest built from Debian's packages
+  qemu-system-x86 qemu-utils debootstrap e2fsprogs
 )
 
 missing=()

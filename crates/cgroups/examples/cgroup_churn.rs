@@ -2,7 +2,7 @@
 //! prints the time taken: `cargo run -p nodus-cgroups --example cgroup_churn -- 100`.
 //! Needs root. Everything it creates is removed before it exits.
 
-use nodus_cgroups::{Manager, Resources};
+use nodus_cgroups::Resources;
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -11,7 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(100);
-    let m = Manager::detect();
+    let m = nodus_cgroups::detect();
     let root = format!("nodus-churn-{}", std::process::id());
     m.create(&format!("{root}/kubepods/burstable"), &Resources::default())?;
     let pod = |i: usize| format!("{root}/kubepods/burstable/pod{i:04}");

@@ -232,6 +232,20 @@ impl Hierarchy {
     }
 }
 
+/// The cgroup of a process from its `/proc/<pid>/cgroup` text: in the v1 hierarchy that
+/// holds `controller`, or (None) in the v2 hierarchy (the `0::` line).
+pub fn process_cgroup(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (id, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        let hit = match controller {
+            Some(c) => ctrls.split(',').any(|x| x == c),
+            None => id == "0" && ctrls.is_empty(),
+        };
+        hit.then(|| path.to_string())
+    })
+}
+
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
 fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
@@ -295,6 +309,21 @@ mod tests {
             Hierarchy::from_mountinfo("1 2 0:1 / / rw - ext4 x rw\n"),
             None
         );
+    }
+
+    #[test]
+    fn process_cgroups_by_controller() {
+        let own = "12:cpu,cpuacct:/a\n9:memory:/user.slice\n0::/user.slice/x.scope\n";
+        assert_eq!(
+            process_cgroup(own, Some("memory")).as_deref(),
+            Some("/user.slice")
+        );
+        assert_eq!(process_cgroup(own, Some("cpuacct")).as_deref(), Some("/a"));
+        assert_eq!(
+            process_cgroup(own, None).as_deref(),
+            Some("/user.slice/x.scope")
+        );
+        assert_eq!(process_cgroup(own, Some("pids")), None);
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub struct Resources {
     /// v2 `memory.high` in bytes: -1 (unlimited) or > 0. v1 has no equivalent; ignored there,
     /// as upstream's v1 driver does.
     pub memory_high: Option<i64>,
+    /// v2 `memory.min` in bytes (≥ 0): memory the kernel does not reclaim from the cgroup;
+    /// the kubelet's MemoryQoS sets it to the requests. Ignored on v1, which has no
+    /// equivalent.
+    pub memory_min: Option<i64>,
     /// -1 (unlimited) or > 0.
     pub pids_limit: Option<i64>,
     /// A cpu list such as `0-3,6`.
@@ -92,6 +96,11 @@ impl Resources {
                 return bad(field, format!("{v} must be -1 (unlimited) or positive"));
             }
         }
+        if let Some(v) = self.memory_min
+            && v < 0
+        {
+            return bad("memory_min", format!("{v} must not be negative"));
+        }
         for (field, v) in [
             ("cpuset_cpus", &self.cpuset_cpus),
             ("cpuset_mems", &self.cpuset_mems),
@@ -140,29 +149,15 @@ fn is_page_size(s: &str) -> bool {
     !num.is_empty() && num.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// cgroup v1 `cpu.shares` → v2 `cpu.weight`, the linear mapping of [2, 262144] onto
-/// [1, 10000] that runc and crun used until 2025: `1 + ((shares - 2) * 9999) / 262142`,
-/// clamped to the valid ranges. 0 means "unset" and stays 0.
+/// cgroup v1 `cpu.shares` → v2 `cpu.weight` as the v2 driver writes it: the conversion
+/// opencontainers/cgroups adopted in 2025 (kubernetes issue 131216; runc 1.3.2/1.4, crun
+/// 1.23), which upstream's kubelet now gets through its vendored libcontainer for the pod
+/// and QoS cgroups. A quadratic in log2(shares) through the three points that matter:
+/// 2 → 1, 1024 → 100 (the default weight, so a pod requesting one CPU weighs as much as a
+/// systemd service), 262144 → 10000. The linear mapping used before
+/// ([`shares_to_weight_linear`]) gave 1024 shares weight 39, so a one-CPU pod lost to every
+/// default-weight service on the machine. 0 means "unset" and stays 0.
 pub fn shares_to_weight(shares: u64) -> u64 {
-    if shares == 0 {
-        return 0;
-    }
-    let s = shares.clamp(MIN_SHARES, MAX_SHARES);
-    (1 + ((s - 2) * 9999) / 262_142).clamp(MIN_WEIGHT, MAX_WEIGHT)
-}
-
-/// The inverse of [`shares_to_weight`] (the kubelet's CPUWeightToCPUShares), for reading a
-/// v2 cgroup back in v1 terms: `2 + ((weight - 1) * 262142) / 9999`.
-pub fn weight_to_shares(weight: u64) -> u64 {
-    let w = weight.clamp(MIN_WEIGHT, MAX_WEIGHT);
-    2 + ((w - 1) * 262_142) / 9999
-}
-
-/// The conversion opencontainers/cgroups adopted in 2025 (kubernetes issue 131216): a
-/// quadratic in log2(shares) that keeps the defaults aligned (1024 shares → weight 100)
-/// where the linear one gives 39. Not used by [`crate::Manager`]; offered so a caller can
-/// compare or switch.
-pub fn shares_to_weight_quadratic(shares: u64) -> u64 {
     if shares == 0 {
         return 0;
     }
@@ -174,7 +169,27 @@ pub fn shares_to_weight_quadratic(shares: u64) -> u64 {
     }
     let l = (shares as f64).log2();
     let exponent = (l * l + 125.0 * l) / 612.0 - 7.0 / 34.0;
-    10f64.powf(exponent).ceil() as u64
+    (10f64.powf(exponent).ceil() as u64).clamp(MIN_WEIGHT, MAX_WEIGHT)
+}
+
+/// The inverse of [`shares_to_weight`], for reading a v2 cgroup back in v1 terms (to the
+/// nearest share; a weight step spans several shares, so the round trip is approximate).
+pub fn weight_to_shares(weight: u64) -> u64 {
+    let w = weight.clamp(MIN_WEIGHT, MAX_WEIGHT) as f64;
+    let e = w.log10() + 7.0 / 34.0;
+    let l = (-125.0 + (125.0f64 * 125.0 + 4.0 * 612.0 * e).sqrt()) / 2.0;
+    (2f64.powf(l).round() as u64).clamp(MIN_SHARES, MAX_SHARES)
+}
+
+/// The linear mapping of [2, 262144] onto [1, 10000] that runc, crun and upstream's kubelet
+/// used until 2025: `1 + ((shares - 2) * 9999) / 262142`. Not written by the v2 driver;
+/// kept to recognise (and compare with) weights written by older runtimes.
+pub fn shares_to_weight_linear(shares: u64) -> u64 {
+    if shares == 0 {
+        return 0;
+    }
+    let s = shares.clamp(MIN_SHARES, MAX_SHARES);
+    (1 + ((s - 2) * 9999) / 262_142).clamp(MIN_WEIGHT, MAX_WEIGHT)
 }
 
 /// The v2 `cpu.max` line for a quota and period, as runc writes it: `max` when the quota is
@@ -219,34 +234,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shares_to_weight_matches_runc_linear_values() {
-        // Values of runc's ConvertCPUSharesToCgroupV2Value (linear form).
-        assert_eq!(shares_to_weight(0), 0);
-        assert_eq!(shares_to_weight(2), 1);
-        assert_eq!(shares_to_weight(1024), 39);
-        assert_eq!(shares_to_weight(102), 4);
-        assert_eq!(shares_to_weight(512), 20);
-        assert_eq!(shares_to_weight(2048), 79);
-        assert_eq!(shares_to_weight(262_144), 10_000);
-        // Out of range is clamped, never below 1 or above 10000.
-        assert_eq!(shares_to_weight(1), 1);
-        assert_eq!(shares_to_weight(u64::MAX), 10_000);
-        assert_eq!(weight_to_shares(1), 2);
-        assert_eq!(weight_to_shares(39), 998);
-        assert_eq!(weight_to_shares(10_000), 262_144);
-        // Reading back loses at most one weight step (262142 / 9999 ≈ 26 shares).
-        for s in [2, 102, 1024, 4096, 262_144] {
-            let back = weight_to_shares(shares_to_weight(s));
-            assert!(back <= s && s - back <= 27, "{s} -> {back}");
+    fn shares_to_weight_follows_opencontainers_quadratic_conversion() {
+        // (shares, weight) of ConvertCPUSharesToCgroupV2Value since opencontainers/cgroups
+        // adopted the quadratic form: the fixed points 2 → 1, 1024 → 100, 262144 → 10000,
+        // and the kubelet's usual values between them.
+        for (shares, weight) in [
+            (0, 0),
+            (1, 1),
+            (2, 1),
+            (3, 2),
+            (10, 4),
+            (102, 17),
+            (512, 59),
+            (1024, 100),
+            (2048, 174),
+            (4096, 303),
+            (10_240, 639),
+            (100_000, 4340),
+            (262_143, 10_000),
+            (262_144, 10_000),
+            (u64::MAX, 10_000),
+        ] {
+            assert_eq!(shares_to_weight(shares), weight, "shares {shares}");
         }
     }
 
     #[test]
-    fn quadratic_conversion_keeps_the_defaults_aligned() {
-        assert_eq!(shares_to_weight_quadratic(0), 0);
-        assert_eq!(shares_to_weight_quadratic(2), 1);
-        assert_eq!(shares_to_weight_quadratic(1024), 100);
-        assert_eq!(shares_to_weight_quadratic(262_144), 10_000);
+    fn weight_reads_back_as_nearby_shares() {
+        for (weight, shares) in [(1, 2), (17, 102), (100, 1024), (10_000, 262_144)] {
+            assert_eq!(weight_to_shares(weight), shares, "weight {weight}");
+        }
+        // A weight step spans several shares; the error stays within 2%.
+        for s in [2u64, 102, 512, 1024, 2048, 4096, 10_240, 100_000, 262_144] {
+            let back = weight_to_shares(shares_to_weight(s));
+            assert!(back.abs_diff(s) * 50 <= s.max(100), "{s} -> {back}");
+        }
+    }
+
+    #[test]
+    fn linear_conversion_matches_the_old_runc_values() {
+        for (shares, weight) in [
+            (0, 0),
+            (1, 1),
+            (2, 1),
+            (102, 4),
+            (512, 20),
+            (1024, 39),
+            (2048, 79),
+            (262_144, 10_000),
+            (u64::MAX, 10_000),
+        ] {
+            assert_eq!(shares_to_weight_linear(shares), weight, "shares {shares}");
+        }
     }
 
     #[test]

@@ -2,8 +2,6 @@
 //! (usage − inactive file, the figure the kubelet evicts on), OOM kills, process count and,
 //! where the kernel has them, pressure stall (PSI) figures.
 
-use crate::hierarchy::Hierarchy;
-use std::collections::HashMap;
 use std::path::Path;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,17 +92,11 @@ pub fn parse_pressure(text: &str) -> Option<Pressure> {
     Some(Pressure { some: some?, full })
 }
 
-fn psi(dir: &Path) -> PsiStats {
-    let p = |f: &str| {
-        std::fs::read_to_string(dir.join(f))
-            .ok()
-            .and_then(|t| parse_pressure(&t))
-    };
-    PsiStats {
-        cpu: p("cpu.pressure"),
-        memory: p("memory.pressure"),
-        io: p("io.pressure"),
-    }
+/// The `*.pressure` file `file` of `dir`, when the kernel has it.
+pub(crate) fn pressure(dir: &Path, file: &str) -> Option<Pressure> {
+    std::fs::read_to_string(dir.join(file))
+        .ok()
+        .and_then(|t| parse_pressure(&t))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,115 +110,26 @@ pub enum StatsError {
     },
 }
 
-fn read(p: &Path) -> Result<String, StatsError> {
+pub(crate) fn read(p: &Path) -> Result<String, StatsError> {
     std::fs::read_to_string(p).map_err(|source| StatsError::Io {
         path: p.display().to_string(),
         source,
     })
 }
 
-fn read_u64(p: &Path) -> Result<u64, StatsError> {
+pub(crate) fn read_u64(p: &Path) -> Result<u64, StatsError> {
     Ok(read(p)?.trim().parse().unwrap_or(0))
-}
-
-/// `key value` lines (memory.stat, cpu.stat, memory.events, memory.oom_control).
-fn kv(text: &str) -> HashMap<&str, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            Some((it.next()?, it.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// v1 reports "no limit" as a huge page-aligned number.
-const V1_UNLIMITED: u64 = 1 << 62;
-
-/// Reads the statistics of cgroup `path` in `h`.
-pub fn read_stats(h: &Hierarchy, path: &str) -> Result<Stats, StatsError> {
-    match h.is_v2() {
-        false => {
-            let mem = h.dir("memory", path);
-            if !mem.exists() {
-                return Err(StatsError::NotFound(path.to_string()));
-            }
-            let ms = read(&mem.join("memory.stat"))?;
-            let m = kv(&ms);
-            let usage = read_u64(&mem.join("memory.usage_in_bytes"))?;
-            let inactive = m.get("total_inactive_file").copied().unwrap_or(0);
-            let limit = read_u64(&mem.join("memory.limit_in_bytes"))?;
-            let oom = read(&mem.join("memory.oom_control"))
-                .map(|t| kv(&t).get("oom_kill").copied().unwrap_or(0))
-                .unwrap_or(0);
-            let acct = h.dir("cpuacct", path);
-            let cpu_dir = h.dir("cpu", path);
-            let cs = read(&cpu_dir.join("cpu.stat")).unwrap_or_default();
-            let c = kv(&cs);
-            let pids = read_u64(&h.dir("pids", path).join("pids.current")).ok();
-            // A hybrid machine's unified mount may carry PSI for the same path.
-            let psi = h
-                .unified()
-                .map(|u| psi(&u.join(path.trim_start_matches('/'))))
-                .unwrap_or_default();
-            Ok(Stats {
-                pids,
-                psi,
-                cpu: CpuStats {
-                    periods: c.get("nr_periods").copied().unwrap_or(0),
-                    usage_ns: read_u64(&acct.join("cpuacct.usage")).unwrap_or(0),
-                    throttled_periods: c.get("nr_throttled").copied().unwrap_or(0),
-                    throttled_ns: c.get("throttled_time").copied().unwrap_or(0),
-                },
-                memory: MemoryStats {
-                    usage_bytes: usage,
-                    working_set_bytes: usage.saturating_sub(inactive),
-                    rss_bytes: m.get("total_rss").copied().unwrap_or(0),
-                    page_faults: m.get("total_pgfault").copied().unwrap_or(0),
-                    major_page_faults: m.get("total_pgmajfault").copied().unwrap_or(0),
-                    limit_bytes: (limit < V1_UNLIMITED).then_some(limit),
-                    oom_kills: oom,
-                },
-            })
-        }
-        true => {
-            let dir = h.dir("", path);
-            if !dir.exists() {
-                return Err(StatsError::NotFound(path.to_string()));
-            }
-            let ms = read(&dir.join("memory.stat")).unwrap_or_default();
-            let m = kv(&ms);
-            let usage = read_u64(&dir.join("memory.current")).unwrap_or(0);
-            let inactive = m.get("inactive_file").copied().unwrap_or(0);
-            let max = read(&dir.join("memory.max")).unwrap_or_default();
-            let events = read(&dir.join("memory.events")).unwrap_or_default();
-            let cs = read(&dir.join("cpu.stat")).unwrap_or_default();
-            let c = kv(&cs);
-            Ok(Stats {
-                pids: read_u64(&dir.join("pids.current")).ok(),
-                psi: psi(&dir),
-                cpu: CpuStats {
-                    periods: c.get("nr_periods").copied().unwrap_or(0),
-                    usage_ns: c.get("usage_usec").copied().unwrap_or(0) * 1000,
-                    throttled_periods: c.get("nr_throttled").copied().unwrap_or(0),
-                    throttled_ns: c.get("throttled_usec").copied().unwrap_or(0) * 1000,
-                },
-                memory: MemoryStats {
-                    usage_bytes: usage,
-                    working_set_bytes: usage.saturating_sub(inactive),
-                    rss_bytes: m.get("anon").copied().unwrap_or(0),
-                    page_faults: m.get("pgfault").copied().unwrap_or(0),
-                    major_page_faults: m.get("pgmajfault").copied().unwrap_or(0),
-                    limit_bytes: max.trim().parse().ok(),
-                    oom_kills: kv(&events).get("oom_kill").copied().unwrap_or(0),
-                },
-            })
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::CgroupError;
+    use crate::hierarchy::Hierarchy;
+
+    fn read_stats(h: &Hierarchy, path: &str) -> Result<Stats, CgroupError> {
+        crate::for_hierarchy(h.clone()).read_stats(path)
+    }
 
     fn write(p: &Path, s: &str) {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -294,7 +197,7 @@ mod tests {
         let h = Hierarchy::v1(d.path());
         assert!(matches!(
             read_stats(&h, "nope"),
-            Err(StatsError::NotFound(_))
+            Err(CgroupError::Stats(StatsError::NotFound(_)))
         ));
     }
 

@@ -1,9 +1,11 @@
 //! cgroup v1 on a fake tree shaped like a hybrid machine: `cpu,cpuacct` co-mounted with
 //! symlink aliases, no v1 hugetlb, and a cgroup2 `unified` mount that has it.
 
+use crate::controller::ControllerKind;
 use crate::hierarchy::Hierarchy;
-use crate::manager::Manager;
+use crate::manager::CgroupManager;
 use crate::resources::Resources;
+use crate::v1::V1Manager;
 use std::path::Path;
 
 fn put(p: &Path, s: &str) {
@@ -35,9 +37,9 @@ fn hybrid_tree_writes_v1_files_and_hugetlb_through_unified() {
     let h = Hierarchy::detect_at(r);
     assert!(!h.is_v2());
     assert_eq!(h.unified(), Some(r.join("unified").as_path()));
-    let m = Manager::fake(h);
-    assert!(m.has_controller("hugetlb") && m.has_controller("memory"));
-    assert!(!m.has_controller("blkio"));
+    let m = V1Manager::fake(h);
+    assert!(m.has_controller(ControllerKind::Hugetlb) && m.has_controller(ControllerKind::Memory));
+    assert!(!m.has_controller(ControllerKind::Blkio));
     m.create(
         "kubepods/pod1",
         &Resources {

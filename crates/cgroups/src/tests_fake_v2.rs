@@ -1,10 +1,12 @@
 //! cgroup v2 on a fake cgroupfs tree in a temp dir: the files a kernel would show exist
 //! beforehand, and the tests assert the exact bytes the driver writes.
 
+use crate::controller::ControllerKind;
 use crate::error::CgroupError;
 use crate::hierarchy::Hierarchy;
-use crate::manager::Manager;
+use crate::manager::CgroupManager;
 use crate::resources::Resources;
+use crate::v2::V2Manager;
 use std::path::Path;
 
 fn put(p: &Path, s: &str) {
@@ -18,7 +20,7 @@ fn get(p: &Path) -> String {
 
 /// A root offering the usual controllers, with `kubepods` existing and already enabling cpu
 /// and memory for its children.
-fn tree() -> (tempfile::TempDir, Manager) {
+fn tree() -> (tempfile::TempDir, V2Manager) {
     let d = tempfile::tempdir().unwrap();
     let r = d.path();
     put(
@@ -35,7 +37,7 @@ fn tree() -> (tempfile::TempDir, Manager) {
     put(&r.join("kubepods/hugetlb.2MB.rsvd.max"), "max\n");
     let h = Hierarchy::detect_at(r);
     assert!(h.is_v2());
-    (d, Manager::fake(h))
+    (d, V2Manager::fake(h))
 }
 
 #[test]
@@ -66,7 +68,7 @@ fn create_enables_controllers_and_writes_v2_files() {
         "+cpuset +hugetlb +io +pids"
     );
     let b = r.join("kubepods/burstable");
-    assert_eq!(get(&b.join("cpu.weight")), "4");
+    assert_eq!(get(&b.join("cpu.weight")), "17");
     assert_eq!(get(&b.join("cpu.max")), "50000 100000");
     assert_eq!(get(&b.join("memory.max")), "67108864");
     assert_eq!(get(&b.join("memory.high")), "max");
@@ -93,7 +95,7 @@ fn shares_and_quota_map_to_weight_and_cpu_max() {
         cpu_quota: Some(-1),
         ..Default::default()
     });
-    assert_eq!(get(&c.join("cpu.weight")), "39");
+    assert_eq!(get(&c.join("cpu.weight")), "100");
     // No period given: the kernel keeps the one it has.
     assert_eq!(get(&c.join("cpu.max")), "max");
     upd(Resources {
@@ -148,7 +150,9 @@ fn a_controller_the_kernel_lacks_is_an_error_and_nothing_is_left() {
 #[test]
 fn update_of_a_missing_cgroup_and_bad_values_are_refused() {
     let (d, m) = tree();
-    assert!(m.has_controller("hugetlb") && !m.has_controller("freezer"));
+    assert!(
+        m.has_controller(ControllerKind::Hugetlb) && !m.has_controller(ControllerKind::Freezer)
+    );
     assert_eq!(
         m.update("kubepods/nope", &Resources::default())
             .unwrap_err()
@@ -250,4 +254,102 @@ fn the_root_itself_is_never_killed_frozen_or_removed() {
             "{p}"
         );
     }
+}
+
+#[test]
+fn memory_qos_values_are_written_and_read_back() {
+    let (d, m) = tree();
+    let pod = d.path().join("kubepods/burstable/pod1");
+    // The tier as the kernel shows it once made.
+    put(
+        &d.path().join("kubepods/burstable/cgroup.controllers"),
+        "cpuset cpu io memory hugetlb pids\n",
+    );
+    put(
+        &d.path().join("kubepods/burstable/cgroup.subtree_control"),
+        "",
+    );
+    // What the kubelet writes for a Burstable pod with MemoryQoS: requests protected by
+    // memory.min, shares as weight, a pids cap.
+    m.create(
+        "kubepods/burstable/pod1",
+        &Resources {
+            cpu_shares: Some(1024),
+            memory_min: Some(128 << 20),
+            memory_high: Some(255_012_864),
+            pids_limit: Some(1024),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(get(&pod.join("memory.min")), "134217728");
+    assert_eq!(get(&pod.join("memory.high")), "255012864");
+    assert_eq!(get(&pod.join("cpu.weight")), "100");
+    assert_eq!(get(&pod.join("pids.max")), "1024");
+    assert!(!pod.join("memory.max").exists());
+    // The tier's protection follows its pods; 0 is a valid memory.min.
+    m.update(
+        "kubepods/burstable",
+        &Resources {
+            memory_min: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(get(&d.path().join("kubepods/burstable/memory.min")), "0");
+    let back = m.read_resources("kubepods/burstable/pod1").unwrap();
+    assert_eq!(back.memory_min, Some(128 << 20));
+    assert_eq!(back.memory_high, Some(255_012_864));
+    let err = m
+        .update(
+            "kubepods/burstable/pod1",
+            &Resources {
+                memory_min: Some(-1),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid memory_min: -1 must not be negative"
+    );
+}
+
+#[test]
+fn the_root_reports_the_machine_and_psi_when_present() {
+    let (d, m) = tree();
+    put(
+        &d.path().join("memory.stat"),
+        "anon 10\ninactive_file 4096\n",
+    );
+    let s = m.read_stats("/").unwrap();
+    // The root has no memory.current: usage is the machine's, less inactive file.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let used = crate::v2::meminfo_usage(&meminfo).unwrap();
+    // MemFree moves between the two reads; compare loosely against the kernel, exactly
+    // against the inactive_file subtraction.
+    assert_eq!(s.memory.usage_bytes - s.memory.working_set_bytes, 4096);
+    assert!(s.memory.usage_bytes.abs_diff(used) < 1 << 30, "{s:?}");
+    let c = d.path().join("kubepods");
+    put(
+        &c.join("io.pressure"),
+        "some avg10=0.50 avg60=0.10 avg300=0.00 total=77\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=33\n",
+    );
+    put(
+        &c.join("cpu.pressure"),
+        "some avg10=1.00 avg60=0.00 avg300=0.00 total=5\n",
+    );
+    let s = m.read_stats("kubepods").unwrap();
+    let io = s.psi.io.unwrap();
+    assert_eq!((io.some.avg10, io.some.total_us), (0.5, 77));
+    assert_eq!(io.full.unwrap().total_us, 33);
+    assert_eq!(s.psi.cpu.unwrap().full, None);
+    assert_eq!(s.psi.memory, None);
+}
+
+#[test]
+fn meminfo_usage_is_total_minus_free() {
+    let info = "MemTotal:       1000 kB\nMemFree:         200 kB\nMemAvailable:    500 kB\n";
+    assert_eq!(crate::v2::meminfo_usage(info), Some(800 * 1024));
+    assert_eq!(crate::v2::meminfo_usage("MemFree: 1 kB\n"), None);
 }

@@ -448,7 +448,9 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     gates.extend(args.feature_gates.iter().cloned());
-    let cm = resolve_cm(args, &c)?;
+    let mut cm = resolve_cm(args, &c)?;
+    cm.memory_qos = feature(&gates, "MemoryQoS")?;
+    cm.kubelet_psi = feature(&gates, "KubeletPSI")?;
     let cgroup_driver = resolve_cgroup_driver(args, &c)?;
     let node = resolve_node(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
@@ -638,6 +640,14 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
         )));
     }
     let pids = args.pod_max_pids.or(c.pod_pids_limit).unwrap_or(-1);
+    let throttling = c
+        .memory_throttling_factor
+        .unwrap_or(crate::cm::memory_qos::DEFAULT_THROTTLING_FACTOR);
+    if !(throttling > 0.0 && throttling <= 1.0) {
+        return Err(RunError::Flag(format!(
+            "invalid configuration: memoryThrottlingFactor {throttling} must be greater than 0 and less than or equal to 1.0"
+        )));
+    }
     Ok(crate::cm::Config {
         layout: crate::cm::qos::Layout {
             root: args
@@ -677,6 +687,10 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
         pod_pids_limit: (pids > 0).then_some(pids),
         cpu_cfs_quota: args.cpu_cfs_quota.or(c.cpu_cfs_quota).unwrap_or(true),
         cpu_cfs_quota_period_us: period_us,
+        // Set from the feature gates by the caller.
+        memory_qos: false,
+        memory_throttling_factor: throttling,
+        kubelet_psi: false,
     })
 }
 
@@ -711,8 +725,19 @@ pub enum RunError {
     ApiClient(#[from] crate::apiclient::ApiClientError),
 }
 
+/// The feature gates this kubelet knows, with their defaults (upstream's as of 1.34:
+/// MemoryQoS alpha, KubeletPSI beta).
+const FEATURE_GATES: &[(&str, bool)] = &[
+    ("EventedPLEG", false),
+    ("KubeletPSI", true),
+    ("MemoryQoS", false),
+];
+
 fn feature(gates: &[String], name: &str) -> Result<bool, RunError> {
-    let mut on = false;
+    let mut on = FEATURE_GATES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .is_some_and(|&(_, default)| default);
     for g in gates {
         let (k, v) = g
             .split_once('=')
@@ -720,14 +745,13 @@ fn feature(gates: &[String], name: &str) -> Result<bool, RunError> {
         let v: bool = v
             .parse()
             .map_err(|_| RunError::FeatureGate(format!("{g:?}: value must be true or false")))?;
-        match k {
-            "EventedPLEG" if k == name => on = v,
-            "EventedPLEG" => {}
-            other => {
-                return Err(RunError::FeatureGate(format!(
-                    "unrecognized feature gate: {other}"
-                )));
-            }
+        if !FEATURE_GATES.iter().any(|(n, _)| *n == k) {
+            return Err(RunError::FeatureGate(format!(
+                "unrecognized feature gate: {k}"
+            )));
+        }
+        if k == name {
+            on = v;
         }
     }
     Ok(on)
@@ -1360,6 +1384,31 @@ mod tests {
     }
 
     #[test]
+    fn memory_throttling_factor_defaults_and_is_checked() {
+        let a = args(&[]);
+        let c = KubeletConfiguration::default();
+        assert_eq!(resolve_cm(&a, &c).unwrap().memory_throttling_factor, 0.9);
+        let file = |f: &str| {
+            KubeletConfiguration::parse(
+                std::path::Path::new("k.yaml"),
+                &format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryThrottlingFactor: {f}\n"),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            resolve_cm(&a, &file("0.5"))
+                .unwrap()
+                .memory_throttling_factor,
+            0.5
+        );
+        assert_eq!(
+            resolve_cm(&a, &file("1.5")).err().unwrap().to_string(),
+            "invalid configuration: memoryThrottlingFactor 1.5 must be greater than 0 and less than or equal to 1.0"
+        );
+        assert!(resolve_cm(&a, &file("0")).is_err());
+    }
+
+    #[test]
     fn feature_gates_are_checked() {
         assert!(feature(&["EventedPLEG=true".into()], "EventedPLEG").unwrap());
         assert!(!feature(&[], "EventedPLEG").unwrap());
@@ -1368,5 +1417,10 @@ mod tests {
             e.to_string(),
             "--feature-gates: unrecognized feature gate: Nope"
         );
+        // MemoryQoS is alpha (off unless asked), KubeletPSI beta (on unless refused).
+        assert!(!feature(&[], "MemoryQoS").unwrap());
+        assert!(feature(&["MemoryQoS=true".into()], "MemoryQoS").unwrap());
+        assert!(feature(&[], "KubeletPSI").unwrap());
+        assert!(!feature(&["KubeletPSI=false".into()], "KubeletPSI").unwrap());
     }
 }

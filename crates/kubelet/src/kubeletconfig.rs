@@ -51,6 +51,8 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<String>,
+    /// MemoryQoS: how far between request and limit a container's `memory.high` sits.
+    pub memory_throttling_factor: Option<f64>,
     pub register_node: Option<bool>,
     pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
     pub node_status_update_frequency: Option<String>,

@@ -187,6 +187,29 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         pods_sc["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
         "{body}"
     );
+    // KubeletPSI (on by default): pressure as upstream's statsapi, where the kernel has it
+    // (the node from /proc/pressure; pods from their cgroup in the cgroup2 hierarchy, the
+    // hybrid `unified` mount on this machine).
+    if std::path::Path::new("/proc/pressure/cpu").exists() {
+        let node_cpu = &summary["node"]["cpu"]["psi"];
+        assert!(node_cpu["some"]["total"].as_u64().is_some(), "{body}");
+        assert!(node_cpu["full"]["avg10"].as_f64().is_some(), "{body}");
+        assert!(summary["node"]["io"]["psi"]["some"].is_object(), "{body}");
+        let cgroup2 = [
+            "/sys/fs/cgroup/unified/cpu.pressure",
+            "/sys/fs/cgroup/cgroup.controllers",
+        ]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+        if cgroup2 {
+            assert!(pods_sc["memory"]["psi"]["some"].is_object(), "{body}");
+            assert!(
+                pod["cpu"]["psi"]["some"]["total"].as_u64().is_some(),
+                "{pod}"
+            );
+            assert!(pod["memory"]["psi"]["full"].is_object(), "{pod}");
+        }
+    }
 
     // The read-only port (on in this harness) has the stats but none of the debugging
     // handlers.

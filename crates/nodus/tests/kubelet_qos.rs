@@ -1,7 +1,9 @@
 //! The lesson's lab steps 5 and 6 against a nodus node: QoS classes derived from requests
 //! and limits, each pod in its QoS tier's cgroup, a memory limit read back from inside the
 //! container, CPU throttling without a kill, an OOM kill reported as OOMKilled, pods beyond
-//! Allocatable rejected, and `kubepods` capped at Allocatable.
+//! Allocatable rejected, and `kubepods` capped at Allocatable. The same checks hold on a
+//! cgroup v1 host (this machine) and on a cgroup v2 host (the VM lane): `Files` names each
+//! value's file in the hierarchy found.
 
 mod common;
 
@@ -16,10 +18,54 @@ fn full(name: &str) -> String {
     format!("{name}-{NODE_NAME}")
 }
 
+fn v2() -> bool {
+    std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// A cgroup's directory for `controller`: per controller on v1, one tree on v2.
 fn cg(controller: &str, path: &str) -> PathBuf {
-    PathBuf::from("/sys/fs/cgroup")
-        .join(controller)
-        .join(path.trim_start_matches('/'))
+    let base = PathBuf::from("/sys/fs/cgroup");
+    let base = if v2() { base } else { base.join(controller) };
+    base.join(path.trim_start_matches('/'))
+}
+
+/// Where each value the test reads lives, and how it is written, in this host's hierarchy.
+struct Files;
+
+impl Files {
+    fn memory_limit() -> (&'static str, &'static str) {
+        if v2() {
+            ("memory", "memory.max")
+        } else {
+            ("memory", "memory.limit_in_bytes")
+        }
+    }
+    /// The quota of a 100m limit with upstream's 100 ms period.
+    fn cpu_quota_100m() -> (&'static str, &'static str, &'static str) {
+        if v2() {
+            ("cpu", "cpu.max", "10000 100000")
+        } else {
+            ("cpu", "cpu.cfs_quota_us", "10000")
+        }
+    }
+    /// The relative CPU weight file and the value for `shares` (v2 converts shares to
+    /// cpu.weight as the kubelet's libcontainer does).
+    fn cpu_weight(shares: u64) -> (&'static str, &'static str, String) {
+        if v2() {
+            let weight = nodus_cgroups::shares_to_weight(shares);
+            ("cpu", "cpu.weight", weight.to_string())
+        } else {
+            ("cpu", "cpu.shares", shares.to_string())
+        }
+    }
+    /// The limit as a process inside the container reads it (cgroup namespace).
+    fn memory_limit_inside() -> &'static str {
+        if v2() {
+            "/sys/fs/cgroup/memory.max"
+        } else {
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+        }
+    }
 }
 
 fn pod(name: &str, resources: &str, command: &str) -> String {
@@ -51,7 +97,8 @@ async fn qos_classes_tiers_limits_throttling_oom_and_allocatable() {
 
     // kubepods is capped at Allocatable: MemTotal minus the default hard eviction 100Mi.
     let kubepods = format!("{root}/kubepods");
-    let cap: i64 = std::fs::read_to_string(cg("memory", &kubepods).join("memory.limit_in_bytes"))
+    let (mc, mf) = Files::memory_limit();
+    let cap: i64 = std::fs::read_to_string(cg(mc, &kubepods).join(mf))
         .unwrap()
         .trim()
         .parse()
@@ -108,33 +155,26 @@ async fn qos_classes_tiers_limits_throttling_oom_and_allocatable() {
             .trim()
             .to_string()
     };
-    assert_eq!(read("memory", &gdir, "memory.limit_in_bytes"), "67108864");
-    assert_eq!(read("cpu", &gdir, "cpu.cfs_quota_us"), "10000");
-    assert_eq!(read("cpu", &gdir, "cpu.shares"), "102");
+    assert_eq!(read(mc, &gdir, mf), "67108864");
+    let (qc, qf, quota) = Files::cpu_quota_100m();
+    assert_eq!(read(qc, &gdir, qf), quota);
+    let (wc, wf, w102) = Files::cpu_weight(102);
+    assert_eq!(read(wc, &gdir, wf), w102);
     let (buid, _) = &uids["burst"];
     assert_eq!(
-        read(
-            "cpu",
-            &format!("{root}/kubepods/burstable/pod{buid}"),
-            "cpu.shares"
-        ),
-        "102"
+        read(wc, &format!("{root}/kubepods/burstable/pod{buid}"), wf),
+        w102
     );
-    assert_eq!(
-        read("cpu", &format!("{kubepods}/burstable"), "cpu.shares"),
-        "102"
-    );
-    assert_eq!(
-        read("cpu", &format!("{kubepods}/besteffort"), "cpu.shares"),
-        "2"
-    );
+    assert_eq!(read(wc, &format!("{kubepods}/burstable"), wf), w102);
+    let (_, _, w2) = Files::cpu_weight(2);
+    assert_eq!(read(wc, &format!("{kubepods}/besteffort"), wf), w2);
 
     // Lab step 6: the limit read back from inside the container.
     let inside = exec(
         &node.rt.endpoint(),
         guar,
         "c",
-        &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
+        &["cat", Files::memory_limit_inside()],
     )
     .await;
     assert_eq!(inside, "67108864");

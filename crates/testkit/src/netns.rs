@@ -153,6 +153,17 @@ impl CgroupParent {
     /// exist, as upstream's does).
     pub fn create(&self) -> &CgroupParent {
         let base = std::path::Path::new("/sys/fs/cgroup");
+        if base.join("cgroup.controllers").exists() {
+            // On v2 a kubelet's cgroup root must have the controllers it needs available,
+            // as an administrator prepares it (upstream's kubelet does not enable them
+            // above its root either): delegate them from the root cgroup, where systemd
+            // enables only some.
+            for c in ["cpuset", "cpu", "io", "memory", "pids", "hugetlb"] {
+                let _ = std::fs::write(base.join("cgroup.subtree_control"), format!("+{c}"));
+            }
+            let _ = std::fs::create_dir(base.join(&self.name));
+            return self;
+        }
         let mut dirs = vec![base.to_path_buf()];
         if let Ok(rd) = std::fs::read_dir(base) {
             dirs.extend(rd.flatten().map(|e| e.path()));

@@ -8,10 +8,10 @@ use super::admission::{Rejection, admit};
 use super::allocatable::{NodeResources, allocatable, machine_capacity, parse_reserved};
 use super::resources::{CgroupValues, milli_to_shares, pod_requests, pod_values};
 use k8s_openapi::api::core::v1::Pod;
-use nodus_cgroups::{Manager, Resources};
+use nodus_cgroups::{CgroupManager, Resources};
 use nodus_k8s::qos::{QosClass, pod_qos_class};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CmError {
@@ -30,7 +30,7 @@ pub struct ContainerManager {
     pub config: Config,
     pub capacity: NodeResources,
     pub allocatable: NodeResources,
-    cgroups: Manager,
+    cgroups: Arc<dyn CgroupManager>,
     /// Serialises tier updates with pod cgroup creation.
     lock: Mutex<()>,
     kube: NodeResources,
@@ -43,6 +43,7 @@ fn to_resources(v: &CgroupValues) -> Resources {
         cpu_quota: v.cpu_quota,
         cpu_period: v.cpu_period,
         memory_limit: v.memory_limit,
+        memory_min: v.memory_min,
         pids_limit: v.pids_limit,
         ..Default::default()
     }
@@ -81,7 +82,7 @@ impl ContainerManager {
                     .into(),
             ));
         }
-        let cgroups = Manager::detect();
+        let cgroups = nodus_cgroups::detect();
         cgroups.check_root().map_err(|source| CmError::Root {
             root: config.layout.root.clone(),
             source,
@@ -162,6 +163,9 @@ impl ContainerManager {
                     cpu_shares: (reserved.cpu_milli > 0)
                         .then(|| milli_to_shares(reserved.cpu_milli)),
                     memory_limit: (reserved.memory_bytes > 0).then_some(reserved.memory_bytes),
+                    // MemoryQoS protects what is reserved from reclaim by the pods.
+                    memory_min: (self.config.memory_qos && reserved.memory_bytes > 0)
+                        .then_some(reserved.memory_bytes),
                     ..Default::default()
                 },
             )?;
@@ -174,6 +178,18 @@ impl ContainerManager {
             "QoS cgroup hierarchy ready"
         );
         Ok(())
+    }
+
+    /// The `memoryThrottlingFactor` when MemoryQoS applies: the gate is on and the machine
+    /// has cgroup v2 (upstream's `isCgroup2UnifiedMode() && MemoryQoS`).
+    pub fn memory_qos(&self) -> Option<f64> {
+        (self.config.memory_qos && self.cgroups.hierarchy().is_v2())
+            .then_some(self.config.memory_throttling_factor)
+    }
+
+    /// The cgroup driver (for statistics).
+    pub fn cgroups(&self) -> &Arc<dyn CgroupManager> {
+        &self.cgroups
     }
 
     /// The pod's cgroup path.
@@ -193,6 +209,7 @@ impl ContainerManager {
             self.config.cpu_cfs_quota,
             self.config.cpu_cfs_quota_period_us,
             self.config.pod_pids_limit,
+            self.memory_qos().is_some(),
         );
         if self.cgroups.exists(&path) {
             self.cgroups.update(&path, &to_resources(&v))?;
@@ -200,6 +217,19 @@ impl ContainerManager {
             self.cgroups.create(&path, &to_resources(&v))?;
         }
         Ok(path)
+    }
+
+    /// The cgroup of the pod with `uid`, wherever its tier put it (the pod's spec may be
+    /// unknown), when it exists.
+    pub fn pod_cgroup_of(&self, uid: &str) -> Option<String> {
+        [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ]
+        .into_iter()
+        .map(|qos| self.config.layout.pod(qos, uid))
+        .find(|p| self.cgroups.exists(p))
     }
 
     /// Removes a pod's cgroup wherever its tier put it (the pod's spec may be unknown).
@@ -220,7 +250,8 @@ impl ContainerManager {
     }
 
     /// Sets the Burstable tier's shares to the sum of its pods' CPU requests (upstream's
-    /// qosContainerManager.UpdateCgroups); BestEffort stays at the minimum.
+    /// qosContainerManager.UpdateCgroups); BestEffort stays at the minimum. With MemoryQoS,
+    /// the tiers' `memory.min` follows their pods' memory requests.
     pub fn update_tiers(&self, pods: &[Pod]) {
         if !self.config.layout.per_qos {
             return;
@@ -231,15 +262,32 @@ impl ContainerManager {
             .filter(|p| pod_qos_class(&p.spec.clone().unwrap_or_default()) == QosClass::Burstable)
             .map(|p| pod_requests(p).0)
             .sum();
+        let (kubepods_min, burstable_min) = match self.memory_qos() {
+            Some(_) => super::memory_qos::tier_memory_min(pods),
+            None => (None, None),
+        };
         let r = Resources {
             cpu_shares: Some(milli_to_shares(burstable_milli)),
+            memory_min: burstable_min,
             ..Default::default()
         };
         if let Err(e) = self
             .cgroups
             .update(&self.config.layout.tier(QosClass::Burstable), &r)
         {
-            tracing::warn!(error = %e, "cannot update the burstable tier's cpu shares");
+            tracing::warn!(error = %e, "cannot update the burstable tier's cgroup");
+        }
+        if let Some(min) = kubepods_min {
+            let r = Resources {
+                memory_min: Some(min),
+                ..Default::default()
+            };
+            if let Err(e) = self
+                .cgroups
+                .update(&self.config.layout.tier(QosClass::Guaranteed), &r)
+            {
+                tracing::warn!(error = %e, "cannot update the guaranteed tier's memory.min");
+            }
         }
     }
 
@@ -256,12 +304,8 @@ impl ContainerManager {
             QosClass::Burstable,
             QosClass::BestEffort,
         ] {
-            let dir = self
-                .cgroups
-                .hierarchy()
-                .dir("memory", &self.config.layout.tier(qos));
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                if let Some(uid) = e.file_name().to_string_lossy().strip_prefix("pod") {
+            for name in self.cgroups.children(&self.config.layout.tier(qos)) {
+                if let Some(uid) = name.strip_prefix("pod") {
                     out.push(uid.to_string());
                 }
             }

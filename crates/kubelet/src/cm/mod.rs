@@ -8,6 +8,7 @@ pub mod admission;
 pub mod allocatable;
 pub mod cgroup_driver;
 pub mod manager;
+pub mod memory_qos;
 pub mod qos;
 pub mod resources;
 
@@ -27,4 +28,10 @@ pub struct Config {
     pub pod_pids_limit: Option<i64>,
     pub cpu_cfs_quota: bool,
     pub cpu_cfs_quota_period_us: u64,
+    /// The `MemoryQoS` feature gate (takes effect on cgroup v2 only).
+    pub memory_qos: bool,
+    /// KubeletConfiguration `memoryThrottlingFactor` (0 < f ≤ 1, default 0.9).
+    pub memory_throttling_factor: f64,
+    /// The `KubeletPSI` feature gate: pressure (PSI) figures in the Summary API.
+    pub kubelet_psi: bool,
 }

@@ -15,6 +15,8 @@ pub struct CgroupValues {
     pub cpu_quota: Option<i64>,
     pub cpu_period: Option<u64>,
     pub memory_limit: Option<i64>,
+    /// MemoryQoS's v2 `memory.min`: the pod's memory requests.
+    pub memory_min: Option<i64>,
     pub pids_limit: Option<i64>,
 }
 
@@ -22,12 +24,14 @@ pub use nodus_k8s::resources::{container_resources, milli, pod_requests};
 
 /// The pod cgroup's values (upstream's ResourceConfigForPod): shares from the requests;
 /// a CPU quota only when every container has a CPU limit, a memory limit only when every
-/// container has one; BestEffort pods get the minimum shares.
+/// container has one; BestEffort pods get the minimum shares. With `memory_qos`,
+/// `memory.min` is the pod's memory requests, when it has any.
 pub fn pod_values(
     pod: &Pod,
     cfs_quota: bool,
     period: u64,
     pids_limit: Option<i64>,
+    memory_qos: bool,
 ) -> CgroupValues {
     let spec = pod.spec.clone().unwrap_or_default();
     let all: Vec<&Container> = spec
@@ -36,7 +40,6 @@ pub fn pod_values(
         .chain(spec.init_containers.iter().flatten())
         .collect();
     let (cpu_req, mem_req) = pod_requests(pod);
-    let _ = mem_req;
     let mut cpu_limit_sum = 0i64;
     let mut mem_limit_sum = 0i64;
     let mut all_cpu_limited = true;
@@ -66,6 +69,7 @@ pub fn pod_values(
     let qos = nodus_k8s::qos::pod_qos_class(&spec);
     let mut v = CgroupValues {
         pids_limit,
+        memory_min: (memory_qos && mem_req > 0).then_some(mem_req),
         ..Default::default()
     };
     if qos == nodus_k8s::qos::QosClass::BestEffort {
@@ -101,7 +105,7 @@ mod tests {
             {"name": "a", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}},
             {"name": "b", "resources": {"limits": {"cpu": "250m", "memory": "32Mi"}}}
         ]));
-        let v = pod_values(&p, true, 100_000, None);
+        let v = pod_values(&p, true, 100_000, None, false);
         assert_eq!(v.cpu_shares, Some(768));
         assert_eq!(v.cpu_quota, Some(75_000));
         assert_eq!(v.memory_limit, Some(96 << 20));
@@ -113,12 +117,30 @@ mod tests {
             {"name": "a", "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "64Mi"}}},
             {"name": "b"}
         ]));
-        let v = pod_values(&p, true, 100_000, None);
+        let v = pod_values(&p, true, 100_000, None, false);
         assert_eq!(v.cpu_shares, Some(102));
         assert_eq!(v.cpu_quota, None);
         assert_eq!(v.memory_limit, None);
         let be = pod(serde_json::json!([{"name": "a"}]));
-        assert_eq!(pod_values(&be, true, 100_000, None).cpu_shares, Some(2));
+        assert_eq!(
+            pod_values(&be, true, 100_000, None, false).cpu_shares,
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn memory_qos_protects_the_pod_requests() {
+        let p = pod(serde_json::json!([
+            {"name": "a", "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "128Mi"}}},
+            {"name": "b", "resources": {"requests": {"memory": "32Mi"}}}
+        ]));
+        assert_eq!(
+            pod_values(&p, true, 100_000, None, true).memory_min,
+            Some(96 << 20)
+        );
+        assert_eq!(pod_values(&p, true, 100_000, None, false).memory_min, None);
+        let be = pod(serde_json::json!([{"name": "a"}]));
+        assert_eq!(pod_values(&be, true, 100_000, None, true).memory_min, None);
     }
 
     #[test]

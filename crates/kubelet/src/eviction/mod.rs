@@ -203,10 +203,10 @@ impl Manager {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         tracing::info!(thresholds = ?self.config.thresholds.iter().map(|t| t.signal.as_str()).collect::<Vec<_>>(), interval = ?self.config.monitoring_interval, "Eviction manager: starting control loop");
-        let hierarchy = nodus_cgroups::Hierarchy::detect();
+        let cgroups = self.core.kr.cm.cgroups().clone();
         let mut tracker = Tracker::default();
         loop {
-            match self.synchronize(&mut tracker, &hierarchy).await {
+            match self.synchronize(&mut tracker, cgroups.as_ref()).await {
                 Some(evicted) => self.wait_for_cleanup(&evicted).await,
                 None => tokio::time::sleep(self.config.monitoring_interval).await,
             }
@@ -251,7 +251,7 @@ impl Manager {
     async fn synchronize(
         &self,
         tracker: &mut Tracker,
-        hierarchy: &nodus_cgroups::Hierarchy,
+        cgroups: &dyn nodus_cgroups::CgroupManager,
     ) -> Option<String> {
         let cm = &self.core.kr.cm;
         let kubepods = cm
@@ -262,7 +262,7 @@ impl Manager {
         let image_fs = self.image_fs().await;
         let root_dir = self.core.kr.settings.root_dir.clone();
         let sources = signals::Sources {
-            hierarchy,
+            cgroups,
             memory_capacity: cm.capacity.memory_bytes,
             allocatable_memory: cm.allocatable.memory_bytes,
             kubepods: kubepods.as_deref(),

@@ -16,40 +16,14 @@ pub fn memory(capacity: i64, working_set: i64) -> Observation {
     }
 }
 
-fn meminfo(text: &str) -> HashMap<String, i64> {
-    text.lines()
-        .filter_map(|l| {
-            let (k, rest) = l.split_once(':')?;
-            let kb: i64 = rest.split_whitespace().next()?.parse().ok()?;
-            Some((k.to_string(), kb * 1024))
-        })
-        .collect()
-}
-
-/// cgroup v2's node working set from `/proc/meminfo` and the root's `memory.stat`
-/// (the root cgroup has no `memory.current`): MemTotal − MemFree − inactive_file.
-pub fn v2_working_set(meminfo_text: &str, root_memory_stat: &str) -> Option<i64> {
-    let m = meminfo(meminfo_text);
-    let usage = m.get("MemTotal")? - m.get("MemFree")?;
-    let inactive: i64 = root_memory_stat
-        .lines()
-        .find_map(|l| l.strip_prefix("inactive_file "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    Some((usage - inactive).max(0))
-}
-
-/// The node's memory working set: on cgroup v1 the root memory cgroup's usage minus
-/// `total_inactive_file`; on v2 [`v2_working_set`].
-pub fn node_working_set(h: &nodus_cgroups::Hierarchy) -> Option<i64> {
-    if !h.is_v2() {
-        return nodus_cgroups::stats::read_stats(h, "/")
-            .ok()
-            .map(|s| s.memory.working_set_bytes as i64);
-    }
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let stat = std::fs::read_to_string(h.dir("", "/").join("memory.stat")).unwrap_or_default();
-    v2_working_set(&info, &stat)
+/// The node's memory working set, as cAdvisor's root container reports it: on cgroup v1
+/// the root memory cgroup's usage minus `total_inactive_file`; on v2 (where the root has no
+/// `memory.current`) MemTotal − MemFree minus the root's `inactive_file`.
+pub fn node_working_set(cgroups: &dyn nodus_cgroups::CgroupManager) -> Option<i64> {
+    cgroups
+        .read_stats("/")
+        .ok()
+        .map(|s| s.memory.working_set_bytes as i64)
 }
 
 /// Bytes and inodes of the filesystem holding `path`: (available, capacity) each.
@@ -92,7 +66,7 @@ pub fn pids() -> Option<Observation> {
 
 /// Where the observations come from.
 pub struct Sources<'a> {
-    pub hierarchy: &'a nodus_cgroups::Hierarchy,
+    pub cgroups: &'a dyn nodus_cgroups::CgroupManager,
     pub memory_capacity: i64,
     pub allocatable_memory: i64,
     /// The `kubepods` cgroup, when the QoS hierarchy is on.
@@ -106,11 +80,11 @@ pub struct Sources<'a> {
 /// are then not met, as upstream's missing observations).
 pub fn observe(s: &Sources<'_>) -> Observations {
     let mut obs = Observations::new();
-    if let Some(ws) = node_working_set(s.hierarchy) {
+    if let Some(ws) = node_working_set(s.cgroups) {
         obs.insert(Signal::MemoryAvailable, memory(s.memory_capacity, ws));
     }
     if let Some(kp) = s.kubepods
-        && let Ok(st) = nodus_cgroups::stats::read_stats(s.hierarchy, kp)
+        && let Ok(st) = s.cgroups.read_stats(kp)
     {
         obs.insert(
             Signal::AllocatableMemoryAvailable,
@@ -262,14 +236,6 @@ mod tests {
     }
 
     #[test]
-    fn v2_working_set_is_used_memory_minus_inactive_file() {
-        let info = "MemTotal:       1000 kB\nMemFree:         200 kB\nMemAvailable:    500 kB\n";
-        let stat = "anon 1000\ninactive_file 102400\nactive_file 5\n";
-        assert_eq!(v2_working_set(info, stat), Some(800 * 1024 - 102400));
-        assert_eq!(v2_working_set("MemFree: 1 kB\n", stat), None);
-    }
-
-    #[test]
     fn v1_node_working_set_reads_the_root_memory_cgroup() {
         let d = tempfile::tempdir().unwrap();
         let mem = d.path().join("memory");
@@ -277,7 +243,7 @@ mod tests {
         std::fs::write(mem.join("memory.usage_in_bytes"), "1000\n").unwrap();
         std::fs::write(mem.join("memory.stat"), "total_inactive_file 300\n").unwrap();
         std::fs::write(mem.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
-        let h = nodus_cgroups::Hierarchy::v1(d.path());
-        assert_eq!(node_working_set(&h), Some(700));
+        let m = nodus_cgroups::for_hierarchy(nodus_cgroups::Hierarchy::v1(d.path()));
+        assert_eq!(node_working_set(m.as_ref()), Some(700));
     }
 }

@@ -43,6 +43,8 @@ pub struct ContainerContext<'a> {
     /// `cpuCFSQuota` and `cpuCFSQuotaPeriod` (µs): without quota, CPU limits are not enforced.
     pub cfs_quota: bool,
     pub cfs_period_us: u64,
+    /// The `memoryThrottlingFactor` when MemoryQoS applies (gate on, cgroup v2).
+    pub memory_qos: Option<f64>,
     /// The pod's user namespace, the same one its sandbox got (`None`: the node's).
     pub userns: Option<&'a pb::UserNamespace>,
 }
@@ -58,12 +60,14 @@ fn milli(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) ->
         .unwrap_or(0)
 }
 
-/// Container resources in CRI terms (cpu shares/quota, memory limit, OOM score adjust).
+/// Container resources in CRI terms (cpu shares/quota, memory limit, OOM score adjust and,
+/// with MemoryQoS's throttling factor, `memory.min`/`memory.high` in the unified map).
 pub fn linux_resources(
     container: &Container,
     qos: QosClass,
     node_memory_bytes: i64,
     cfs: Option<u64>,
+    memory_qos: Option<f64>,
 ) -> pb::LinuxContainerResources {
     let res = container.resources.clone().unwrap_or_default();
     let limits = res.limits.unwrap_or_default();
@@ -106,12 +110,24 @@ pub fn linux_resources(
             }
         }
     };
+    let unified = memory_qos
+        .map(|factor| {
+            crate::cm::memory_qos::container_unified(
+                mem_request,
+                mem_limit,
+                node_memory_bytes,
+                factor,
+                crate::cm::memory_qos::page_size(),
+            )
+        })
+        .unwrap_or_default();
     pb::LinuxContainerResources {
         cpu_period,
         cpu_quota,
         cpu_shares,
         memory_limit_in_bytes: mem_limit,
         oom_score_adj: oom,
+        unified,
         ..Default::default()
     }
 }
@@ -307,6 +323,7 @@ pub fn container_config(
                 qos,
                 ctx.node_memory_bytes,
                 ctx.cfs_quota.then_some(ctx.cfs_period_us),
+                ctx.memory_qos,
             )),
             security_context: Some(security_context(pod, c, ctx.userns)),
         }),
@@ -318,6 +335,24 @@ pub fn container_config(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodSpec;
+
+    #[test]
+    fn memory_qos_puts_memory_min_and_high_in_the_unified_map() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "app",
+            "resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "256Mi"}}
+        }))
+        .unwrap();
+        let page = crate::cm::memory_qos::page_size();
+        let r = linux_resources(&c, QosClass::Burstable, 32 << 30, None, Some(0.9));
+        assert_eq!(r.unified["memory.min"], (128i64 << 20).to_string());
+        let high = ((128i64 << 20) as f64 + (128i64 << 20) as f64 * 0.9) as i64 / page * page;
+        assert_eq!(r.unified["memory.high"], high.to_string());
+        assert_eq!(r.memory_limit_in_bytes, 256 << 20);
+        // Gate off (or cgroup v1): nothing in the unified map.
+        let r = linux_resources(&c, QosClass::Burstable, 32 << 30, None, None);
+        assert!(r.unified.is_empty());
+    }
 
     #[test]
     fn every_container_gets_the_pods_user_namespace() {
@@ -363,6 +398,7 @@ mod tests {
             node_memory_bytes: 1 << 30,
             cfs_quota: true,
             cfs_period_us: 100_000,
+            memory_qos: None,
             userns: Some(&userns),
         };
         let userns_of = |cfg: pb::ContainerConfig| {

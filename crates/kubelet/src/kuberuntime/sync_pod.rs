@@ -537,6 +537,7 @@ impl KubeRuntime {
             node_memory_bytes: self.settings.node_memory_bytes,
             cfs_quota: self.cm.config.cpu_cfs_quota,
             cfs_period_us: self.cm.config.cpu_cfs_quota_period_us,
+            memory_qos: self.cm.memory_qos(),
             userns: userns.as_ref(),
         };
 

@@ -240,18 +240,72 @@ async fn metrics_probes(State(s): State<ServerState>) -> impl IntoResponse {
 
 /// `/metrics/cadvisor`: per-container CPU and memory from the CRI stats, in cAdvisor's
 /// metric names (a minimal subset: `container_cpu_usage_seconds_total`,
-/// `container_memory_working_set_bytes`).
+/// `container_memory_working_set_bytes`), and with KubeletPSI the pressure stall totals
+/// (`container_pressure_{cpu,memory,io}_{waiting,stalled}_seconds_total`: `some` and
+/// `full`).
 async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Response {
     let summary = match stats::summary_json(&s).await {
         Ok(v) => v,
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.message().to_string()),
     };
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        cadvisor_text(&summary),
+    )
+        .into_response()
+}
+
+/// The cAdvisor metrics of the Summary's containers.
+fn cadvisor_text(summary: &serde_json::Value) -> String {
+    /// (metric, resource, PSI line, help) of the pressure counters.
+    const PRESSURE: [(&str, &str, &str, &str); 6] = [
+        (
+            "container_pressure_cpu_waiting_seconds_total",
+            "cpu",
+            "some",
+            "Total time duration tasks in the container have waited due to CPU congestion.",
+        ),
+        (
+            "container_pressure_cpu_stalled_seconds_total",
+            "cpu",
+            "full",
+            "Total time duration no tasks in the container could make progress due to CPU congestion.",
+        ),
+        (
+            "container_pressure_memory_waiting_seconds_total",
+            "memory",
+            "some",
+            "Total time duration tasks in the container have waited due to memory congestion.",
+        ),
+        (
+            "container_pressure_memory_stalled_seconds_total",
+            "memory",
+            "full",
+            "Total time duration no tasks in the container could make progress due to memory congestion.",
+        ),
+        (
+            "container_pressure_io_waiting_seconds_total",
+            "io",
+            "some",
+            "Total time duration tasks in the container have waited due to IO congestion.",
+        ),
+        (
+            "container_pressure_io_stalled_seconds_total",
+            "io",
+            "full",
+            "Total time duration no tasks in the container could make progress due to IO congestion.",
+        ),
+    ];
     let mut cpu = String::from(
         "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.\n# TYPE container_cpu_usage_seconds_total counter\n",
     );
     let mut mem = String::from(
         "# HELP container_memory_working_set_bytes Current working set in bytes.\n# TYPE container_memory_working_set_bytes gauge\n",
     );
+    let mut pressure = vec![String::new(); PRESSURE.len()];
     for p in summary["pods"].as_array().into_iter().flatten() {
         let ns = p["podRef"]["namespace"].as_str().unwrap_or_default();
         let pod = p["podRef"]["name"].as_str().unwrap_or_default();
@@ -269,16 +323,23 @@ async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Respo
                     "container_memory_working_set_bytes{{{labels}}} {ws}\n"
                 ));
             }
+            for (out, (metric, resource, line, _)) in pressure.iter_mut().zip(PRESSURE) {
+                // The kernel counts stall time in microseconds.
+                if let Some(us) = c[resource]["psi"][line]["total"].as_u64() {
+                    out.push_str(&format!("{metric}{{{labels}}} {}\n", us as f64 / 1e6));
+                }
+            }
         }
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        format!("{cpu}{mem}"),
-    )
-        .into_response()
+    let mut out = format!("{cpu}{mem}");
+    for (body, (metric, _, _, help)) in pressure.iter().zip(PRESSURE) {
+        if !body.is_empty() {
+            out.push_str(&format!(
+                "# HELP {metric} {help}\n# TYPE {metric} counter\n{body}"
+            ));
+        }
+    }
+    out
 }
 
 /// The identity the TLS layer verified for a connection, if any.
@@ -379,4 +440,44 @@ pub async fn serve_secure(
     )
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cadvisor_metrics_carry_pressure_totals_in_seconds() {
+        let summary = serde_json::json!({"pods": [{
+            "podRef": {"name": "web", "namespace": "default"},
+            "containers": [{
+                "name": "app",
+                "cpu": {"usageCoreNanoSeconds": 2_500_000_000u64, "psi": {
+                    "some": {"total": 1_500_000, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+                    "full": {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0}}},
+                "memory": {"workingSetBytes": 4096},
+                "io": {"psi": {
+                    "some": {"total": 250_000, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+                    "full": {"total": 125_000, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0}}}
+            }]
+        }]});
+        let text = cadvisor_text(&summary);
+        let labels = r#"{container="app",namespace="default",pod="web"}"#;
+        for line in [
+            format!("container_cpu_usage_seconds_total{labels} 2.5"),
+            format!("container_memory_working_set_bytes{labels} 4096"),
+            format!("container_pressure_cpu_waiting_seconds_total{labels} 1.5"),
+            format!("container_pressure_cpu_stalled_seconds_total{labels} 0"),
+            format!("container_pressure_io_waiting_seconds_total{labels} 0.25"),
+            format!("container_pressure_io_stalled_seconds_total{labels} 0.125"),
+            "# TYPE container_pressure_io_stalled_seconds_total counter".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        // No memory pressure file, no memory pressure series (nor their header).
+        assert!(!text.contains("container_pressure_memory"), "{text}");
+    }
 }

@@ -73,6 +73,50 @@ fn memory_json(m: Option<&pb::MemoryUsage>) -> Value {
     })
 }
 
+/// One PSI file as upstream's statsapi PSIStats: `full` and `some`, each with the stall
+/// `total` (the kernel's microseconds, as cAdvisor passes them on) and the 10/60/300 s
+/// averages. A `cpu.pressure` without a `full` line reads as zeros, as upstream's.
+fn psi_json(p: &nodus_cgroups::Pressure) -> Value {
+    let line = |l: &nodus_cgroups::PsiLine| json!({"total": l.total_us, "avg10": l.avg10, "avg60": l.avg60, "avg300": l.avg300});
+    json!({
+        "full": line(&p.full.unwrap_or_default()),
+        "some": line(&p.some),
+    })
+}
+
+/// Adds the KubeletPSI fields to a pod, container or node stats object: `cpu.psi`,
+/// `memory.psi` (when those stats are there) and `io` with its `psi`, each only when the
+/// kernel has the pressure file.
+fn add_psi(v: &mut Value, psi: &nodus_cgroups::PsiStats, now: i64) {
+    if let Some(p) = &psi.cpu
+        && v["cpu"].is_object()
+    {
+        v["cpu"]["psi"] = psi_json(p);
+    }
+    if let Some(p) = &psi.memory
+        && v["memory"].is_object()
+    {
+        v["memory"]["psi"] = psi_json(p);
+    }
+    if let Some(p) = &psi.io {
+        v["io"] = json!({"time": rfc3339(now), "psi": psi_json(p)});
+    }
+}
+
+/// The node's pressure from `/proc/pressure` (the whole machine, as the root cgroup).
+fn node_psi() -> nodus_cgroups::PsiStats {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/proc/pressure/{f}"))
+            .ok()
+            .and_then(|t| nodus_cgroups::parse_pressure(&t))
+    };
+    nodus_cgroups::PsiStats {
+        cpu: read("cpu"),
+        memory: read("memory"),
+        io: read("io"),
+    }
+}
+
 fn fs_json(f: Option<&pb::FilesystemUsage>) -> Value {
     let Some(f) = f else { return Value::Null };
     json!({
@@ -216,8 +260,7 @@ fn pods_container(s: &ServerState, now: i64) -> Value {
     if !layout.per_qos {
         return json!([]);
     }
-    let h = nodus_cgroups::Hierarchy::detect();
-    let Ok(st) = nodus_cgroups::read_stats(&h, &layout.kubepods()) else {
+    let Ok(st) = s.kr.cm.cgroups().read_stats(&layout.kubepods()) else {
         return json!([]);
     };
     // Available against the kubepods limit (capacity minus the reservations), else the
@@ -226,7 +269,7 @@ fn pods_container(s: &ServerState, now: i64) -> Value {
         .memory
         .limit_bytes
         .unwrap_or(s.kr.cm.capacity.memory_bytes.max(0) as u64);
-    json!([{
+    let mut v = json!({
         "name": "pods",
         "startTime": rfc3339(s.started_ns),
         "cpu": {
@@ -243,7 +286,11 @@ fn pods_container(s: &ServerState, now: i64) -> Value {
             "pageFaults": st.memory.page_faults,
             "majorPageFaults": st.memory.major_page_faults,
         },
-    }])
+    });
+    if s.kr.cm.config.kubelet_psi {
+        add_psi(&mut v, &st.psi, now);
+    }
+    json!([v])
 }
 
 fn node_json(s: &ServerState, image_fs: Value) -> Value {
@@ -272,7 +319,7 @@ fn node_json(s: &ServerState, image_fs: Value) -> Value {
                 .count()
         })
         .unwrap_or(0);
-    json!({
+    let mut node = json!({
         "nodeName": s.node_name,
         "systemContainers": pods_container(s, now),
         "startTime": rfc3339(s.started_ns),
@@ -288,7 +335,11 @@ fn node_json(s: &ServerState, image_fs: Value) -> Value {
         "fs": statfs(&s.kr.settings.root_dir),
         "runtime": {"imageFs": image_fs, "containerFs": image_fs},
         "rlimit": {"time": rfc3339(now), "maxpid": pid_max, "curproc": procs},
-    })
+    });
+    if s.kr.cm.config.kubelet_psi {
+        add_psi(&mut node, &node_psi(), now);
+    }
+    node
 }
 
 /// The Summary: node and every pod the runtime reports stats for.
@@ -353,6 +404,16 @@ pub async fn summary_json(s: &ServerState) -> Result<Value, tonic::Status> {
                 .pod_logs_dir
                 .join(format!("{}_{}_{}", meta.namespace, meta.name, meta.uid));
         let (mut ephemeral_bytes, mut ephemeral_inodes) = (0u64, 0u64);
+        // KubeletPSI: pressure from the pod's cgroup and, below it, each container's
+        // (the runtime puts a container at <pod cgroup>/<container id>).
+        let pod_cgroup =
+            s.kr.cm
+                .config
+                .kubelet_psi
+                .then(|| s.kr.cm.pod_cgroup_of(&meta.uid))
+                .flatten();
+        let psi_of = |cgroup: &str| s.kr.cm.cgroups().read_stats(cgroup).ok().map(|st| st.psi);
+        let now = now_ns();
         let containers: Vec<Value> = linux
             .containers
             .iter()
@@ -369,20 +430,27 @@ pub async fn summary_json(s: &ServerState) -> Result<Value, tonic::Status> {
                     + rootfs
                         .and_then(|f| f.inodes_used.as_ref())
                         .map_or(0, |v| v.value);
-                Some(json!({
+                let mut v = json!({
                     "name": name,
                     "startTime": started(&name),
                     "cpu": cpu_json(&s.cpu, &id, c.cpu.as_ref()),
                     "memory": memory_json(c.memory.as_ref()),
                     "rootfs": fs_json(rootfs),
                     "logs": fs_with_usage(&log_dir, log_bytes, log_inodes),
-                }))
+                });
+                if let Some(psi) = pod_cgroup
+                    .as_ref()
+                    .and_then(|p| psi_of(&format!("{p}/{id}")))
+                {
+                    add_psi(&mut v, &psi, now);
+                }
+                Some(v)
             })
             .collect();
         let volumes_dir =
             crate::volumes::pod_dir(&s.kr.settings.root_dir, &meta.uid).join("volumes");
         let (vol_bytes, vol_inodes) = dir_usage(&volumes_dir.join("kubernetes.io~empty-dir"));
-        out_pods.push(json!({
+        let mut pod = json!({
             "podRef": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
             "startTime": status
                 .and_then(|st| st.start_time.as_ref())
@@ -401,7 +469,11 @@ pub async fn summary_json(s: &ServerState) -> Result<Value, tonic::Status> {
             "process_stats": linux.process.as_ref().map(|p| json!({
                 "process_count": p.process_count.as_ref().map(|v| v.value),
             })),
-        }));
+        });
+        if let Some(psi) = pod_cgroup.as_deref().and_then(psi_of) {
+            add_psi(&mut pod, &psi, now);
+        }
+        out_pods.push(pod);
     }
     Ok(json!({"node": node_json(s, image_fs), "pods": out_pods}))
 }
@@ -414,5 +486,39 @@ pub async fn summary(State(s): State<ServerState>) -> Response {
             http::StatusCode::INTERNAL_SERVER_ERROR,
             format!("failed to get stats summary: {}", e.message()),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psi_fields_as_upstream_statsapi() {
+        let mut v = json!({"cpu": {"usageCoreNanoSeconds": 1}, "memory": {"workingSetBytes": 2}});
+        let psi = nodus_cgroups::PsiStats {
+            cpu: nodus_cgroups::parse_pressure(
+                "some avg10=1.50 avg60=0.25 avg300=0.00 total=12345\n",
+            ),
+            memory: None,
+            io: nodus_cgroups::parse_pressure(
+                "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.10 avg60=0.00 avg300=0.00 total=3\n",
+            ),
+        };
+        add_psi(&mut v, &psi, 1_700_000_000_000_000_000);
+        assert_eq!(
+            v["cpu"]["psi"],
+            json!({
+                "some": {"total": 12345, "avg10": 1.5, "avg60": 0.25, "avg300": 0.0},
+                "full": {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+            })
+        );
+        assert!(v["memory"].get("psi").is_none(), "{v}");
+        assert_eq!(v["io"]["psi"]["full"]["total"], 3);
+        assert_eq!(v["io"]["time"], "2023-11-14T22:13:20Z");
+        // No pressure files: nothing is added.
+        let mut bare = json!({"cpu": {}, "memory": {}});
+        add_psi(&mut bare, &nodus_cgroups::PsiStats::default(), 1);
+        assert_eq!(bare, json!({"cpu": {}, "memory": {}}));
     }
 }

@@ -569,7 +569,15 @@ fn mount_overlay_fsconfig(
             0,
         )
     })
-    .map_err(|e| fail(e, fs_context_messages(&fsfd)))?;
+    .map_err(|e| {
+        // Before 6.5 overlayfs had no fs_context of its own: the kernel's legacy context
+        // accepted `lowerdir+` as text and only the create refuses it. mount(2) with one
+        // option string then decides (and reports a genuine EINVAL itself).
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            return FsconfigError::Unsupported;
+        }
+        fail(e, fs_context_messages(&fsfd))
+    })?;
     let attrs = if upper_work.is_some() {
         0
     } else {
@@ -774,8 +782,24 @@ mod tests {
         drop(g);
         assert!(!is_mounted(&mnt));
 
-        // The new mount API is what this kernel uses (no silent fallback).
-        assert!(mount_overlay_fsconfig(&lowers, None, &mnt).is_ok());
+        // From 6.8 the new mount API is what the kernel uses (no silent fallback); before,
+        // the create step refuses `lowerdir+` and mount(2) takes over.
+        let release = nix::sys::utsname::uname().unwrap();
+        let release = release.release().to_string_lossy().into_owned();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+        let fsconfig = mount_overlay_fsconfig(&lowers, None, &mnt);
+        if (major, minor) >= (6, 8) {
+            assert!(fsconfig.is_ok(), "kernel {release}");
+        } else {
+            assert!(
+                matches!(fsconfig, Err(FsconfigError::Unsupported)),
+                "kernel {release}"
+            );
+        }
+        drop(fsconfig);
         assert!(!is_mounted(&mnt));
         // The legacy mount(2) path gives the same view.
         let g = mount_overlay_legacy(&lowers, None, &mnt).unwrap();

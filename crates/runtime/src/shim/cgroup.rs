@@ -10,6 +10,8 @@
 //! On cgroup v1 the counter is `oom_kill N` in `memory.oom_control`, on v2 `oom_kill N` in
 //! `memory.events`.
 
+use nodus_cgroups::Hierarchy;
+use nodus_cgroups::hierarchy::process_cgroup;
 use std::path::{Path, PathBuf};
 
 /// Where to read the OOM kill counter of one container.
@@ -103,46 +105,20 @@ fn expand_slice(slice: &str) -> String {
 
 fn resolve(cgroups_path: &str, id: &str, mountinfo: &str, own: &str) -> Option<PathBuf> {
     let inner = inner_path(cgroups_path, id);
-    let mut v1_memory = None;
-    let mut v2 = None;
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let Some(mount_point) = left.split(' ').nth(4) else {
-            continue;
-        };
-        let mut r = right.split(' ');
-        let fstype = r.next().unwrap_or("");
-        let super_opts = r.nth(1).unwrap_or("");
-        match fstype {
-            "cgroup" if super_opts.split(',').any(|o| o == "memory") => {
-                v1_memory.get_or_insert(unescape_mount(mount_point));
-            }
-            "cgroup2" => {
-                v2.get_or_insert(unescape_mount(mount_point));
-            }
-            _ => {}
+    let h = Hierarchy::from_mountinfo(mountinfo)?;
+    let v1_memory = (!h.is_v2()).then(|| h.mount("memory")).flatten();
+    let (mount, file, own_path) = match v1_memory {
+        Some(m) => (m, "memory.oom_control", process_cgroup(own, Some("memory"))),
+        None => {
+            let m = if h.is_v2() {
+                h.root().to_path_buf()
+            } else {
+                h.unified()?.to_path_buf()
+            };
+            (m, "memory.events", process_cgroup(own, None))
         }
-    }
-    let (mount, file, own_path) = if let Some(m) = v1_memory {
-        let own_path = own.lines().find_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
-            ctrls
-                .split(',')
-                .any(|c| c == "memory")
-                .then(|| path.to_string())
-        });
-        (m, "memory.oom_control", own_path)
-    } else {
-        let m = v2?;
-        let own_path = own
-            .lines()
-            .find_map(|l| l.strip_prefix("0::").map(str::to_string));
-        (m, "memory.events", own_path)
     };
-    let mut dir = PathBuf::from(mount);
+    let mut dir = mount;
     if !inner.starts_with('/') {
         dir.push(own_path.unwrap_or_default().trim_start_matches('/'));
     }
@@ -153,26 +129,6 @@ fn resolve(cgroups_path: &str, id: &str, mountinfo: &str, own: &str) -> Option<P
         dir.push(part);
     }
     Some(dir.join(file))
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -235,6 +191,5 @@ mod tests {
             Some(1)
         );
         assert_eq!(parse_oom_kill("oom_kill_disable 0\n"), None);
-        assert_eq!(unescape_mount("/a\\040b"), "/a b");
     }
 }

@@ -2,7 +2,7 @@
 //! capabilities, the host name. containerd probes the same things once at start; here they are
 //! probed once per process ([`HostFacts::get`]) and can be replaced wholesale in tests.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use oci_spec::runtime::Capability;
@@ -43,10 +43,11 @@ impl HostFacts {
         let cgroup_v2 = nix::sys::statfs::statfs("/sys/fs/cgroup")
             .map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
             .unwrap_or(false);
+        let h = nodus_cgroups::Hierarchy::detect();
         HostFacts {
             cgroup_v2,
-            swap_controller: probe_swap(cgroup_v2),
-            hugetlb_controller: probe_hugetlb(cgroup_v2),
+            swap_controller: probe_swap(&h),
+            hugetlb_controller: probe_hugetlb(&h),
             current_caps: probe_current_caps(),
             hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|s| s.trim().to_string())
@@ -60,32 +61,28 @@ impl HostFacts {
     }
 }
 
-fn probe_swap(cgroup_v2: bool) -> bool {
-    if !cgroup_v2 {
-        return Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists();
+fn probe_swap(h: &nodus_cgroups::Hierarchy) -> bool {
+    if !h.is_v2() {
+        return h
+            .dir("memory", "/")
+            .join("memory.memsw.limit_in_bytes")
+            .exists();
     }
     // memory.swap.max does not exist in the root cgroup: look in our own.
-    let Ok(own) = std::fs::read_to_string("/proc/self/cgroup") else {
-        return false;
-    };
-    own.lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .map(|rel| {
-            Path::new("/sys/fs/cgroup")
-                .join(rel.trim_start_matches('/'))
-                .join("memory.swap.max")
-                .exists()
-        })
-        .unwrap_or(false)
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    nodus_cgroups::hierarchy::process_cgroup(&own, None)
+        .is_some_and(|rel| h.dir("memory", &rel).join("memory.swap.max").exists())
 }
 
-fn probe_hugetlb(cgroup_v2: bool) -> bool {
-    if cgroup_v2 {
-        std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+/// On v1 only a v1 hugetlb mount counts: the OCI runtime does not use the hybrid cgroup2
+/// mount for limits.
+fn probe_hugetlb(h: &nodus_cgroups::Hierarchy) -> bool {
+    if h.is_v2() {
+        std::fs::read_to_string(h.root().join("cgroup.controllers"))
             .map(|c| c.split_whitespace().any(|c| c == "hugetlb"))
             .unwrap_or(false)
     } else {
-        std::fs::read_dir("/sys/fs/cgroup/hugetlb").is_ok()
+        h.mount("hugetlb").is_some_and(|m| m.is_dir())
     }
 }
 

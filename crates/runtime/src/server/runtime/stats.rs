@@ -6,10 +6,10 @@
 use super::{Inner, labels_match};
 use crate::state::{ContainerRecord, SandboxRecord};
 use cri::runtime::v1 as pb;
-use nodus_cgroups::{Hierarchy, stats::read_stats};
+use nodus_cgroups::CgroupManager;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use tonic::Status;
 
 /// The previous CPU sample per cgroup, to turn cumulative usage into nano-cores.
@@ -42,6 +42,12 @@ pub(super) fn cgroups_path(bundle: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The host's cgroup driver; the hierarchy does not change while we run.
+fn cgroups() -> &'static Arc<dyn CgroupManager> {
+    static M: OnceLock<Arc<dyn CgroupManager>> = OnceLock::new();
+    M.get_or_init(nodus_cgroups::detect)
+}
+
 /// CPU and memory of a cgroup; `rate_key` names the CPU sample that nano-cores are
 /// computed against (None: no rate, which leaves the samples of the stats RPCs alone).
 pub(super) fn cpu_and_memory(
@@ -50,9 +56,8 @@ pub(super) fn cpu_and_memory(
     cgroup: Option<&str>,
 ) -> (Option<pb::CpuUsage>, Option<pb::MemoryUsage>) {
     let now = crate::state::now_ns();
-    let h = Hierarchy::detect();
     let stats = cgroup
-        .and_then(|p| read_stats(&h, p).ok())
+        .and_then(|p| cgroups().read_stats(p).ok())
         .unwrap_or_default();
     let cpu = pb::CpuUsage {
         timestamp: now,
@@ -207,11 +212,8 @@ fn sandbox_stats_of(inner: &Inner, rec: &SandboxRecord) -> pb::PodSandboxStats {
     let interfaces = rec.netns.as_deref().map(net_dev).unwrap_or_default();
     let processes = parent
         .as_deref()
-        .map(|p| {
-            let h = Hierarchy::detect();
-            count_procs(&h.dir("pids", p))
-        })
-        .unwrap_or(0);
+        .and_then(|p| cgroups().pids(p).ok())
+        .map_or(0, |pids| pids.len() as u64);
     pb::PodSandboxStats {
         attributes: Some(pb::PodSandboxAttributes {
             id: rec.id.clone(),
@@ -238,19 +240,6 @@ fn sandbox_stats_of(inner: &Inner, rec: &SandboxRecord) -> pb::PodSandboxStats {
 }
 
 /// Processes in a cgroup and all below it.
-fn count_procs(dir: &Path) -> u64 {
-    let own = std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|s| s.lines().count() as u64)
-        .unwrap_or(0);
-    own + std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| count_procs(&e.path()))
-        .sum::<u64>()
-}
-
 pub fn pod_sandbox_stats(
     inner: &Inner,
     req: pb::PodSandboxStatsRequest,
