@@ -66,6 +66,9 @@ fn main() -> Result<()> {
         pod_pids_limit: None,
         cpu_cfs_quota: true,
         cpu_cfs_quota_period_us: 100_000,
+        memory_qos: false,
+        memory_throttling_factor: 0.9,
+        kubelet_psi: false,
     };
     let cm = ContainerManager::new(cfg, dir.path())?;
     cm.start()?;
@@ -126,7 +129,7 @@ fn main() -> Result<()> {
         eprintln!("wrote {}", w.display());
     }
     // The tiers and kubepods go with the parent.
-    let cg = nodus_cgroups::Manager::detect();
+    let cg = nodus_cgroups::detect();
     let _ = cg.delete(&format!("{}/kubepods", parent.path()));
     Ok(())
 }
