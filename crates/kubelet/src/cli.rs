@@ -95,7 +95,8 @@ pub struct KubeletArgs {
     /// Create the QoS cgroup hierarchy (kubepods, burstable, besteffort) [default: true].
     #[arg(long)]
     pub cgroups_per_qos: Option<bool>,
-    /// cgroupfs (systemd is not supported) [default: cgroupfs].
+    /// cgroupfs or systemd; the runtime's answer to CRI RuntimeConfig overrides it, and only
+    /// cgroupfs is supported [default: cgroupfs].
     #[arg(long)]
     pub cgroup_driver: Option<String>,
     /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=256Mi.
@@ -361,6 +362,7 @@ struct Resolved {
     read_only: SocketAddr,
     evented_pleg: bool,
     cm: crate::cm::Config,
+    cgroup_driver: crate::cm::cgroup_driver::CgroupDriver,
     node: NodeSettings,
     eviction: crate::eviction::Config,
     /// `userNamespaces.idsPerPod`.
@@ -450,6 +452,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     let mut cm = resolve_cm(args, &c)?;
     cm.memory_qos = feature(&gates, "MemoryQoS")?;
     cm.kubelet_psi = feature(&gates, "KubeletPSI")?;
+    let cgroup_driver = resolve_cgroup_driver(args, &c)?;
     let node = resolve_node(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
     let shutdown = resolve_shutdown(&c, &gates)?;
@@ -518,6 +521,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         ),
         evented_pleg: feature(&gates, "EventedPLEG")?,
         cm,
+        cgroup_driver,
         node,
         eviction,
     })
@@ -582,17 +586,20 @@ fn resolve_eviction(
     })
 }
 
-fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm::Config, RunError> {
+/// `cgroupDriver` as configured; the runtime's RuntimeConfig answer overrides it.
+fn resolve_cgroup_driver(
+    args: &KubeletArgs,
+    c: &KubeletConfiguration,
+) -> Result<crate::cm::cgroup_driver::CgroupDriver, RunError> {
     let driver = args
         .cgroup_driver
         .clone()
         .or(c.cgroup_driver.clone())
         .unwrap_or_else(|| "cgroupfs".into());
-    if driver != "cgroupfs" {
-        return Err(RunError::Flag(format!(
-            "cgroupDriver {driver:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only"
-        )));
-    }
+    crate::cm::cgroup_driver::CgroupDriver::parse(&driver).map_err(RunError::Flag)
+}
+
+fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm::Config, RunError> {
     let map = |flag: &str,
                sep: char,
                a: &Option<String>,
@@ -980,6 +987,15 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
     let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
+    let cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cgroup_driver)
+        .await
+        .map_err(RunError::Flag)?;
+    if cgroup_driver != crate::cm::cgroup_driver::CgroupDriver::Cgroupfs {
+        return Err(RunError::Flag(format!(
+            "cgroupDriver {:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only",
+            cgroup_driver.as_str()
+        )));
+    }
     let cert_dir = args
         .cert_dir
         .clone()

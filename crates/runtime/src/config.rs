@@ -38,6 +38,10 @@ pub struct RuntimeConfig {
     /// /var/lib/cni/networks].
     #[serde(default)]
     pub default_network_ipam_data_dir: Option<PathBuf>,
+    /// containerd's `SystemdCgroup`: containers' cgroups are systemd units, and the
+    /// RuntimeConfig RPC tells the kubelet to use the systemd cgroup driver.
+    #[serde(default)]
+    pub systemd_cgroup: bool,
 }
 
 fn default_true() -> bool {
@@ -74,6 +78,7 @@ impl Default for RuntimeConfig {
             stream_server_address: default_stream_server_address(),
             default_network_ip_masq: true,
             default_network_ipam_data_dir: None,
+            systemd_cgroup: false,
         }
     }
 }
@@ -105,6 +110,13 @@ impl RuntimeConfig {
         let c: Self = toml::from_str(text).map_err(|e| e.to_string().trim().to_string())?;
         if c.max_concurrent_downloads == 0 {
             return Err("max-concurrent-downloads must be at least 1".into());
+        }
+        if c.systemd_cgroup {
+            // Refused rather than ignored: the kubelet would be told SYSTEMD and place pods
+            // in slices no one creates.
+            return Err(
+                "systemd-cgroup = true: the systemd cgroup driver is not supported yet".into(),
+            );
         }
         Ok(c)
     }
@@ -143,6 +155,17 @@ mod tests {
         assert_eq!(
             c.default_network_ipam_data_dir.unwrap(),
             PathBuf::from("/tmp/ipam")
+        );
+        assert!(!c.systemd_cgroup);
+        let err = RuntimeConfig::parse("systemd-cgroup = true").unwrap_err();
+        assert_eq!(
+            err,
+            "systemd-cgroup = true: the systemd cgroup driver is not supported yet"
+        );
+        assert!(
+            !RuntimeConfig::parse("systemd-cgroup = false")
+                .unwrap()
+                .systemd_cgroup
         );
         let c = RuntimeConfig::parse("stream-server-address = \"127.0.0.1:10010\"").unwrap();
         assert_eq!(c.stream_server_address.port(), 10010);

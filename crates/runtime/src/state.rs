@@ -132,6 +132,18 @@ pub struct ContainerRecord {
     pub shim_dir: PathBuf,
     pub shim_pid: Option<u32>,
     pub init_pid: Option<u32>,
+    /// The identity the OCI spec starts the init process with (ContainerStatus `user`
+    /// while the process is not running); absent in records from before it was kept.
+    #[serde(default)]
+    pub user: Option<ProcessUser>,
+}
+
+/// The OCI spec's `process.user`: uid, gid and additional gids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessUser {
+    pub uid: u32,
+    pub gid: u32,
+    pub additional_gids: Vec<u32>,
 }
 
 impl ContainerRecord {

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod allocatable;
+pub mod cgroup_driver;
 pub mod manager;
 pub mod memory_qos;
 pub mod qos;

@@ -28,6 +28,8 @@ pub struct ContainerInfo {
     pub restart_count: i32,
     pub init: bool,
     pub annotations: HashMap<String, String>,
+    /// The identity of the init process, when the runtime reports it (ContainerStatus.user).
+    pub user: Option<pb::LinuxContainerUser>,
 }
 
 /// One sandbox as the runtime reports it.
@@ -125,6 +127,7 @@ fn parse_container(c: pb::ContainerStatus, sandbox_id: String) -> ContainerInfo 
             .unwrap_or(0),
         init: lab.get(labels::CONTAINER_TYPE).map(String::as_str) == Some("init"),
         annotations: ann,
+        user: c.user.and_then(|u| u.linux),
     }
 }
 

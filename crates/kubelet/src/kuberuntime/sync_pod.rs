@@ -736,6 +736,7 @@ impl KubeRuntime {
                     restart_count,
                     init,
                     annotations: HashMap::new(),
+                    user: None,
                 };
                 self.kill_container(pod, &info, None).await;
                 return fail("PostStartHookError", e.to_string());

@@ -5,7 +5,8 @@ use crate::volumes;
 use cri::runtime::v1 as pb;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, ContainerUser, HostIP, LinuxContainerUser, Pod,
+    PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -113,6 +114,7 @@ fn container_statuses(
                     if cur.state == pb::ContainerState::ContainerRunning {
                         st.started = Some(true);
                     }
+                    st.user = cur.user.as_ref().map(container_user);
                 }
                 None => {
                     st.state = Some(ContainerState {
@@ -150,6 +152,17 @@ fn container_statuses(
             st
         })
         .collect()
+}
+
+/// The runtime's ContainerUser as the API's `status.containerStatuses[].user`.
+fn container_user(u: &pb::LinuxContainerUser) -> ContainerUser {
+    ContainerUser {
+        linux: Some(LinuxContainerUser {
+            uid: u.uid,
+            gid: u.gid,
+            supplemental_groups: Some(u.supplemental_groups.clone()),
+        }),
+    }
 }
 
 fn termination_message(root: &Path, uid: &str, c: &ContainerInfo) -> String {
@@ -417,5 +430,81 @@ pub fn set_ready_conditions(pod: &Pod, status: &mut PodStatus) {
         if c.type_ == "ContainersReady" || c.type_ == "Ready" {
             *c = condition(&c.type_, ok, Some(reason), message.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    fn running(user: Option<pb::LinuxContainerUser>) -> ContainerInfo {
+        ContainerInfo {
+            id: "c1".into(),
+            name: "app".into(),
+            sandbox_id: "s1".into(),
+            state: pb::ContainerState::ContainerRunning,
+            created_at: 1,
+            started_at: 2,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            image: "busybox".into(),
+            image_ref: "sha256:abc".into(),
+            image_id: "sha256:abc".into(),
+            hash: String::new(),
+            restart_count: 0,
+            init: false,
+            annotations: HashMap::new(),
+            user,
+        }
+    }
+
+    fn status_of(c: ContainerInfo) -> ContainerStatus {
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    image: Some("busybox".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let rp = RuntimePod {
+            containers: vec![c],
+            ..Default::default()
+        };
+        let s = generate_pod_status(
+            Path::new("/nonexistent"),
+            &pod,
+            &rp,
+            &HashMap::new(),
+            &|id| format!("nodus://{id}"),
+            &[],
+        );
+        s.container_statuses.unwrap().remove(0)
+    }
+
+    #[test]
+    fn container_user_is_reported_only_when_the_runtime_gives_it() {
+        let st = status_of(running(Some(pb::LinuxContainerUser {
+            uid: 1000,
+            gid: 3000,
+            supplemental_groups: vec![3000, 4000],
+        })));
+        assert_eq!(
+            st.user,
+            Some(ContainerUser {
+                linux: Some(LinuxContainerUser {
+                    uid: 1000,
+                    gid: 3000,
+                    supplemental_groups: Some(vec![3000, 4000]),
+                })
+            })
+        );
+        assert_eq!(status_of(running(None)).user, None);
     }
 }

@@ -1,5 +1,6 @@
 //! ContainerStatus: state, times, exit code, reason (Completed / Error / OOMKilled),
-//! image and image id, mounts, log path, resources.
+//! image and image id, mounts, log path, resources, and the user of the init process (what
+//! the kubelet reports as `status.containerStatuses[].user`).
 
 use super::Inner;
 use crate::state::{ContainerRecord, ContainerState};
@@ -56,6 +57,8 @@ pub fn container_status(
     req: pb::ContainerStatusRequest,
 ) -> Result<pb::ContainerStatusResponse, Status> {
     let rec = inner.find_container(&req.container_id)?;
+    let mut status = to_status(&rec);
+    status.user = container_user(&rec).map(|linux| pb::ContainerUser { linux: Some(linux) });
     let mut info = HashMap::new();
     if req.verbose {
         let v = serde_json::json!({
@@ -69,7 +72,123 @@ pub fn container_status(
         info.insert("info".to_string(), v.to_string());
     }
     Ok(pb::ContainerStatusResponse {
-        status: Some(to_status(&rec)),
+        status: Some(status),
         info,
     })
+}
+
+/// The identity of the container's init process: read from /proc while it runs (what the
+/// process really has, after the image's /etc/group and the supplemental groups policy),
+/// else the OCI spec's `process.user` that it was or will be started with.
+fn container_user(rec: &ContainerRecord) -> Option<pb::LinuxContainerUser> {
+    if rec.state == ContainerState::Running
+        && let Some(pid) = rec.init_pid
+    {
+        let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+        let status = std::fs::read_to_string(proc_dir.join("status")).ok();
+        let uid_map = std::fs::read_to_string(proc_dir.join("uid_map")).unwrap_or_default();
+        let gid_map = std::fs::read_to_string(proc_dir.join("gid_map")).unwrap_or_default();
+        if let Some(u) = status.and_then(|s| user_from_proc_status(&s, &uid_map, &gid_map)) {
+            return Some(u);
+        }
+    }
+    rec.user.as_ref().map(|u| pb::LinuxContainerUser {
+        uid: i64::from(u.uid),
+        gid: i64::from(u.gid),
+        supplemental_groups: u.additional_gids.iter().map(|g| i64::from(*g)).collect(),
+    })
+}
+
+/// The real uid, gid and groups of a `/proc/<pid>/status`, as the container sees them: the
+/// host's ids mapped back through the process's `uid_map` / `gid_map` (identity maps
+/// without a user namespace).
+pub(crate) fn user_from_proc_status(
+    status: &str,
+    uid_map: &str,
+    gid_map: &str,
+) -> Option<pb::LinuxContainerUser> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| {
+                v.split_ascii_whitespace()
+                    .filter_map(|n| n.parse::<u32>().ok())
+                    .collect::<Vec<_>>()
+            })
+    };
+    let uid = *field("Uid")?.first()?;
+    let gid = *field("Gid")?.first()?;
+    let groups = field("Groups").unwrap_or_default();
+    Some(pb::LinuxContainerUser {
+        uid: to_inside(uid, uid_map)?,
+        gid: to_inside(gid, gid_map)?,
+        supplemental_groups: groups
+            .into_iter()
+            .filter_map(|g| to_inside(g, gid_map))
+            .collect(),
+    })
+}
+
+/// An id as seen from this process mapped into the namespace of an `id_map` (lines of
+/// `inside outside length`, outside being our view). None when the id is not mapped.
+fn to_inside(id: u32, id_map: &str) -> Option<i64> {
+    if id_map.trim().is_empty() {
+        return Some(i64::from(id));
+    }
+    id_map.lines().find_map(|l| {
+        let v: Vec<u64> = l
+            .split_ascii_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let [inside, outside, len] = v[..] else {
+            return None;
+        };
+        let id = u64::from(id);
+        (id >= outside && id - outside < len).then(|| (inside + (id - outside)) as i64)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t1000\t1000\t1000\t1000\nGid:\t3000\t3000\t3000\t3000\nFDSize:\t64\nGroups:\t10 3000 4000 \nNStgid:\t1\n";
+
+    #[test]
+    fn user_of_a_process_without_user_namespace() {
+        let identity = "         0          0 4294967295\n";
+        assert_eq!(
+            user_from_proc_status(STATUS, identity, identity),
+            Some(pb::LinuxContainerUser {
+                uid: 1000,
+                gid: 3000,
+                supplemental_groups: vec![10, 3000, 4000],
+            })
+        );
+        assert_eq!(
+            user_from_proc_status(STATUS, "", "").map(|u| u.uid),
+            Some(1000)
+        );
+    }
+
+    #[test]
+    fn user_of_a_process_in_a_user_namespace_is_the_containers_view() {
+        let status = STATUS
+            .replace("1000", "66536")
+            .replace("3000", "68536")
+            .replace("Groups:\t10 ", "Groups:\t65546 ")
+            .replace(" 4000", " 99999999");
+        let map = "         0      65536      65536\n";
+        assert_eq!(
+            user_from_proc_status(&status, map, map),
+            Some(pb::LinuxContainerUser {
+                uid: 1000,
+                gid: 3000,
+                // A group outside the pod's range is not the container's to see.
+                supplemental_groups: vec![10, 3000],
+            })
+        );
+        assert_eq!(user_from_proc_status("Name:\tx\n", map, map), None);
+    }
 }

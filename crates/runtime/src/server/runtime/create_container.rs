@@ -263,6 +263,7 @@ pub async fn create_container(
 
     // Image volumes: a read-only view of another image's root filesystem.
     let mut image_mounts = Vec::new();
+    let mut resolved_images = Vec::new();
     for (i, m) in cfg.mounts.iter().enumerate() {
         let Some(spec) = m.image.as_ref().filter(|s| !s.image.is_empty()) else {
             continue;
@@ -289,10 +290,31 @@ pub async fn create_container(
         )
         .map_err(|e| Status::internal(format!("mounting image volume {}: {e}", spec.image)))?
         .keep();
+        let host_path = if m.image_sub_path.is_empty() {
+            target
+        } else {
+            crate::container::image_sub_path::resolve(&target, &m.image_sub_path).map_err(
+                |e| {
+                    Status::invalid_argument(format!(
+                        "mounts[{i}]: failed to ensure image subpath {:?} in image {:?} (container path {:?}): {e}",
+                        m.image_sub_path, spec.image, m.container_path
+                    ))
+                },
+            )?
+        };
         image_mounts.push(ImageMount {
             container_path: m.container_path.clone(),
-            host_path: target,
+            host_path,
         });
+        resolved_images.push((i, img.id.to_string()));
+    }
+    // ContainerStatus reports the image each volume mounts as it resolved now (`image_ref`,
+    // the id the container's own `image_ref` is), whatever the name points at later.
+    let mut cfg = cfg;
+    for (i, id) in resolved_images {
+        if let Some(spec) = cfg.mounts[i].image.as_mut() {
+            spec.image_ref = id;
+        }
     }
 
     let image_config = inner
@@ -380,6 +402,11 @@ pub async fn create_container(
         shim_dir,
         shim_pid: None,
         init_pid: None,
+        user: spec.process().as_ref().map(|p| crate::state::ProcessUser {
+            uid: p.user().uid(),
+            gid: p.user().gid(),
+            additional_gids: p.user().additional_gids().clone().unwrap_or_default(),
+        }),
     };
     inner.save_container(&rec)?;
     undo.disarm();

@@ -38,6 +38,19 @@ pub(crate) fn exec_process(
     Ok(process)
 }
 
+/// Kills an exec'd process and, when it leads its own process group (runc makes each exec
+/// a session leader), the whole group: `sh -c 'sleep 1d & wait'` must not leave the sleep
+/// behind in the container.
+fn kill_exec(pid: i32) {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::{Pid, getpgid};
+    let pid = Pid::from_raw(pid);
+    if getpgid(Some(pid)) == Ok(pid) {
+        let _ = killpg(pid, Signal::SIGKILL);
+    }
+    let _ = kill(pid, Signal::SIGKILL);
+}
+
 pub async fn exec_sync(
     inner: &Inner,
     req: pb::ExecSyncRequest,
@@ -98,16 +111,13 @@ pub async fn exec_sync(
         match tokio::time::timeout(Duration::from_secs(req.timeout as u64), run).await {
             Ok(r) => r,
             Err(_) => {
-                // runc exec only waits for the process: kill the process itself, as
-                // containerd does, or it would outlive the probe that timed out.
+                // runc exec only waits for the process: kill it, as containerd does, or it
+                // would outlive the probe that timed out.
                 if let Some(pid) = std::fs::read_to_string(&pid_file)
                     .ok()
                     .and_then(|p| p.trim().parse::<i32>().ok())
                 {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
+                    kill_exec(pid);
                 }
                 return Err(Status::deadline_exceeded(format!(
                     "command {:?} timed out after {}s",

@@ -10,13 +10,16 @@ mod exec;
 mod exec_sync;
 mod get_container_events;
 mod list_containers;
+mod list_metric_descriptors;
 mod list_pod_sandbox;
+mod list_pod_sandbox_metrics;
 mod pod_sandbox_status;
 mod port_forward;
 mod remove_container;
 mod remove_pod_sandbox;
 mod reopen_container_log;
 mod run_pod_sandbox;
+mod runtime_config;
 mod start_container;
 mod stats;
 mod status;
@@ -55,6 +58,8 @@ pub struct Inner {
     pub events: broadcast::Sender<pb::ContainerEventResponse>,
     /// The exec/attach/port-forward streaming server.
     pub streaming: crate::streaming::Server,
+    /// What RuntimeConfig tells the kubelet.
+    pub cgroup_driver: pb::CgroupDriver,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,6 +138,7 @@ impl Inner {
             exe,
             events,
             streaming,
+            cgroup_driver: runtime_config::cgroup_driver(config.systemd_cgroup),
         })
     }
 
@@ -470,6 +476,34 @@ impl pb::runtime_service_server::RuntimeService for RuntimeService {
         port_forward::port_forward(&self.inner, req.into_inner())
             .await
             .map(Response::new)
+    }
+
+    async fn list_metric_descriptors(
+        &self,
+        req: Request<pb::ListMetricDescriptorsRequest>,
+    ) -> Result<Response<pb::ListMetricDescriptorsResponse>, Status> {
+        list_metric_descriptors::list_metric_descriptors(req.into_inner()).map(Response::new)
+    }
+
+    async fn list_pod_sandbox_metrics(
+        &self,
+        req: Request<pb::ListPodSandboxMetricsRequest>,
+    ) -> Result<Response<pb::ListPodSandboxMetricsResponse>, Status> {
+        let inner = Arc::clone(&self.inner);
+        let req = req.into_inner();
+        tokio::task::spawn_blocking(move || {
+            list_pod_sandbox_metrics::list_pod_sandbox_metrics(&inner, req)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map(Response::new)
+    }
+
+    async fn runtime_config(
+        &self,
+        req: Request<pb::RuntimeConfigRequest>,
+    ) -> Result<Response<pb::RuntimeConfigResponse>, Status> {
+        runtime_config::runtime_config(&self.inner, req.into_inner()).map(Response::new)
     }
 
     async fn get_container_events(

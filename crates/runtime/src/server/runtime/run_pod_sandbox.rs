@@ -91,10 +91,16 @@ pub(crate) fn pod_user_namespace(
                     })
                     .collect()
             };
-            Ok(Some(UserMappings {
+            let maps = UserMappings {
                 uids: conv("uid", &u.uids)?,
                 gids: conv("gid", &u.gids)?,
-            }))
+            };
+            for (what, m) in [("UID", &maps.uids), ("GID", &maps.gids)] {
+                check_id_maps(m).map_err(|e| {
+                    Status::invalid_argument(format!("{field}: {what} mapping: {e}"))
+                })?;
+            }
+            Ok(Some(maps))
         }
         Ok(other) => bad(format!(
             "unsupported user namespace mode {} (only NODE and POD are)",
@@ -102,6 +108,36 @@ pub(crate) fn pod_user_namespace(
         )),
         Err(_) => bad(format!("unknown namespace mode {}", u.mode)),
     }
+}
+
+/// What the kernel and the pod's root need of one set of maps: container ID 0 (the pod's
+/// root, who owns its files and namespaces) mapped — in containerd's words when it is not —
+/// and no two lines sharing an id on either side, which the kernel refuses with a bare
+/// EINVAL.
+pub(crate) fn check_id_maps(maps: &[IdMap]) -> Result<(), String> {
+    let range = |start: u32, size: u32| u64::from(start)..u64::from(start) + u64::from(size);
+    if !maps
+        .iter()
+        .any(|m| range(m.container_id, m.size).contains(&0))
+    {
+        return Err("container ID 0 cannot be mapped to a host ID".into());
+    }
+    for (i, a) in maps.iter().enumerate() {
+        for b in &maps[i + 1..] {
+            let overlap = |x: std::ops::Range<u64>, y: std::ops::Range<u64>| {
+                x.start < y.end && y.start < x.end
+            };
+            if overlap(range(a.container_id, a.size), range(b.container_id, b.size))
+                || overlap(range(a.host_id, a.size), range(b.host_id, b.size))
+            {
+                return Err(format!(
+                    "mappings {}:{}:{} and {}:{}:{} overlap",
+                    a.container_id, a.host_id, a.size, b.container_id, b.host_id, b.size
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn node_hostname() -> String {
@@ -288,4 +324,78 @@ pub(crate) async fn teardown(inner: &Inner, rec: &SandboxRecord) {
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uids: Vec<pb::IdMapping>, gids: Vec<pb::IdMapping>) -> pb::PodSandboxConfig {
+        pb::PodSandboxConfig {
+            linux: Some(pb::LinuxPodSandboxConfig {
+                security_context: Some(pb::LinuxSandboxSecurityContext {
+                    namespace_options: Some(pb::NamespaceOption {
+                        userns_options: Some(pb::UserNamespace {
+                            mode: pb::NamespaceMode::Pod as i32,
+                            uids,
+                            gids,
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn m(container_id: u32, host_id: u32, length: u32) -> pb::IdMapping {
+        pb::IdMapping {
+            container_id,
+            host_id,
+            length,
+        }
+    }
+
+    fn refusal(cfg: &pb::PodSandboxConfig) -> (tonic::Code, String) {
+        let e = pod_user_namespace(cfg).unwrap_err();
+        (e.code(), e.message().to_string())
+    }
+
+    #[test]
+    fn pod_user_namespace_maps_are_checked() {
+        let ok = pod(vec![m(0, 65536, 65536)], vec![m(0, 65536, 65536)]);
+        assert!(pod_user_namespace(&ok).unwrap().is_some());
+        let two = pod(
+            vec![m(0, 65536, 1000), m(1000, 200000, 1000)],
+            vec![m(0, 65536, 65536)],
+        );
+        assert!(pod_user_namespace(&two).unwrap().is_some());
+
+        let (code, msg) = refusal(&pod(vec![m(1, 65536, 65536)], vec![m(0, 65536, 65536)]));
+        assert_eq!(code, tonic::Code::InvalidArgument);
+        assert!(
+            msg.ends_with("UID mapping: container ID 0 cannot be mapped to a host ID"),
+            "{msg}"
+        );
+        let (code, msg) = refusal(&pod(vec![m(0, 65536, 65536)], vec![m(100, 65536, 5)]));
+        assert_eq!(code, tonic::Code::InvalidArgument);
+        assert!(
+            msg.ends_with("GID mapping: container ID 0 cannot be mapped to a host ID"),
+            "{msg}"
+        );
+        let (code, msg) = refusal(&pod(vec![m(0, 65536, 0)], vec![m(0, 65536, 65536)]));
+        assert_eq!(code, tonic::Code::InvalidArgument);
+        assert!(msg.contains("is empty"), "{msg}");
+        // Overlapping inside the container, then on the host.
+        for uids in [
+            vec![m(0, 65536, 1000), m(999, 300000, 10)],
+            vec![m(0, 65536, 1000), m(5000, 66000, 10)],
+        ] {
+            let (code, msg) = refusal(&pod(uids, vec![m(0, 65536, 65536)]));
+            assert_eq!(code, tonic::Code::InvalidArgument);
+            assert!(msg.contains("overlap"), "{msg}");
+        }
+    }
 }

@@ -33,7 +33,7 @@ fn u64v(v: u64) -> Option<pb::UInt64Value> {
 }
 
 /// `linux.cgroupsPath` of a container's bundle.
-fn cgroups_path(bundle: &Path) -> Option<String> {
+pub(super) fn cgroups_path(bundle: &Path) -> Option<String> {
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json")).ok()?).ok()?;
     spec.get("linux")?
@@ -48,9 +48,11 @@ fn cgroups() -> &'static Arc<dyn CgroupManager> {
     M.get_or_init(nodus_cgroups::detect)
 }
 
-fn cpu_and_memory(
+/// CPU and memory of a cgroup; `rate_key` names the CPU sample that nano-cores are
+/// computed against (None: no rate, which leaves the samples of the stats RPCs alone).
+pub(super) fn cpu_and_memory(
     inner: &Inner,
-    key: &str,
+    rate_key: Option<&str>,
     cgroup: Option<&str>,
 ) -> (Option<pb::CpuUsage>, Option<pb::MemoryUsage>) {
     let now = crate::state::now_ns();
@@ -60,9 +62,8 @@ fn cpu_and_memory(
     let cpu = pb::CpuUsage {
         timestamp: now,
         usage_core_nano_seconds: u64v(stats.cpu.usage_ns),
-        usage_nano_cores: inner
-            .cpu_samples
-            .rate(key, now, stats.cpu.usage_ns)
+        usage_nano_cores: rate_key
+            .and_then(|key| inner.cpu_samples.rate(key, now, stats.cpu.usage_ns))
             .and_then(u64v),
     };
     let m = &stats.memory;
@@ -105,7 +106,7 @@ fn disk_usage(dir: &Path) -> (u64, u64) {
 pub(crate) fn container_stats_of(inner: &Inner, rec: &ContainerRecord) -> pb::ContainerStats {
     let cfg = rec.config();
     let cgroup = cgroups_path(&rec.bundle);
-    let (cpu, memory) = cpu_and_memory(inner, &rec.id, cgroup.as_deref());
+    let (cpu, memory) = cpu_and_memory(inner, Some(&rec.id), cgroup.as_deref());
     let upper = rec.layer_dir.join("upper");
     let (bytes, inodes) = disk_usage(&upper);
     pb::ContainerStats {
@@ -159,7 +160,7 @@ pub fn list_container_stats(
 
 /// Interface counters inside a network namespace (`/proc/thread-self/net/dev` read from a
 /// thread that joined it).
-fn net_dev(netns: &Path) -> Vec<pb::NetworkInterfaceUsage> {
+pub(super) fn net_dev(netns: &Path) -> Vec<pb::NetworkInterfaceUsage> {
     let path = netns.to_path_buf();
     let read = std::thread::spawn(move || -> Option<String> {
         let f = std::fs::File::open(&path).ok()?;
@@ -197,7 +198,7 @@ fn sandbox_stats_of(inner: &Inner, rec: &SandboxRecord) -> pb::PodSandboxStats {
         .as_ref()
         .map(|l| l.cgroup_parent.clone())
         .filter(|p| !p.is_empty());
-    let (cpu, memory) = cpu_and_memory(inner, &format!("pod:{}", rec.id), parent.as_deref());
+    let (cpu, memory) = cpu_and_memory(inner, Some(&format!("pod:{}", rec.id)), parent.as_deref());
     let containers: Vec<pb::ContainerStats> = inner
         .containers()
         .values()
