@@ -43,8 +43,25 @@ export NODUS_VM_SHUTDOWN_DIR=$out/shutdown
 export RUST_BACKTRACE=1
 
 failed=()
+# `bench/<bin>`: a benchmark binary of bench/ (the debug build beside the tests) run in
+# the guest, writing its section of docs/PERFORMANCE.md through the share.
+run_bench() {
+  local bin=$1 debug start rc
+  debug=$(dirname "$(dirname "$(awk 'NR == 1 {print $4}' "$out/executables")")")
+  echo "suite: bench $bin: start"
+  start=$SECONDS
+  NODUS_BIN=$debug/nodus BENCH_HANDLERS=runc,crun BENCH_PODS=${BENCH_PODS:-10} \
+    "$debug/$bin" --write docs/PERFORMANCE.md && rc=0 || rc=$?
+  echo "suite: bench $bin: exit $rc, $((SECONDS - start)) s"
+  ((rc == 0)) || failed+=("bench/$bin")
+}
+
 run_one() {
   local spec=$1 crate target filter exe start rc
+  if [[ $spec == bench/* ]]; then
+    run_bench "${spec#bench/}"
+    return
+  fi
   IFS=/ read -r crate target filter <<< "$spec"
   exe=$(awk -v c="$crate" -v t="$target" '$1 == c && $3 == t {print $4; exit}' "$out/executables")
   if [[ -z $exe ]]; then

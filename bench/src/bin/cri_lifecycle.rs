@@ -74,6 +74,8 @@ struct Pod {
     sandbox: String,
     container: String,
     cfg: pb::PodSandboxConfig,
+    /// The RuntimeClass handler ("" = the runtime's default).
+    handler: String,
 }
 
 async fn phase(c: &Clients, p: usize, pod: &mut Pod) -> Result<Duration> {
@@ -84,7 +86,7 @@ async fn phase(c: &Clients, p: usize, pod: &mut Pod) -> Result<Duration> {
             pod.sandbox = r
                 .run_pod_sandbox(pb::RunPodSandboxRequest {
                     config: Some(pod.cfg.clone()),
-                    runtime_handler: String::new(),
+                    runtime_handler: pod.handler.clone(),
                 })
                 .await
                 .context("RunPodSandbox")?
@@ -215,11 +217,128 @@ async fn measure(t: &Target) -> Result<Results> {
     })
 }
 
+/// `BENCH_HANDLERS=runc,crun`: the single-pod and in-a-row cycles under each RuntimeClass
+/// handler of nodus, and containerd's runc beside them (the VM lane's cgroup v2 host runs
+/// it, where crun works). Only ratios mean something there: the guest is emulated.
+async fn handlers_mode(
+    bin: &std::path::Path,
+    handlers: &[String],
+    write: Option<PathBuf>,
+) -> Result<()> {
+    let pods = pod_count();
+    let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
+    let cycle = |t: &Target, handler: &str, runs: usize, tag: &'static str| {
+        let pods: Vec<Pod> = (0..runs)
+            .map(|i| Pod {
+                cfg: sandbox_config(t, i, tag),
+                handler: handler.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        pods
+    };
+    let mut run = async |t: &Target, handler: &str, label: String| -> Result<()> {
+        let mut warm = cycle(t, handler, 1, "warm");
+        for p in 0..4 {
+            phase(&t.c, p, &mut warm[0]).await?;
+        }
+        let mut samples = vec![Vec::new(); 4];
+        for mut pod in cycle(t, handler, SINGLE_RUNS, "single") {
+            for (p, s) in samples.iter_mut().enumerate() {
+                s.push(phase(&t.c, p, &mut pod).await?.as_secs_f64() * 1e3);
+            }
+        }
+        let mut row = cycle(t, handler, pods, "row");
+        for (p, s) in samples.iter_mut().enumerate() {
+            for pod in row.iter_mut() {
+                s.push(phase(&t.c, p, pod).await?.as_secs_f64() * 1e3);
+            }
+        }
+        rows.push((label, samples.iter_mut().map(|s| pct(s, 50.0)).collect()));
+        Ok(())
+    };
+    for h in handlers {
+        let t = nodus(bin).await?;
+        eprintln!("measuring nodus with handler {h}");
+        run(&t, h, format!("nodus + {h}")).await?;
+    }
+    let t = containerd().await?;
+    eprintln!("measuring containerd");
+    run(&t, "", "containerd + runc".into()).await?;
+    let version = |b: &str| {
+        Command::new(b)
+            .arg("--version")
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .map(str::to_string)
+            })
+            .unwrap_or_default()
+    };
+    let mut body = format!(
+        "Inside the VM lane's guest (`bash scripts/vm-test.sh bench/cri-lifecycle`: Debian \
+         bookworm, kernel {}, pure cgroup v2, systemd; qemu TCG emulation, so only the ratios \
+         mean anything); {} and {}; the debug build of nodus the lane runs. p50 in ms over \
+         {SINGLE_RUNS} single-pod cycles and {pods} pods in a row.\n\n\
+         | runtime + handler | RunPodSandbox | Create+StartContainer | Stop+RemoveContainer | StopPodSandbox+RemovePodSandbox |\n\
+         | --- | --- | --- | --- | --- |\n",
+        String::from_utf8_lossy(
+            &Command::new("uname")
+                .arg("-r")
+                .output()
+                .map(|o| o.stdout)
+                .unwrap_or_default()
+        )
+        .trim(),
+        version("runc"),
+        version("crun"),
+    );
+    for (label, p50) in &rows {
+        body.push_str(&format!(
+            "| {label} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+            p50[0], p50[1], p50[2], p50[3]
+        ));
+    }
+    let create = |label: &str| rows.iter().find(|(l, _)| l == label).map(|(_, v)| v[1]);
+    if let (Some(runc), Some(crun)) = (create("nodus + runc"), create("nodus + crun")) {
+        body.push_str(&format!(
+            "\nCreate+StartContainer, crun / runc under nodus: {:.2}× (goal: at most 0.5×)",
+            crun / runc
+        ));
+        if let Some(c) = create("containerd + runc") {
+            body.push_str(&format!(
+                "; nodus + crun / containerd + runc: {:.2}×; nodus + runc / containerd + runc: {:.2}×",
+                crun / c,
+                runc / c
+            ));
+        }
+        body.push_str(".\n");
+    }
+    println!("{body}");
+    if let Some(p) = write {
+        nodus_bench::write_section(
+            &p,
+            "cri-lifecycle-vm",
+            "## CRI pod lifecycle on cgroup v2 with runc and crun (VM lane)",
+            &body,
+        )?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
     let bin =
         PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
+    if let Ok(h) = std::env::var("BENCH_HANDLERS") {
+        let handlers: Vec<String> = h.split(',').map(str::to_string).collect();
+        return handlers_mode(&bin, &handlers, write).await;
+    }
     let pods = pod_count();
     // BENCH_FLOOR_ONLY=1: just time runc and the CNI chain alone (a quick look).
     if std::env::var("BENCH_FLOOR_ONLY").is_ok_and(|v| v == "1") {

@@ -760,7 +760,9 @@ fn resolve_shutdown(
     };
     config.validate().map_err(RunError::Flag)?;
     if !feature(gates, "GracefulNodeShutdown")? {
-        tracing::info!("Node graceful shutdown feature is disabled, node shutdown will be immediate");
+        tracing::info!(
+            "Node graceful shutdown feature is disabled, node shutdown will be immediate"
+        );
         return Ok(crate::nodeshutdown::Config::default());
     }
     Ok(config)

@@ -12,7 +12,8 @@ use common::kubelet::{Kubelet, NODE_NAME, container_status, exec, is_running, ph
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(60);
+/// Generous: the VM lane runs this under emulation, where a first sandbox can take 40 s.
+const T: Duration = Duration::from_secs(180);
 
 fn full(name: &str) -> String {
     format!("{name}-{NODE_NAME}")

@@ -46,7 +46,8 @@ fn run(cmd: &mut Command) -> String {
 
 fn manifest(name: &str, priority: i32, hooks: &Path) -> String {
     // No quotes inside: the stamp goes inside the trap's single-quoted action.
-    let stamp = |what: &str| format!("read up idle < /proc/uptime; echo $up > /hooks/{name}.{what}");
+    let stamp =
+        |what: &str| format!("read up idle < /proc/uptime; echo $up > /hooks/{name}.{what}");
     let main = format!(
         "trap '{}; exit 0' TERM; while true; do sleep 1; done",
         stamp("term")
@@ -114,7 +115,10 @@ fn graceful_shutdown_1_arm() {
         run(Command::new("systemd-run")
             .arg(format!("--unit={name}"))
             .arg(format!("--property=RequiresMountsFor={}", shared.display()))
-            .arg(format!("--property=StandardOutput=append:{}", log.display()))
+            .arg(format!(
+                "--property=StandardOutput=append:{}",
+                log.display()
+            ))
             .arg(format!("--property=StandardError=append:{}", log.display()))
             .arg("--setenv=NODUS_LOG=info")
             .arg(&nodus)
@@ -201,15 +205,8 @@ fn graceful_shutdown_1_arm() {
 
     // All three pods run.
     loop {
-        let ps = run(Command::new(&nodus).args([
-            "crictl",
-            "-r",
-            &endpoint,
-            "ps",
-            "--state",
-            "Running",
-            "-q",
-        ]));
+        let ps = run(Command::new(&nodus)
+            .args(["crictl", "-r", &endpoint, "ps", "--state", "Running", "-q"]));
         if ps.lines().count() == PODS.len() {
             break;
         }
@@ -236,7 +233,10 @@ fn stamp(hooks: &Path, pod: &str, what: &str) -> f64 {
 #[ignore = "reads what the VM lane's guest left behind: run by scripts/vm-test.sh"]
 fn graceful_shutdown_2_verify() {
     let shared = shared_dir();
-    assert!(shared.join("armed").exists(), "the guest never armed the test");
+    assert!(
+        shared.join("armed").exists(),
+        "the guest never armed the test"
+    );
     let hooks = shared.join("hooks");
     let log = std::fs::read_to_string(shared.join("kubelet.log")).unwrap_or_default();
     assert!(
@@ -249,8 +249,14 @@ fn graceful_shutdown_2_verify() {
     let mut last_term = 0.0;
     for (pod, _) in PODS {
         let (pre, term) = (stamp(&hooks, pod, "prestop"), stamp(&hooks, pod, "term"));
-        assert!(term >= pre + HOOK_SECONDS as f64 - 0.5, "{pod}: preStop {pre}, TERM {term}");
-        assert!(pre >= last_term, "{pod} started stopping at {pre}, before the previous group ended at {last_term}\n{log}");
+        assert!(
+            term >= pre + HOOK_SECONDS as f64 - 0.5,
+            "{pod}: preStop {pre}, TERM {term}"
+        );
+        assert!(
+            pre >= last_term,
+            "{pod} started stopping at {pre}, before the previous group ended at {last_term}\n{log}"
+        );
         assert!(
             term - pre < GROUP_SECONDS as f64,
             "{pod} took {}s, over its group's {GROUP_SECONDS}s",
@@ -260,9 +266,11 @@ fn graceful_shutdown_2_verify() {
     }
     for (pod, _) in PODS {
         assert!(
-            log.lines().any(|l| l.contains("Shutdown manager killing pod with gracePeriod")
-                && l.contains(&format!("{pod}-shutdown-test"))
-                && l.contains(&format!("grace={GROUP_SECONDS}"))),
+            log.lines().any(
+                |l| l.contains("Shutdown manager killing pod with gracePeriod")
+                    && l.contains(&format!("{pod}-shutdown-test"))
+                    && l.contains(&format!("grace={GROUP_SECONDS}"))
+            ),
             "no kill of {pod} with its group's grace period in the kubelet log:\n{log}"
         );
     }

@@ -71,10 +71,7 @@ impl Logind {
     pub async fn reload(&self) -> Result<(), Error> {
         let systemd = zbus::Proxy::new(&self.conn, SYSTEMD, SYSTEMD_PATH, SYSTEMD_MANAGER).await?;
         let _: () = systemd
-            .call(
-                "KillUnit",
-                &("systemd-logind.service", "all", libc::SIGHUP),
-            )
+            .call("KillUnit", &("systemd-logind.service", "all", libc::SIGHUP))
             .await?;
         // logind reloads asynchronously; upstream waits a moment too.
         tokio::time::sleep(Duration::from_secs(1)).await;

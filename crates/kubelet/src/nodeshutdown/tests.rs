@@ -26,7 +26,11 @@ fn g(priority: i32, secs: i64) -> PriorityGracePeriod {
 fn names(groups: &[Vec<Pod>]) -> Vec<Vec<String>> {
     groups
         .iter()
-        .map(|ps| ps.iter().map(|p| p.metadata.name.clone().unwrap()).collect())
+        .map(|ps| {
+            ps.iter()
+                .map(|p| p.metadata.name.clone().unwrap())
+                .collect()
+        })
         .collect()
 }
 
@@ -168,6 +172,12 @@ fn the_kubelet_configuration_carries_the_three_fields() {
     )
     .unwrap();
     assert_eq!(c.shutdown_grace_period.as_deref(), Some("30s"));
-    assert_eq!(c.shutdown_grace_period_critical_pods.as_deref(), Some("10s"));
-    assert_eq!(c.shutdown_grace_period_by_pod_priority.unwrap(), vec![g(1000, 5)]);
+    assert_eq!(
+        c.shutdown_grace_period_critical_pods.as_deref(),
+        Some("10s")
+    );
+    assert_eq!(
+        c.shutdown_grace_period_by_pod_priority.unwrap(),
+        vec![g(1000, 5)]
+    );
 }
