@@ -260,7 +260,8 @@ pub async fn exec(endpoint: &str, pod: &Value, container: &str, cmd: &[&str]) ->
         .exec_sync(cri::runtime::v1::ExecSyncRequest {
             container_id: id,
             cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 10,
+            // A bound, not a measure: an exec under the VM lane's emulation can take seconds.
+            timeout: 60,
         })
         .await
         .expect("ExecSync")
