@@ -5,11 +5,11 @@
 
 mod cpu;
 mod cpuacct;
-mod cpuset;
+pub(crate) mod cpuset;
 mod freezer;
 mod hugetlb;
 mod memory;
-mod pids;
+pub(crate) mod pids;
 
 use crate::common::{
     DeleteRetries, Files, check_writable, child_names, collect_pids_in, components, join,
