@@ -17,6 +17,8 @@ DEFAULT_TESTS=(
   cgroups/nodus_cgroups
   # the lesson's lab steps 5 and 6: QoS tiers, limits, throttling, OOMKilled, allocatable
   nodus/kubelet_qos
+  # the systemd cgroup driver: kubelet --cgroup-driver systemd, runtime systemd-cgroup
+  nodus/kubelet_systemd
 )
 
 echo "suite: kernel $(uname -r), $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup"

@@ -95,7 +95,7 @@ pub struct KubeletArgs {
     /// Create the QoS cgroup hierarchy (kubepods, burstable, besteffort) [default: true].
     #[arg(long)]
     pub cgroups_per_qos: Option<bool>,
-    /// cgroupfs (systemd is not supported) [default: cgroupfs].
+    /// cgroupfs or systemd (cgroup v2 hosts run by systemd) [default: cgroupfs].
     #[arg(long)]
     pub cgroup_driver: Option<String>,
     /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=256Mi.
@@ -585,11 +585,11 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
         .clone()
         .or(c.cgroup_driver.clone())
         .unwrap_or_else(|| "cgroupfs".into());
-    if driver != "cgroupfs" {
+    let Some(cgroup_driver) = crate::cm::CgroupDriver::parse(&driver) else {
         return Err(RunError::Flag(format!(
-            "cgroupDriver {driver:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only"
+            "cgroupDriver {driver:?} is not supported: supported values: \"cgroupfs\", \"systemd\""
         )));
-    }
+    };
     let map = |flag: &str,
                sep: char,
                a: &Option<String>,
@@ -650,6 +650,7 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
                 .unwrap_or_else(|| "/".into()),
             per_qos: args.cgroups_per_qos.or(c.cgroups_per_qos).unwrap_or(true),
         },
+        cgroup_driver,
         kube_reserved: map("kube-reserved", '=', &args.kube_reserved, &c.kube_reserved)?
             .unwrap_or_default(),
         system_reserved: map(

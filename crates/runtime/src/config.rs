@@ -38,6 +38,11 @@ pub struct RuntimeConfig {
     /// /var/lib/cni/networks].
     #[serde(default)]
     pub default_network_ipam_data_dir: Option<PathBuf>,
+    /// containerd's `SystemdCgroup`: containers' cgroups are systemd scopes in the pod's
+    /// slice (`linux.cgroupsPath` as `slice:cri-nodus:<id>`, runc/crun run with
+    /// `--systemd-cgroup`). Matches a kubelet with `cgroupDriver: systemd`.
+    #[serde(default)]
+    pub systemd_cgroup: bool,
 }
 
 fn default_true() -> bool {
@@ -74,6 +79,7 @@ impl Default for RuntimeConfig {
             stream_server_address: default_stream_server_address(),
             default_network_ip_masq: true,
             default_network_ipam_data_dir: None,
+            systemd_cgroup: false,
         }
     }
 }
@@ -95,10 +101,18 @@ impl RuntimeConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text).map_err(|message| ConfigError::Parse {
+        let c = Self::parse(&text).map_err(|message| ConfigError::Parse {
             path: path.to_path_buf(),
             message,
-        })
+        })?;
+        // runc would fail each container with a D-Bus error; say it once, at start.
+        if c.systemd_cgroup && !nodus_cgroups::systemd::running_systemd() {
+            return Err(ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: "systemd-cgroup = true needs systemd as init, and this machine does not run it (no /run/systemd/system)".into(),
+            });
+        }
+        Ok(c)
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {

@@ -13,10 +13,31 @@ pub mod resources;
 
 pub use manager::ContainerManager;
 
+/// KubeletConfiguration `cgroupDriver`: who creates the cgroups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// The kubelet writes cgroupfs itself.
+    #[default]
+    Cgroupfs,
+    /// systemd creates a slice per cgroup (cgroup v2 hosts run by systemd only).
+    Systemd,
+}
+
+impl CgroupDriver {
+    pub fn parse(s: &str) -> Option<CgroupDriver> {
+        match s {
+            "cgroupfs" => Some(CgroupDriver::Cgroupfs),
+            "systemd" => Some(CgroupDriver::Systemd),
+            _ => None,
+        }
+    }
+}
+
 /// The container manager's settings (issue 5's fields).
 #[derive(Clone, Debug)]
 pub struct Config {
     pub layout: qos::Layout,
+    pub cgroup_driver: CgroupDriver,
     pub kube_reserved: std::collections::BTreeMap<String, String>,
     pub system_reserved: std::collections::BTreeMap<String, String>,
     pub kube_reserved_cgroup: Option<String>,

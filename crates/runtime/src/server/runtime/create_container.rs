@@ -332,6 +332,7 @@ pub async fn create_container(
                 namespaces,
                 sandbox_files: files,
                 cgroup_parent: &cgroup_parent,
+                systemd_cgroup: inner.handlers.systemd_cgroup(),
                 seccomp_profile_root: None,
                 oom_score_adj_floor: own_oom_score_adj(),
                 image_mounts,
