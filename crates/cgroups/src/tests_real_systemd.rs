@@ -110,11 +110,12 @@ fn slices_are_created_updated_and_stopped_through_systemd() {
 
     // The slice is where upstream's kubelet puts it: dashes escaped, parents expanded.
     let unit = names::slice_name(&pod);
-    assert_eq!(
-        unit,
-        format!("{}-pod_0a1b.slice", g.root.replace('-', "_"))
+    assert_eq!(unit, format!("{}-pod_0a1b.slice", g.root.replace('-', "_")));
+    assert!(
+        g.dir("pod-0a1b").is_dir(),
+        "{}",
+        g.dir("pod-0a1b").display()
     );
-    assert!(g.dir("pod-0a1b").is_dir(), "{}", g.dir("pod-0a1b").display());
     assert!(g.m.exists(&pod));
     assert_eq!(g.m.children(&g.root), vec!["pod-0a1b".to_string()]);
 

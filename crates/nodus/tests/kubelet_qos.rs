@@ -293,7 +293,9 @@ async fn bad_cgroup_settings_are_refused_with_the_field() {
     }
     let e = run(&["--root-dir", root, "--cgroup-driver", "sytemd"]);
     assert!(
-        e.contains("cgroupDriver \"sytemd\" is not supported: supported values: \"cgroupfs\", \"systemd\""),
+        e.contains(
+            "cgroupDriver \"sytemd\" is not supported: supported values: \"cgroupfs\", \"systemd\""
+        ),
         "{e}"
     );
     let e = run(&[

@@ -63,7 +63,9 @@ impl Drop for StopSlices {
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_in_slices_containers_in_scopes_limits_and_oom() {
     if !Path::new("/run/systemd/system").is_dir() {
-        eprintln!("skipped: systemd is not the running init on this machine (no /run/systemd/system)");
+        eprintln!(
+            "skipped: systemd is not the running init on this machine (no /run/systemd/system)"
+        );
         return;
     }
     if !common::have_root() {

@@ -103,14 +103,13 @@ impl Systemd {
                 unit: unit.to_string(),
                 message: format!("cannot start a thread: {e}"),
             })?;
-        rx.recv_timeout(JOB_TIMEOUT)
-            .unwrap_or_else(|_| {
-                Err(CgroupError::Systemd {
-                    op,
-                    unit: unit.to_string(),
-                    message: format!("no answer within {}s", JOB_TIMEOUT.as_secs()),
-                })
+        rx.recv_timeout(JOB_TIMEOUT).unwrap_or_else(|_| {
+            Err(CgroupError::Systemd {
+                op,
+                unit: unit.to_string(),
+                message: format!("no answer within {}s", JOB_TIMEOUT.as_secs()),
             })
+        })
     }
 
     /// Starts transient unit `unit` with `props` and waits for its job.

@@ -84,20 +84,27 @@ pub fn parse_systemd(path: &str) -> Vec<String> {
 /// `slice:prefix:name` form (runc's and crun's `--systemd-cgroup`): the scope
 /// `<prefix>-<name>.scope` in the expanded slice. `kubepods-pod1.slice:cri-nodus:abc` →
 /// `kubepods.slice/kubepods-pod1.slice/cri-nodus-abc.scope`. An empty slice is
-/// `system.slice`, as runc takes it.
+/// `system.slice`, and a name that is itself a slice is the unit, as runc takes them.
 pub fn scope_path(cgroups_path: &str) -> Result<String, CgroupError> {
     let bad = || CgroupError::InvalidPath(cgroups_path.to_string());
     let mut it = cgroups_path.split(':');
-    let (Some(slice), Some(prefix), Some(name), None) = (it.next(), it.next(), it.next(), it.next())
+    let (Some(slice), Some(prefix), Some(name), None) =
+        (it.next(), it.next(), it.next(), it.next())
     else {
         return Err(bad());
     };
     if name.is_empty() || name.contains('/') || prefix.contains('/') {
         return Err(bad());
     }
-    let slice = if slice.is_empty() { "system.slice" } else { slice };
+    let slice = if slice.is_empty() {
+        "system.slice"
+    } else {
+        slice
+    };
     let dir = expand_slice(slice)?;
-    let unit = if prefix.is_empty() {
+    let unit = if name.ends_with(SLICE) {
+        name.to_string()
+    } else if prefix.is_empty() {
         format!("{name}.scope")
     } else {
         format!("{prefix}-{name}.scope")
@@ -205,7 +212,9 @@ mod tests {
         assert_eq!(parse_systemd("/test"), ["test"]);
         assert_eq!(parse_systemd("/test.slice"), ["test"]);
         assert_eq!(
-            parse_systemd("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b_2c3d.slice"),
+            parse_systemd(
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b_2c3d.slice"
+            ),
             ["kubepods", "burstable", "pod0a1b-2c3d"]
         );
         assert!(parse_systemd("/").is_empty());
@@ -222,7 +231,17 @@ mod tests {
             "system.slice/cri-nodus-abc.scope"
         );
         assert_eq!(scope_path("-.slice::abc").unwrap(), "abc.scope");
-        for bad in ["kubepods/pod1/abc", "a.slice:x", "a.slice:x:", "a:b:c:d", "x:p:n"] {
+        assert_eq!(
+            scope_path("a.slice:x:a-b.slice").unwrap(),
+            "a.slice/a-b.slice"
+        );
+        for bad in [
+            "kubepods/pod1/abc",
+            "a.slice:x",
+            "a.slice:x:",
+            "a:b:c:d",
+            "x:p:n",
+        ] {
             assert!(scope_path(bad).is_err(), "{bad}");
         }
     }

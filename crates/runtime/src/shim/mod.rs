@@ -292,6 +292,7 @@ mod tests {
             stdin: false,
             stdin_once: true,
             start: true,
+            systemd_cgroup: true,
         };
         let argv = std::iter::once(OsString::from("shim")).chain(args.to_args());
         assert_eq!(Cli::parse_from(argv).args, args);
