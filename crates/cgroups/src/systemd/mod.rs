@@ -133,8 +133,28 @@ impl CgroupManager for SystemdManager {
         self.fs.delete(&Self::cgroup_path(path))
     }
 
+    /// The slice's directory with the cpu, memory and pids controllers (those the root
+    /// offers). Unlike the v2 driver, cpuset and hugetlb are not required: systemd rewrites
+    /// its slices' `cgroup.subtree_control` whenever it realizes a unit in them (a
+    /// container's scope, for one) and drops cpuset where no unit sets `AllowedCPUs`, so a
+    /// pod slice would stop "existing" once its first container started, and its removal
+    /// would be skipped. cpu, memory and pids stay: every slice is started with their
+    /// accounting on.
     fn exists(&self, path: &str) -> bool {
-        self.fs.exists(&Self::cgroup_path(path))
+        let Ok(comps) = components(&Self::cgroup_path(path)) else {
+            return false;
+        };
+        let root = self.fs.hierarchy().root();
+        let Ok(have) =
+            std::fs::read_to_string(root.join(comps.join("/")).join("cgroup.controllers"))
+        else {
+            return false;
+        };
+        let offered = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        ["cpu", "memory", "pids"]
+            .into_iter()
+            .filter(|c| offered.split_whitespace().any(|o| o == *c))
+            .all(|c| have.split_whitespace().any(|h| h == c))
     }
 
     fn add_process(&self, path: &str, pid: i32) -> Result<(), CgroupError> {
