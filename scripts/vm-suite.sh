@@ -19,6 +19,8 @@ DEFAULT_TESTS=(
   cgroups/nodus_cgroups
   # the lesson's lab steps 5 and 6: QoS tiers, limits, throttling, OOMKilled, allocatable
   nodus/kubelet_qos
+  # the systemd cgroup driver: kubelet --cgroup-driver systemd, runtime systemd-cgroup
+  nodus/kubelet_systemd
   # OOMKilled in privileged pods, which have no cgroup namespace on v2 (issue 20)
   nodus/runtime_conformance/oom
   # the runtime's own unit tests (overlay mounts, specs) on the guest's kernel

@@ -56,6 +56,7 @@ fn main() -> Result<()> {
             root: parent.path(),
             per_qos: true,
         },
+        cgroup_driver: Default::default(),
         kube_reserved: Default::default(),
         system_reserved: Default::default(),
         kube_reserved_cgroup: None,

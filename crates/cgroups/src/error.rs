@@ -51,6 +51,22 @@ pub enum CgroupError {
         state: String,
         want: &'static str,
     },
+    #[error(
+        "systemd cgroup driver: {reason}: systemd cgroup flag passed, but systemd support for managing cgroups is not available"
+    )]
+    SystemdUnavailable { reason: &'static str },
+    #[error("systemd: {op} {unit}: {message}")]
+    Systemd {
+        op: &'static str,
+        unit: String,
+        message: String,
+    },
+    #[error("systemd: {op} {unit}: job finished with result {result:?}")]
+    SystemdJob {
+        op: &'static str,
+        unit: String,
+        result: String,
+    },
     #[error(transparent)]
     Stats(#[from] crate::stats::StatsError),
 }

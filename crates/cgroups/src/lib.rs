@@ -5,7 +5,9 @@
 //! Structured as youki's libcgroups: the [`CgroupManager`] trait, implemented by
 //! [`v1::V1Manager`] and [`v2::V2Manager`], each with one module per controller (its files
 //! written, read back and turned into statistics); [`detect`] picks the one the host's
-//! [`Hierarchy`] needs.
+//! [`Hierarchy`] needs. [`systemd::SystemdManager`] is the systemd driver (kubelet
+//! `cgroupDriver: systemd`) for v2 hosts: units through systemd's D-Bus API, reads and the
+//! files systemd has no property for through the v2 code.
 //!
 //! Owns the cgroup filesystem; knows nothing of pods, containers or QoS classes — the
 //! kubelet's container manager decides the layout and the values.
@@ -41,6 +43,7 @@ pub mod hierarchy;
 pub mod manager;
 pub mod resources;
 pub mod stats;
+pub mod systemd;
 pub mod v1;
 pub mod v2;
 
@@ -48,7 +51,7 @@ pub use common::DeleteRetries;
 pub use controller::ControllerKind;
 pub use error::CgroupError;
 pub use hierarchy::Hierarchy;
-pub use manager::{CgroupManager, detect, for_hierarchy, with_retries};
+pub use manager::{CgroupManager, detect, for_hierarchy, systemd_driver, with_retries};
 pub use resources::{
     Resources, cpu_max, milli_cpu_to_quota, milli_cpu_to_shares, shares_to_weight,
     shares_to_weight_linear, weight_to_shares,
@@ -61,3 +64,5 @@ mod tests_fake_v1;
 mod tests_fake_v2;
 #[cfg(test)]
 mod tests_real;
+#[cfg(test)]
+mod tests_real_systemd;

@@ -1,7 +1,7 @@
 //! The cgroup manager interface (upstream's CgroupManager, youki's `CgroupManager`): create,
 //! update, delete, freeze and kill cgroups by path, and read back their limits and usage.
-//! [`crate::v1::V1Manager`] and [`crate::v2::V2Manager`] implement it on cgroupfs; a systemd
-//! driver would implement it by asking systemd for the same units.
+//! [`crate::v1::V1Manager`] and [`crate::v2::V2Manager`] implement it on cgroupfs;
+//! [`crate::systemd::SystemdManager`] by asking systemd for slice units.
 //!
 //! Paths are relative to the hierarchy root (`kubepods/burstable/pod<uid>`); a leading `/`
 //! is ignored. Upstream's cgroupfs manager is the model: create every ancestor, copy the
@@ -93,4 +93,12 @@ pub fn with_retries(h: Hierarchy, retries: DeleteRetries) -> Arc<dyn CgroupManag
     } else {
         Arc::new(crate::v1::V1Manager::new(h).with_delete_retries(retries))
     }
+}
+
+/// The systemd driver for this machine: an error naming what is missing when the machine
+/// does not run systemd or has no unified (v2) hierarchy.
+pub fn systemd_driver() -> Result<Arc<dyn CgroupManager>, CgroupError> {
+    Ok(Arc::new(crate::systemd::SystemdManager::new(
+        Hierarchy::detect(),
+    )?))
 }

@@ -95,8 +95,8 @@ pub struct KubeletArgs {
     /// Create the QoS cgroup hierarchy (kubepods, burstable, besteffort) [default: true].
     #[arg(long)]
     pub cgroups_per_qos: Option<bool>,
-    /// cgroupfs or systemd; the runtime's answer to CRI RuntimeConfig overrides it, and only
-    /// cgroupfs is supported [default: cgroupfs].
+    /// cgroupfs or systemd (cgroup v2 hosts run by systemd); the runtime's answer to CRI
+    /// RuntimeConfig overrides it [default: cgroupfs].
     #[arg(long)]
     pub cgroup_driver: Option<String>,
     /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=256Mi.
@@ -362,7 +362,6 @@ struct Resolved {
     read_only: SocketAddr,
     evented_pleg: bool,
     cm: crate::cm::Config,
-    cgroup_driver: crate::cm::cgroup_driver::CgroupDriver,
     node: NodeSettings,
     eviction: crate::eviction::Config,
     /// `userNamespaces.idsPerPod`.
@@ -452,7 +451,6 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     let mut cm = resolve_cm(args, &c)?;
     cm.memory_qos = feature(&gates, "MemoryQoS")?;
     cm.kubelet_psi = feature(&gates, "KubeletPSI")?;
-    let cgroup_driver = resolve_cgroup_driver(args, &c)?;
     let node = resolve_node(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
     let shutdown = resolve_shutdown(&c, &gates)?;
@@ -521,7 +519,6 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         ),
         evented_pleg: feature(&gates, "EventedPLEG")?,
         cm,
-        cgroup_driver,
         node,
         eviction,
     })
@@ -590,16 +587,17 @@ fn resolve_eviction(
 fn resolve_cgroup_driver(
     args: &KubeletArgs,
     c: &KubeletConfiguration,
-) -> Result<crate::cm::cgroup_driver::CgroupDriver, RunError> {
+) -> Result<crate::cm::CgroupDriver, RunError> {
     let driver = args
         .cgroup_driver
         .clone()
         .or(c.cgroup_driver.clone())
         .unwrap_or_else(|| "cgroupfs".into());
-    crate::cm::cgroup_driver::CgroupDriver::parse(&driver).map_err(RunError::Flag)
+    crate::cm::CgroupDriver::parse(&driver).map_err(RunError::Flag)
 }
 
 fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm::Config, RunError> {
+    let cgroup_driver = resolve_cgroup_driver(args, c)?;
     let map = |flag: &str,
                sep: char,
                a: &Option<String>,
@@ -660,6 +658,7 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
                 .unwrap_or_else(|| "/".into()),
             per_qos: args.cgroups_per_qos.or(c.cgroups_per_qos).unwrap_or(true),
         },
+        cgroup_driver,
         kube_reserved: map("kube-reserved", '=', &args.kube_reserved, &c.kube_reserved)?
             .unwrap_or_default(),
         system_reserved: map(
@@ -983,21 +982,15 @@ async fn rotate_client_certificate(client: kube::Client, cert_dir: PathBuf, node
 
 pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     let node = node_name(&args);
-    let r = resolve(&args)?;
+    let mut r = resolve(&args)?;
     let evented = r.evented_pleg;
     for d in [&args.root_dir, &r.pod_logs_dir] {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
     let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
-    let cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cgroup_driver)
+    r.cm.cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cm.cgroup_driver)
         .await
         .map_err(RunError::Flag)?;
-    if cgroup_driver != crate::cm::cgroup_driver::CgroupDriver::Cgroupfs {
-        return Err(RunError::Flag(format!(
-            "cgroupDriver {:?} is not supported: nodus's kubelet manages cgroups with the cgroupfs driver only",
-            cgroup_driver.as_str()
-        )));
-    }
     let cert_dir = args
         .cert_dir
         .clone()

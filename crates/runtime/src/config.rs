@@ -38,8 +38,10 @@ pub struct RuntimeConfig {
     /// /var/lib/cni/networks].
     #[serde(default)]
     pub default_network_ipam_data_dir: Option<PathBuf>,
-    /// containerd's `SystemdCgroup`: containers' cgroups are systemd units, and the
-    /// RuntimeConfig RPC tells the kubelet to use the systemd cgroup driver.
+    /// containerd's `SystemdCgroup`: containers' cgroups are systemd scopes in the pod's
+    /// slice (`linux.cgroupsPath` as `slice:cri-nodus:<id>`, runc/crun run with
+    /// `--systemd-cgroup`). The RuntimeConfig RPC tells the
+    /// kubelet to use the systemd cgroup driver.
     #[serde(default)]
     pub systemd_cgroup: bool,
 }
@@ -100,23 +102,24 @@ impl RuntimeConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text).map_err(|message| ConfigError::Parse {
+        let c = Self::parse(&text).map_err(|message| ConfigError::Parse {
             path: path.to_path_buf(),
             message,
-        })
+        })?;
+        // runc would fail each container with a D-Bus error; say it once, at start.
+        if c.systemd_cgroup && !nodus_cgroups::systemd::running_systemd() {
+            return Err(ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: "systemd-cgroup = true needs systemd as init, and this machine does not run it (no /run/systemd/system)".into(),
+            });
+        }
+        Ok(c)
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
         let c: Self = toml::from_str(text).map_err(|e| e.to_string().trim().to_string())?;
         if c.max_concurrent_downloads == 0 {
             return Err("max-concurrent-downloads must be at least 1".into());
-        }
-        if c.systemd_cgroup {
-            // Refused rather than ignored: the kubelet would be told SYSTEMD and place pods
-            // in slices no one creates.
-            return Err(
-                "systemd-cgroup = true: the systemd cgroup driver is not supported yet".into(),
-            );
         }
         Ok(c)
     }
@@ -157,10 +160,10 @@ mod tests {
             PathBuf::from("/tmp/ipam")
         );
         assert!(!c.systemd_cgroup);
-        let err = RuntimeConfig::parse("systemd-cgroup = true").unwrap_err();
-        assert_eq!(
-            err,
-            "systemd-cgroup = true: the systemd cgroup driver is not supported yet"
+        assert!(
+            RuntimeConfig::parse("systemd-cgroup = true")
+                .unwrap()
+                .systemd_cgroup
         );
         assert!(
             !RuntimeConfig::parse("systemd-cgroup = false")

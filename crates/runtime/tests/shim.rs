@@ -205,6 +205,7 @@ impl Case {
             stdin: opts.stdin,
             stdin_once: opts.stdin_once,
             start: false,
+            systemd_cgroup: false,
         }
     }
 

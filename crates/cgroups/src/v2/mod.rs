@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 /// Controllers enabled on every ancestor when the parent offers them: the kubelet's set
 /// (cpu, cpuset, hugetlb, memory, pids; upstream's v2 `Exists` requires them) plus io for
 /// stats.
-const ENABLED: &[ControllerKind] = &[
+pub(crate) const ENABLED: &[ControllerKind] = &[
     ControllerKind::Cpu,
     ControllerKind::Cpuset,
     ControllerKind::Hugetlb,
@@ -80,7 +80,7 @@ impl V2Manager {
         self.h.root()
     }
 
-    fn apply(&self, comps: &[String], r: &Resources) -> Result<(), CgroupError> {
+    pub(crate) fn apply(&self, comps: &[String], r: &Resources) -> Result<(), CgroupError> {
         if r.is_empty() {
             return Ok(());
         }

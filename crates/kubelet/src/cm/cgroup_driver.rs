@@ -6,10 +6,13 @@ use crate::cri::RuntimeClient;
 use cri::runtime::v1 as pb;
 use std::time::Duration;
 
-/// A cgroup driver, as `cgroupDriver` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A cgroup driver, as `cgroupDriver` names it: who creates the cgroups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CgroupDriver {
+    /// The kubelet writes cgroupfs itself.
+    #[default]
     Cgroupfs,
+    /// systemd creates a slice per cgroup (cgroup v2 hosts run by systemd only).
     Systemd,
 }
 

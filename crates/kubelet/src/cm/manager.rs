@@ -82,7 +82,11 @@ impl ContainerManager {
                     .into(),
             ));
         }
-        let cgroups = nodus_cgroups::detect();
+        let cgroups = match config.cgroup_driver {
+            super::CgroupDriver::Cgroupfs => nodus_cgroups::detect(),
+            super::CgroupDriver::Systemd => nodus_cgroups::systemd_driver()
+                .map_err(|e| CmError::Config(format!("cgroupDriver \"systemd\": {e}")))?,
+        };
         cgroups.check_root().map_err(|source| CmError::Root {
             root: config.layout.root.clone(),
             source,
@@ -192,18 +196,36 @@ impl ContainerManager {
         &self.cgroups
     }
 
-    /// The pod's cgroup path.
-    pub fn pod_cgroup(&self, pod: &Pod) -> String {
+    /// The pod's cgroup path (the kubelet's internal name).
+    fn pod_cgroup_name(&self, pod: &Pod) -> String {
         let qos = pod_qos_class(&pod.spec.clone().unwrap_or_default());
         self.config
             .layout
             .pod(qos, pod.metadata.uid.as_deref().unwrap_or_default())
     }
 
-    /// Creates (or updates) the pod's cgroup with its values; returns its path.
+    /// The pod's cgroup as the runtime is told it in `cgroup_parent` (upstream's
+    /// `GetPodContainerName`): the cgroupfs path, or with the systemd driver the slice's
+    /// expanded path, `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`,
+    /// whose last component a systemd-cgroup runtime takes as the slice.
+    pub fn pod_cgroup(&self, pod: &Pod) -> String {
+        self.driver_name(&self.pod_cgroup_name(pod))
+    }
+
+    fn driver_name(&self, name: &str) -> String {
+        match self.config.cgroup_driver {
+            super::CgroupDriver::Cgroupfs => name.to_string(),
+            super::CgroupDriver::Systemd => {
+                format!("/{}", nodus_cgroups::systemd::names::to_systemd(name))
+            }
+        }
+    }
+
+    /// Creates (or updates) the pod's cgroup with its values; returns its name for the
+    /// runtime ([`Self::pod_cgroup`]).
     pub fn ensure_pod(&self, pod: &Pod) -> Result<String, CmError> {
         let _g = self.lock.lock();
-        let path = self.pod_cgroup(pod);
+        let path = self.pod_cgroup_name(pod);
         let v = pod_values(
             pod,
             self.config.cpu_cfs_quota,
@@ -216,7 +238,7 @@ impl ContainerManager {
         } else {
             self.cgroups.create(&path, &to_resources(&v))?;
         }
-        Ok(path)
+        Ok(self.driver_name(&path))
     }
 
     /// The cgroup of the pod with `uid`, wherever its tier put it (the pod's spec may be

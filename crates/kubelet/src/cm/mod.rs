@@ -14,10 +14,13 @@ pub mod resources;
 
 pub use manager::ContainerManager;
 
+pub use cgroup_driver::CgroupDriver;
+
 /// The container manager's settings (issue 5's fields).
 #[derive(Clone, Debug)]
 pub struct Config {
     pub layout: qos::Layout,
+    pub cgroup_driver: CgroupDriver,
     pub kube_reserved: std::collections::BTreeMap<String, String>,
     pub system_reserved: std::collections::BTreeMap<String, String>,
     pub kube_reserved_cgroup: Option<String>,

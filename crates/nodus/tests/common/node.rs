@@ -76,6 +76,11 @@ pub struct BareNode {
 impl BareNode {
     /// Starts a node whose pods get addresses from `subnet`.
     pub fn new(subnet: &str) -> BareNode {
+        Self::with_runtime_config(subnet, "")
+    }
+
+    /// [`BareNode::new`] with `extra` appended to the runtime's TOML config.
+    pub fn with_runtime_config(subnet: &str, extra: &str) -> BareNode {
         let netns = Arc::new(Netns::new("nodus-node").expect("netns"));
         let dir = tempfile::Builder::new()
             .prefix("nodus-node-")
@@ -89,7 +94,7 @@ impl BareNode {
         )
         .unwrap();
         let cfg = format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{extra}",
             net_d.display()
         );
         let rt = Runtime::start_full(Some(&cfg), Some(Arc::clone(&netns)));

@@ -57,6 +57,8 @@ pub struct OciRuntime {
     pub binary: PathBuf,
     /// `--root` for this runtime's own state (under the runtime's state dir).
     pub root: PathBuf,
+    /// `--systemd-cgroup`: the runtime asks systemd for the container's scope.
+    pub systemd_cgroup: bool,
 }
 
 /// What `runc state` reports.
@@ -83,12 +85,13 @@ fn find_binary(name: &Path) -> Option<PathBuf> {
 #[derive(Debug, Clone)]
 pub struct Handlers {
     runtimes: BTreeMap<String, OciRuntime>,
+    systemd_cgroup: bool,
 }
 
 impl Handlers {
     /// Resolves each configured binary; handlers whose binary is missing stay listed but
     /// fail with a clear error when used.
-    pub fn new(table: &BTreeMap<String, PathBuf>, state_dir: &Path) -> Self {
+    pub fn new(table: &BTreeMap<String, PathBuf>, state_dir: &Path, systemd_cgroup: bool) -> Self {
         let runtimes = table
             .iter()
             .map(|(name, bin)| {
@@ -99,11 +102,20 @@ impl Handlers {
                         handler: name.clone(),
                         binary,
                         root: state_dir.join("oci").join(name),
+                        systemd_cgroup,
                     },
                 )
             })
             .collect();
-        Self { runtimes }
+        Self {
+            runtimes,
+            systemd_cgroup,
+        }
+    }
+
+    /// Whether containers' cgroups are systemd scopes (the `systemd-cgroup` key).
+    pub fn systemd_cgroup(&self) -> bool {
+        self.systemd_cgroup
     }
 
     /// The runtime for a RuntimeClass handler name ("" means the default).
@@ -154,9 +166,18 @@ fn is_not_found(msg: &str) -> bool {
 }
 
 impl OciRuntime {
-    fn cmd(&self) -> Command {
+    /// The binary with its global flags.
+    fn base(&self) -> Command {
         let mut c = Command::new(&self.binary);
         c.arg("--root").arg(&self.root);
+        if self.systemd_cgroup {
+            c.arg("--systemd-cgroup");
+        }
+        c
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = self.base();
         c.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -274,8 +295,8 @@ impl OciRuntime {
         tty: bool,
         pid_file: Option<&Path>,
     ) -> Command {
-        let mut c = Command::new(&self.binary);
-        c.arg("--root").arg(&self.root).arg("exec");
+        let mut c = self.base();
+        c.arg("exec");
         if tty {
             c.arg("--tty");
         }
@@ -309,7 +330,7 @@ mod tests {
     fn unknown_handler_names_the_configured_ones() {
         let mut t = BTreeMap::new();
         t.insert("runc".to_string(), PathBuf::from("runc"));
-        let h = Handlers::new(&t, Path::new("/tmp/x"));
+        let h = Handlers::new(&t, Path::new("/tmp/x"), false);
         let e = h.get("kata").unwrap_err().to_string();
         assert!(e.contains("\"kata\"") && e.contains("runc"), "{e}");
     }

@@ -5,7 +5,8 @@
 //! * cgroupfs driver: an absolute path under the controller's mount; a relative path (or
 //!   none: the container id) under the cgroup of the runtime process, which is ours;
 //! * systemd driver (`slice:prefix:name`): the slice expanded into its ancestry
-//!   (`a-b.slice` → `a.slice/a-b.slice`), then `prefix-name.scope`.
+//!   (`a-b.slice` → `a.slice/a-b.slice`), then `prefix-name.scope`
+//!   (`nodus_cgroups::systemd::names::scope_path`).
 //!
 //! On cgroup v1 the counter is `oom_kill N` in `memory.oom_control`, on v2 `oom_kill N` in
 //! `memory.events`.
@@ -60,47 +61,16 @@ pub fn parse_oom_kill(text: &str) -> Option<u64> {
 /// The cgroup path inside a hierarchy that runc derives from `cgroupsPath`; relative
 /// results are relative to the runtime's own cgroup.
 fn inner_path(cgroups_path: &str, id: &str) -> String {
-    let parts: Vec<&str> = cgroups_path.split(':').collect();
-    if parts.len() == 3 && !cgroups_path.starts_with('/') {
-        // systemd driver: slice:prefix:name.
-        let slice = if parts[0].is_empty() {
-            "system.slice"
-        } else {
-            parts[0]
-        };
-        let unit = if parts[2].ends_with(".slice") {
-            parts[2].to_string()
-        } else if parts[1].is_empty() {
-            format!("{}.scope", parts[2])
-        } else {
-            format!("{}-{}.scope", parts[1], parts[2])
-        };
-        return format!("{}/{}", expand_slice(slice), unit);
+    if cgroups_path.split(':').count() == 3 && !cgroups_path.starts_with('/') {
+        // systemd driver: slice:prefix:name, the scope in the expanded slice.
+        if let Ok(p) = nodus_cgroups::systemd::names::scope_path(cgroups_path) {
+            return format!("/{p}");
+        }
     }
     if cgroups_path.is_empty() {
         return id.to_string();
     }
     cgroups_path.to_string()
-}
-
-/// systemd's slice naming: `a-b-c.slice` lives at `/a.slice/a-b.slice/a-b-c.slice`.
-fn expand_slice(slice: &str) -> String {
-    let name = slice.strip_suffix(".slice").unwrap_or(slice);
-    if name.is_empty() || name == "-" {
-        return String::new();
-    }
-    let mut out = String::new();
-    let mut prefix = String::new();
-    for (i, part) in name.split('-').enumerate() {
-        if i > 0 {
-            prefix.push('-');
-        }
-        prefix.push_str(part);
-        out.push('/');
-        out.push_str(&prefix);
-        out.push_str(".slice");
-    }
-    out
 }
 
 fn resolve(cgroups_path: &str, id: &str, mountinfo: &str, own: &str) -> Option<PathBuf> {
@@ -177,7 +147,6 @@ mod tests {
             inner_path(":runc:abc", "abc"),
             "/system.slice/runc-abc.scope"
         );
-        assert_eq!(expand_slice("-.slice"), "");
     }
 
     #[test]

@@ -99,6 +99,9 @@ pub struct ShimArgs {
     /// The OCI runtime's state root (`runc --root`).
     #[arg(long)]
     pub runtime_root: PathBuf,
+    /// Run the OCI runtime with `--systemd-cgroup`.
+    #[arg(long)]
+    pub systemd_cgroup: bool,
     /// The shim's own directory: shim.pid, shim.sock, init.pid, exit.json, shim.log.
     #[arg(long)]
     pub state_dir: PathBuf,
@@ -141,6 +144,7 @@ impl ShimArgs {
             (self.stdin, "--stdin"),
             (self.stdin_once, "--stdin-once"),
             (self.start, "--start"),
+            (self.systemd_cgroup, "--systemd-cgroup"),
         ] {
             if on {
                 v.push(flag.into());
@@ -288,6 +292,7 @@ mod tests {
             stdin: false,
             stdin_once: true,
             start: true,
+            systemd_cgroup: true,
         };
         let argv = std::iter::once(OsString::from("shim")).chain(args.to_args());
         assert_eq!(Cli::parse_from(argv).args, args);

@@ -316,9 +316,11 @@ impl Shim {
 
         // The container's stdio, and runc's.
         let mut cmd = Command::new(&args.runtime);
-        cmd.arg("--root")
-            .arg(&args.runtime_root)
-            .arg("--log")
+        cmd.arg("--root").arg(&args.runtime_root);
+        if args.systemd_cgroup {
+            cmd.arg("--systemd-cgroup");
+        }
+        cmd.arg("--log")
             .arg(state.join(RUNTIME_LOG_FILE))
             .arg("--log-format")
             .arg("json");

@@ -60,6 +60,8 @@ pub struct SpecInput<'a> {
     pub sandbox_files: SandboxFiles,
     /// The sandbox's cgroup parent (`LinuxPodSandboxConfig.cgroup_parent`).
     pub cgroup_parent: &'a str,
+    /// The `systemd-cgroup` key: the cgroups path in systemd's `slice:prefix:name` form.
+    pub systemd_cgroup: bool,
     /// The directory relative `Localhost` seccomp profiles are found in (the kubelet passes
     /// absolute paths nowadays).
     pub seccomp_profile_root: Option<&'a Path>,
@@ -274,6 +276,7 @@ pub fn build_with(input: &SpecInput, host: &HostFacts) -> Result<Spec, SpecError
     linux.set_cgroups_path(Some(PathBuf::from(resources::cgroups_path(
         input.cgroup_parent,
         input.container_id,
+        input.systemd_cgroup,
     ))));
     linux.set_namespaces(Some(ns));
     linux.set_devices((!device_plan.devices.is_empty()).then_some(device_plan.devices));

@@ -128,19 +128,28 @@ pub(crate) fn oom_score_adj(
     Ok(Some(wanted))
 }
 
-/// containerd's `getCgroupsPath`: `<parent>/<id>` for cgroupfs parents, `slice:cri-containerd:id`
-/// for systemd slices; containerd's namespaced default without a parent.
-pub(crate) fn cgroups_path(parent: &str, container_id: &str) -> String {
-    if parent.is_empty() {
-        return format!("/k8s.io/{container_id}");
-    }
+/// The unit name prefix of containers' scopes (containerd's is `cri-containerd`).
+pub(crate) const SYSTEMD_SCOPE_PREFIX: &str = "cri-nodus";
+
+/// containerd's `getCgroupsPath`: `<parent>/<id>` for cgroupfs parents, `slice:cri-nodus:id`
+/// for systemd slices (the kubelet passes the slice's expanded path; its last component is
+/// the slice); containerd's namespaced default without a parent. With `systemd-cgroup` the
+/// path is always in systemd's form (a parent that is no slice leaves runc's default,
+/// system.slice).
+pub(crate) fn cgroups_path(parent: &str, container_id: &str, systemd: bool) -> String {
     let base = parent
         .trim_end_matches('/')
         .rsplit('/')
         .next()
         .unwrap_or("");
     if base.ends_with(".slice") {
-        return format!("{base}:cri-containerd:{container_id}");
+        return format!("{base}:{SYSTEMD_SCOPE_PREFIX}:{container_id}");
+    }
+    if systemd {
+        return format!(":{SYSTEMD_SCOPE_PREFIX}:{container_id}");
+    }
+    if parent.is_empty() {
+        return format!("/k8s.io/{container_id}");
     }
     super::mounts::clean(&format!("{parent}/{container_id}"))
 }
@@ -260,14 +269,24 @@ mod tests {
     #[test]
     fn cgroups_paths() {
         assert_eq!(
-            cgroups_path("/kubepods/burstable/pod123", "abc"),
+            cgroups_path("/kubepods/burstable/pod123", "abc", false),
             "/kubepods/burstable/pod123/abc"
         );
-        assert_eq!(cgroups_path("/kubepods/", "abc"), "/kubepods/abc");
+        assert_eq!(cgroups_path("/kubepods/", "abc", false), "/kubepods/abc");
         assert_eq!(
-            cgroups_path("kubepods-burstable-pod1.slice", "abc"),
-            "kubepods-burstable-pod1.slice:cri-containerd:abc"
+            cgroups_path("kubepods-burstable-pod1.slice", "abc", false),
+            "kubepods-burstable-pod1.slice:cri-nodus:abc"
         );
-        assert_eq!(cgroups_path("", "abc"), "/k8s.io/abc");
+        assert_eq!(cgroups_path("", "abc", false), "/k8s.io/abc");
+        // The systemd driver's kubelet passes the expanded slice path.
+        assert_eq!(
+            cgroups_path(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice",
+                "abc",
+                true
+            ),
+            "kubepods-burstable-pod1.slice:cri-nodus:abc"
+        );
+        assert_eq!(cgroups_path("", "abc", true), ":cri-nodus:abc");
     }
 }

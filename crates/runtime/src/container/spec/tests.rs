@@ -165,6 +165,7 @@ impl Fixture {
                 .as_ref()
                 .map(|l| l.cgroup_parent.as_str())
                 .unwrap_or(""),
+            systemd_cgroup: false,
             seccomp_profile_root: self.profile_root.as_deref(),
             oom_score_adj_floor: self.floor,
             image_mounts: self.image_mounts.clone(),

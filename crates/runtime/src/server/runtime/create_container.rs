@@ -342,6 +342,7 @@ pub async fn create_container(
             rootfs.clone(),
         );
         let (id, sandbox_id) = (id.clone(), sandbox.id.clone());
+        let systemd_cgroup = inner.handlers.systemd_cgroup();
         tokio::task::spawn_blocking(move || {
             let all = ["*".to_string()];
             crate::container::spec::build(&SpecInput {
@@ -354,6 +355,7 @@ pub async fn create_container(
                 namespaces,
                 sandbox_files: files,
                 cgroup_parent: &cgroup_parent,
+                systemd_cgroup,
                 seccomp_profile_root: None,
                 oom_score_adj_floor: own_oom_score_adj(),
                 image_mounts,

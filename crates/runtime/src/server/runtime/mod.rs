@@ -125,7 +125,7 @@ impl Inner {
         })?;
         Ok(Self {
             images,
-            handlers: Handlers::new(&config.runtime_handlers, state_dir),
+            handlers: Handlers::new(&config.runtime_handlers, state_dir, config.systemd_cgroup),
             state_dir: state_dir.to_path_buf(),
             root_dir: root_dir.to_path_buf(),
             sandbox_records,

@@ -32,14 +32,16 @@ fn u64v(v: u64) -> Option<pb::UInt64Value> {
     Some(pb::UInt64Value { value: v })
 }
 
-/// `linux.cgroupsPath` of a container's bundle.
+/// The cgroup of a container's bundle: its `linux.cgroupsPath`, or for systemd's
+/// `slice:prefix:name` form the scope's directory in the expanded slice.
 pub(super) fn cgroups_path(bundle: &Path) -> Option<String> {
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json")).ok()?).ok()?;
-    spec.get("linux")?
-        .get("cgroupsPath")?
-        .as_str()
-        .map(str::to_string)
+    let p = spec.get("linux")?.get("cgroupsPath")?.as_str()?;
+    if !p.starts_with('/') && p.split(':').count() == 3 {
+        return nodus_cgroups::systemd::names::scope_path(p).ok();
+    }
+    Some(p.to_string())
 }
 
 /// The host's cgroup driver; the hierarchy does not change while we run.
