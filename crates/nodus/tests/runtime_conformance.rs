@@ -169,7 +169,9 @@ fn systemd_cgroup_true_without_systemd_refuses_to_start_naming_the_key() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!status.unwrap().success());
     assert!(
-        err.contains("systemd-cgroup = true needs systemd as init, and this machine does not run it"),
+        err.contains(
+            "systemd-cgroup = true needs systemd as init, and this machine does not run it"
+        ),
         "{err}"
     );
     assert!(!dir.path().join("nodus.sock").exists());
