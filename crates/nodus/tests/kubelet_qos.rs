@@ -295,7 +295,7 @@ async fn bad_cgroup_settings_are_refused_with_the_field() {
     let e = run(&["--root-dir", root, "--cgroup-driver", "sytemd"]);
     assert!(
         e.contains(
-            "cgroupDriver \"sytemd\" is not supported: supported values: \"cgroupfs\", \"systemd\""
+            "cgroupDriver \"sytemd\" is invalid: supported values: \"cgroupfs\", \"systemd\""
         ),
         "{e}"
     );

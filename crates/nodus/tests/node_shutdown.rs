@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// The KubeletConfiguration's type header.
+const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 /// Each priority group's budget, in seconds.
 const GROUP_SECONDS: i64 = 10;
 /// How long each preStop hook takes.
@@ -288,7 +290,7 @@ fn invalid_shutdown_settings_are_refused_with_upstreams_text() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("kubelet.yaml");
     let refused = |body: &str| {
-        std::fs::write(&config, body).unwrap();
+        std::fs::write(&config, format!("{HEADER}{body}")).unwrap();
         let out = Command::new(common::nodus_bin())
             .arg("kubelet")
             .args(["--container-runtime-endpoint", "unix:///nonexistent.sock"])
@@ -329,7 +331,7 @@ fn without_logind_the_node_runs_on_and_says_so() {
     let config = dir.path().join("kubelet.yaml");
     std::fs::write(
         &config,
-        "shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 5s\n",
+        format!("{HEADER}shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 5s\n"),
     )
     .unwrap();
     let k = common::kubelet::Kubelet::start(
