@@ -25,6 +25,10 @@ DEFAULT_TESTS=(
   nodus/runtime_conformance/oom
   # the runtime's own unit tests (overlay mounts, specs) on the guest's kernel
   runtime/nodus_runtime
+  # crun as a RuntimeClass handler: lifecycle, logs, exec, OOMKilled (it refuses v1 hosts)
+  nodus/runtime_handlers
+  # the shipped unit files: Type=notify readiness, journal, pods kept across restarts
+  nodus/systemd_units
   # last: leaves pods running under a kubelet holding logind's delay lock; the guest's
   # poweroff afterwards is the test (scripts/vm-test.sh verifies it from the host)
   nodus/node_shutdown/graceful_shutdown_1_arm

@@ -81,9 +81,11 @@ fn bundle(dir: &Path, cg: &CgroupParent, id: &str) -> Result<PathBuf> {
     Ok(b)
 }
 
-/// One container through runc, timed: `run --detach` when `one_process`, else `create` then
-/// `start`. Returns (wall ms, CPU ms of the runc processes); the container is deleted after.
-fn runc_container(
+/// One container through an OCI runtime (`program`: runc, crun), timed: `run --detach` when
+/// `one_process`, else `create` then `start`. Returns (wall ms, CPU ms of the runtime's
+/// processes); the container is deleted after.
+fn oci_container(
+    program: &str,
     node: &Netns,
     state: &Path,
     bundle_dir: &Path,
@@ -92,7 +94,7 @@ fn runc_container(
     log: &Path,
 ) -> Result<(f64, f64)> {
     let runc = |args: &[&str]| -> Result<Command> {
-        let mut c = node.command("runc")?;
+        let mut c = node.command(program)?;
         c.arg("--root").arg(state).args(args);
         Ok(c)
     };
@@ -117,11 +119,11 @@ fn runc_container(
         Ok(s) if s.success() && one_process => Ok(()),
         Ok(s) if s.success() => run(&mut runc(&["start", id])?),
         Ok(s) => Err(anyhow::anyhow!(
-            "runc {}: {s}: {}",
+            "{program} {}: {s}: {}",
             first[0],
             std::fs::read_to_string(log).unwrap_or_default()
         )),
-        Err(e) => Err(anyhow::anyhow!("runc {}: {e}", first[0])),
+        Err(e) => Err(anyhow::anyhow!("{program} {}: {e}", first[0])),
     };
     let took = ms(t);
     let cpu = children_cpu() - cpu;
@@ -139,7 +141,15 @@ fn runc(node: &Netns, cg: &CgroupParent, dir: &Path, runs: usize, f: &mut Floors
         ] {
             let b = bundle(dir, cg, &id)?;
             let log = dir.join(format!("{id}.log"));
-            rounds.push(runc_container(node, &state, &b, &id, one_process, &log)?);
+            rounds.push(oci_container(
+                "runc",
+                node,
+                &state,
+                &b,
+                &id,
+                one_process,
+                &log,
+            )?);
         }
         // The first round pays for page-cache misses only: left out, as the CRI
         // benchmark's warm-up pod is.
@@ -151,6 +161,30 @@ fn runc(node: &Netns, cg: &CgroupParent, dir: &Path, runs: usize, f: &mut Floors
         }
     }
     Ok(())
+}
+
+/// `<program> run --detach` of the same container, `runs` times after a warm-up, in its own
+/// network namespace and cgroup parent: the floor under a nodus shim's start with that
+/// RuntimeClass handler. Returns (wall ms, CPU ms) per run.
+pub fn oci_run_detach(program: &str, runs: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    let node = Netns::new("floor")?;
+    let cg = CgroupParent::new("floor");
+    cg.create();
+    let dir = tempfile::Builder::new().prefix("bench-floor-").tempdir()?;
+    let state = dir.path().join(format!("{program}-state"));
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for i in 0..=runs {
+        let id = format!("floor-{program}-{i}");
+        let b = bundle(dir.path(), &cg, &id)?;
+        let log = dir.path().join(format!("{id}.log"));
+        let (w, c) = oci_container(program, &node, &state, &b, &id, true, &log)?;
+        // As in `runc`: the first round only warms the page cache.
+        if i > 0 {
+            wall.push(w);
+            cpu.push(c);
+        }
+    }
+    Ok((wall, cpu))
 }
 
 fn cni(node: &Netns, dir: &Path, runs: usize, f: &mut Floors) -> Result<()> {

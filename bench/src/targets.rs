@@ -45,6 +45,12 @@ pub fn write_archives(dir: &Path) -> Result<(PathBuf, PathBuf)> {
 }
 
 pub async fn nodus(bin: &Path) -> Result<Target> {
+    nodus_with(bin, "").await
+}
+
+/// [`nodus`] with `extra` appended to the runtime's TOML config (e.g.
+/// `default-runtime-handler = "crun"`).
+pub async fn nodus_with(bin: &Path, extra: &str) -> Result<Target> {
     let netns = std::sync::Arc::new(Netns::new("nodus-bench")?);
     let dir = tempfile::Builder::new().prefix("bench-nodus-").tempdir()?;
     let d = dir.path();
@@ -53,7 +59,7 @@ pub async fn nodus(bin: &Path) -> Result<Target> {
     std::fs::write(
         d.join("runtime.toml"),
         format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{extra}",
             d.join("net.d").display()
         ),
     )?;

@@ -265,6 +265,14 @@ async fn handlers_mode(
     let t = containerd().await?;
     eprintln!("measuring containerd");
     run(&t, "", "containerd + runc".into()).await?;
+    // The floor under Create+Start with each handler: its `run --detach` alone, as nodus's
+    // shim calls it.
+    let mut floors = Vec::new();
+    for h in handlers {
+        eprintln!("measuring {h} run --detach alone");
+        let (mut wall, mut cpu) = nodus_bench::floor::oci_run_detach(h, SINGLE_RUNS)?;
+        floors.push((h.clone(), pct(&mut wall, 50.0), pct(&mut cpu, 50.0)));
+    }
     let version = |b: &str| {
         Command::new(b)
             .arg("--version")
@@ -316,6 +324,25 @@ async fn handlers_mode(
             ));
         }
         body.push_str(".\n");
+    }
+    body.push_str(
+        "\nThe floor under Create+StartContainer: each OCI runtime's `run --detach` of the same \
+         container timed alone in the same guest (`bench/src/floor.rs`), as nodus's shim calls it; \
+         \"nodus own\" = nodus's Create+Start p50 minus that floor.\n\n\
+         | handler | `run --detach` alone p50 | its CPU p50 | nodus Create+Start p50 | nodus own |\n\
+         | --- | --- | --- | --- | --- |\n",
+    );
+    for (h, wall, cpu) in &floors {
+        if let Some(c) = create(&format!("nodus + {h}")) {
+            body.push_str(&format!(
+                "| {h} | {wall:.1} | {cpu:.1} | {c:.1} | {:.1} |\n",
+                c - wall
+            ));
+        }
+    }
+    let floor = |h: &str| floors.iter().find(|(n, _, _)| n == h).map(|f| f.1);
+    if let (Some(runc), Some(crun)) = (floor("runc"), floor("crun")) {
+        body.push_str(&format!("\ncrun / runc alone: {:.2}×.\n", crun / runc));
     }
     println!("{body}");
     if let Some(p) = write {

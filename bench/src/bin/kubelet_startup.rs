@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use cri::runtime::v1 as pb;
-use nodus_bench::targets::{Target, containerd, nodus, pct, rss_kib};
+use nodus_bench::targets::{Target, containerd, nodus, nodus_with, pct, rss_kib};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -171,7 +171,8 @@ struct Results {
     cpu_pct: f64,
 }
 
-async fn measure(bin: &Path, t: &Target) -> Result<Results> {
+/// With `idle`, also the kubelet's CPU over 30 s with the pods running.
+async fn measure(bin: &Path, t: &Target, idle: bool) -> Result<Results> {
     let k = start_kubelet(bin, t)?;
     // Warm-up: the first pod pays for lazily built caches on both sides.
     start_pods(t, &k, &["warmup".to_string()])?;
@@ -184,14 +185,17 @@ async fn measure(bin: &Path, t: &Target) -> Result<Results> {
     }
     let names: Vec<String> = (0..many()).map(|i| format!("many-{i}")).collect();
     let (many_lat, total) = start_pods(t, &k, &names)?;
-    // Let the burst settle, then watch the kubelet idle over 100 running pods.
-    tokio::time::sleep(Duration::from_secs(5)).await;
     let pid = k.daemon.pid();
-    let (c0, w0) = (cpu_ticks(pid), Instant::now());
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    let ticks = cpu_ticks(pid).saturating_sub(c0) as f64;
-    let hz = 100.0; // USER_HZ on Linux
-    let cpu_pct = ticks / hz / w0.elapsed().as_secs_f64() * 100.0;
+    let mut cpu_pct = 0.0;
+    if idle {
+        // Let the burst settle, then watch the kubelet idle over 100 running pods.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (c0, w0) = (cpu_ticks(pid), Instant::now());
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let ticks = cpu_ticks(pid).saturating_sub(c0) as f64;
+        let hz = 100.0; // USER_HZ on Linux
+        cpu_pct = ticks / hz / w0.elapsed().as_secs_f64() * 100.0;
+    }
     let rss = rss_kib(pid);
     remove_all(t, &k).await?;
     Ok(Results {
@@ -203,12 +207,87 @@ async fn measure(bin: &Path, t: &Target) -> Result<Results> {
     })
 }
 
+/// `BENCH_HANDLERS=runc,crun`: the same runs with nodus's runtime defaulting to each OCI
+/// handler (`default-runtime-handler`), and containerd's runc beside them; the VM lane's
+/// cgroup v2 guest runs it, where crun works. Only ratios mean something there.
+async fn handlers_mode(bin: &Path, handlers: &[String], write: Option<PathBuf>) -> Result<()> {
+    let n = many();
+    let mut rows: Vec<(String, Results)> = Vec::new();
+    for h in handlers {
+        let t = nodus_with(bin, &format!("default-runtime-handler = \"{h}\"\n")).await?;
+        eprintln!("measuring the kubelet on nodus + {h}");
+        let r = measure(bin, &t, false)
+            .await
+            .with_context(|| format!("on nodus + {h}"))?;
+        rows.push((format!("nodus + {h}"), r));
+    }
+    let t = containerd().await?;
+    eprintln!("measuring the kubelet on containerd");
+    let r = measure(bin, &t, false).await.context("on containerd")?;
+    rows.push(("containerd + runc".into(), r));
+    drop(t);
+    let mut body = format!(
+        "Inside the VM lane's guest (`bash scripts/vm-test.sh bench/kubelet-startup`: pure \
+         cgroup v2 under systemd, qemu TCG emulation, so only the ratios mean anything): the \
+         nodus kubelet (debug build) from writing a static pod manifest to the container \
+         Running in its `/pods`, on nodus's runtime with each OCI handler as the default and on \
+         containerd; {SINGLE_RUNS} single pods, then {n} written at once. Times in ms.\n\n\
+         | kubelet on | 1 pod p50 | 1 pod p99 | {n} pods p50 | {n} pods p99 | all {n} running |\n\
+         | --- | --- | --- | --- | --- | --- |\n"
+    );
+    let mut all = HashMap::new();
+    for (label, r) in rows.iter_mut() {
+        body.push_str(&format!(
+            "| {label} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} s |\n",
+            pct(&mut r.single, 50.0),
+            pct(&mut r.single, 99.0),
+            pct(&mut r.many, 50.0),
+            pct(&mut r.many, 99.0),
+            r.many_total.as_secs_f64(),
+        ));
+        all.insert(
+            label.clone(),
+            (pct(&mut r.single, 50.0), r.many_total.as_secs_f64()),
+        );
+    }
+    if let (Some(runc), Some(crun)) = (all.get("nodus + runc"), all.get("nodus + crun")) {
+        body.push_str(&format!(
+            "\ncrun / runc under the nodus kubelet and runtime: 1 pod p50 {:.2}×, all {n} running {:.2}×",
+            crun.0 / runc.0,
+            crun.1 / runc.1
+        ));
+        if let Some(c) = all.get("containerd + runc") {
+            body.push_str(&format!(
+                "; nodus + crun / containerd + runc: 1 pod {:.2}×, all {n} {:.2}×",
+                crun.0 / c.0,
+                crun.1 / c.1
+            ));
+        }
+        body.push_str(".\n");
+    }
+    println!("{body}");
+    if let Some(p) = write {
+        nodus_bench::write_section(
+            &p,
+            "kubelet-startup-vm",
+            "## Pod startup through the kubelet on cgroup v2 with runc and crun (VM lane)",
+            &body,
+        )?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
     let bin =
         PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
     let n = many();
+    if let Ok(h) = std::env::var("BENCH_HANDLERS") {
+        let handlers: Vec<String> = h.split(',').map(str::to_string).collect();
+        return handlers_mode(&bin, &handlers, write).await;
+    }
     let mut rows = Vec::new();
     for which in ["nodus", "containerd"] {
         let t = if which == "nodus" {
@@ -217,7 +296,7 @@ async fn main() -> Result<()> {
             containerd().await?
         };
         eprintln!("measuring the kubelet on {}", t.name);
-        let mut r = measure(&bin, &t)
+        let mut r = measure(&bin, &t, true)
             .await
             .with_context(|| format!("on {}", t.name))?;
         rows.push(format!(

@@ -991,6 +991,15 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     r.cm.cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cm.cgroup_driver)
         .await
         .map_err(RunError::Flag)?;
+    if r.cm.cgroup_driver == crate::cm::cgroup_driver::CgroupDriver::Cgroupfs
+        && nodus_cgroups::systemd::running_systemd()
+    {
+        // Upstream's advice (kubeadm's "Configuring a cgroup driver"): two managers of one
+        // tree disagree under resource pressure. It works, so it is said, not refused.
+        tracing::warn!(
+            "cgroupDriver \"cgroupfs\" on a host whose cgroup tree systemd manages: systemd and the kubelet would both manage cgroups; set cgroupDriver: systemd (--cgroup-driver systemd) and the runtime's systemd-cgroup = true"
+        );
+    }
     let cert_dir = args
         .cert_dir
         .clone()
@@ -1344,6 +1353,7 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         last_iteration,
     };
     tracing::info!(node = %node, evented_pleg = evented, "kubelet started");
+    nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::Kubelet);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| RunError::Io("SIGTERM handler".into(), e))?;
     tokio::select! {

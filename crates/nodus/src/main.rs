@@ -169,6 +169,7 @@ fn main() -> ExitCode {
         let cli = ShimCli::parse_from(std::env::args_os().skip(1));
         return nodus_runtime::shim::main(cli.args);
     }
+    nodus_serving::sd_notify::take_socket_from_env();
     let cli = Cli::parse();
     let cli = match cli.role {
         Role::Shim(args) => return nodus_runtime::shim::main(args),
@@ -176,6 +177,22 @@ fn main() -> ExitCode {
     };
     init_logging();
     limit_malloc_arenas();
+    {
+        use nodus_serving::sd_notify::{Component, expect};
+        match &cli.role {
+            Role::Up(a) if a.no_node => expect(&[Component::ControlPlane]),
+            Role::Up(_) => expect(&[
+                Component::ControlPlane,
+                Component::Runtime,
+                Component::Kubelet,
+            ]),
+            Role::Node(_) => expect(&[Component::Runtime, Component::Kubelet]),
+            Role::Kubelet(_) => expect(&[Component::Kubelet]),
+            Role::Runtime(r) if r.action.is_none() => expect(&[Component::Runtime]),
+            Role::ControlPlane(_) => expect(&[Component::ControlPlane]),
+            _ => {}
+        }
+    }
     if matches!(
         cli.role,
         Role::Up(_) | Role::Node(_) | Role::Kubelet(_) | Role::ControlPlane(_)

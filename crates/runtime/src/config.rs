@@ -19,9 +19,13 @@ pub struct RuntimeConfig {
     pub cni_bin_dirs: Vec<PathBuf>,
     #[serde(default = "default_cni_conf_dir")]
     pub cni_conf_dir: PathBuf,
-    /// RuntimeClass handler name → OCI runtime binary. `runc` is the default handler.
+    /// RuntimeClass handler name → OCI runtime binary.
     #[serde(default = "default_handlers")]
     pub runtime_handlers: BTreeMap<String, PathBuf>,
+    /// The handler for pods that name none (containerd's `default_runtime_name`)
+    /// [default: runc].
+    #[serde(default)]
+    pub default_runtime_handler: Option<String>,
     /// How many layers one pull downloads at once (containerd's max_concurrent_downloads).
     #[serde(default = "default_max_concurrent_downloads")]
     pub max_concurrent_downloads: usize,
@@ -76,6 +80,7 @@ impl Default for RuntimeConfig {
             cni_bin_dirs: default_cni_bin_dirs(),
             cni_conf_dir: default_cni_conf_dir(),
             runtime_handlers: default_handlers(),
+            default_runtime_handler: None,
             max_concurrent_downloads: default_max_concurrent_downloads(),
             stream_server_address: default_stream_server_address(),
             default_network_ip_masq: true,
@@ -120,6 +125,18 @@ impl RuntimeConfig {
         let c: Self = toml::from_str(text).map_err(|e| e.to_string().trim().to_string())?;
         if c.max_concurrent_downloads == 0 {
             return Err("max-concurrent-downloads must be at least 1".into());
+        }
+        if let Some(d) = &c.default_runtime_handler
+            && !c.runtime_handlers.contains_key(d)
+        {
+            return Err(format!(
+                "default-runtime-handler {d:?} is not in runtime-handlers ({})",
+                c.runtime_handlers
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
         Ok(c)
     }
@@ -169,6 +186,18 @@ mod tests {
             !RuntimeConfig::parse("systemd-cgroup = false")
                 .unwrap()
                 .systemd_cgroup
+        );
+        assert_eq!(
+            RuntimeConfig::parse("default-runtime-handler = \"crun\"")
+                .unwrap()
+                .default_runtime_handler
+                .as_deref(),
+            Some("crun")
+        );
+        let err = RuntimeConfig::parse("default-runtime-handler = \"kata\"").unwrap_err();
+        assert_eq!(
+            err,
+            "default-runtime-handler \"kata\" is not in runtime-handlers (crun, runc)"
         );
         let c = RuntimeConfig::parse("stream-server-address = \"127.0.0.1:10010\"").unwrap();
         assert_eq!(c.stream_server_address.port(), 10010);

@@ -418,6 +418,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         nodus_serving::conn::serve(listener, Some(acceptor), limits, service, shutdown).await;
     });
     tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
+    nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::ControlPlane);
     Ok(ServerHandle {
         addr,
         url,

@@ -205,12 +205,17 @@ impl TestNode {
     }
 
     pub async fn run_sandbox(&self, cfg: &pb::PodSandboxConfig) -> String {
+        self.run_sandbox_on(cfg, "").await
+    }
+
+    /// RunPodSandbox with a runtime handler (a RuntimeClass's `handler`; "" is the default).
+    pub async fn run_sandbox_on(&self, cfg: &pb::PodSandboxConfig, handler: &str) -> String {
         self.c
             .runtime
             .clone()
             .run_pod_sandbox(pb::RunPodSandboxRequest {
                 config: Some(cfg.clone()),
-                runtime_handler: String::new(),
+                runtime_handler: handler.to_string(),
             })
             .await
             .expect("RunPodSandbox")

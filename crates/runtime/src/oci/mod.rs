@@ -12,7 +12,8 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::Command;
 
-/// The handler used when a sandbox names none (RuntimeClass absent).
+/// The handler used when a sandbox names none (RuntimeClass absent), unless the config's
+/// `default-runtime-handler` names another.
 pub const DEFAULT_HANDLER: &str = "runc";
 
 #[derive(Debug, thiserror::Error)]
@@ -85,13 +86,19 @@ fn find_binary(name: &Path) -> Option<PathBuf> {
 #[derive(Debug, Clone)]
 pub struct Handlers {
     runtimes: BTreeMap<String, OciRuntime>,
+    default: String,
     systemd_cgroup: bool,
 }
 
 impl Handlers {
     /// Resolves each configured binary; handlers whose binary is missing stay listed but
     /// fail with a clear error when used.
-    pub fn new(table: &BTreeMap<String, PathBuf>, state_dir: &Path, systemd_cgroup: bool) -> Self {
+    pub fn new(
+        table: &BTreeMap<String, PathBuf>,
+        default: &str,
+        state_dir: &Path,
+        systemd_cgroup: bool,
+    ) -> Self {
         let runtimes = table
             .iter()
             .map(|(name, bin)| {
@@ -109,8 +116,14 @@ impl Handlers {
             .collect();
         Self {
             runtimes,
+            default: default.to_string(),
             systemd_cgroup,
         }
+    }
+
+    /// The handler pods that name none run with.
+    pub fn default_name(&self) -> &str {
+        &self.default
     }
 
     /// Whether containers' cgroups are systemd scopes (the `systemd-cgroup` key).
@@ -121,7 +134,7 @@ impl Handlers {
     /// The runtime for a RuntimeClass handler name ("" means the default).
     pub fn get(&self, handler: &str) -> Result<&OciRuntime, OciError> {
         let name = if handler.is_empty() {
-            DEFAULT_HANDLER
+            self.default.as_str()
         } else {
             handler
         };
@@ -330,7 +343,7 @@ mod tests {
     fn unknown_handler_names_the_configured_ones() {
         let mut t = BTreeMap::new();
         t.insert("runc".to_string(), PathBuf::from("runc"));
-        let h = Handlers::new(&t, Path::new("/tmp/x"), false);
+        let h = Handlers::new(&t, "runc", Path::new("/tmp/x"), false);
         let e = h.get("kata").unwrap_err().to_string();
         assert!(e.contains("\"kata\"") && e.contains("runc"), "{e}");
     }

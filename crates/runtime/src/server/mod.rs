@@ -85,6 +85,13 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let images = ImageManager::open(ImageManagerConfig::new(&opts.root_dir, &opts.config))
         .map_err(|e| ServeError::Setup(format!("opening image store: {e}")))?;
     let listener = bind(&opts.listen)?;
+    if !opts.config.systemd_cgroup && nodus_cgroups::systemd::running_systemd() {
+        // As the kubelet says for its cgroupDriver: systemd owns this tree, and runc's
+        // cgroupfs driver writing into it beside systemd is what kubeadm advises against.
+        tracing::warn!(
+            "systemd-cgroup = false on a host whose cgroup tree systemd manages: set systemd-cgroup = true in the runtime's config (and the kubelet's cgroupDriver: systemd)"
+        );
+    }
     tracing::info!(
         socket = %opts.listen.display(),
         root = %opts.root_dir.display(),
@@ -104,6 +111,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     .map_err(|e| ServeError::Setup(format!("loading runtime state: {e}")))?;
     let inner = Arc::new(inner);
     inner.recover();
+    nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::Runtime);
     let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(inner))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);

@@ -125,7 +125,15 @@ impl Inner {
         })?;
         Ok(Self {
             images,
-            handlers: Handlers::new(&config.runtime_handlers, state_dir, config.systemd_cgroup),
+            handlers: Handlers::new(
+                &config.runtime_handlers,
+                config
+                    .default_runtime_handler
+                    .as_deref()
+                    .unwrap_or(crate::oci::DEFAULT_HANDLER),
+                state_dir,
+                config.systemd_cgroup,
+            ),
             state_dir: state_dir.to_path_buf(),
             root_dir: root_dir.to_path_buf(),
             sandbox_records,

@@ -55,7 +55,7 @@ pub async fn status(
         .handlers
         .names()
         .map(|name| pb::RuntimeHandler {
-            name: if name == crate::oci::DEFAULT_HANDLER {
+            name: if name == inner.handlers.default_name() {
                 String::new()
             } else {
                 name.to_string()
