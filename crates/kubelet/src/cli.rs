@@ -792,7 +792,8 @@ pub enum RunError {
     Config(#[from] crate::kubeletconfig::ConfigError),
     #[error("{0}")]
     Flag(String),
-    #[error("Failed to start ContainerManager: {0}")]
+    // The cause follows in the error chain (`{:#}`), not repeated here.
+    #[error("Failed to start ContainerManager")]
     Cm(#[from] crate::cm::manager::CmError),
     #[error(transparent)]
     ApiClient(#[from] crate::apiclient::ApiClientError),
@@ -1075,12 +1076,23 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             .services
             .set(crate::services::ServiceLister::start(c.clone()));
     }
-    match kr.refresh_runtime_name().await {
-        Ok(v) => {
-            tracing::info!(node = %node, runtime = %v, endpoint = %rt.endpoint, "connected to the container runtime")
-        }
-        Err(e) => {
-            tracing::warn!(endpoint = %rt.endpoint, error = %e.message(), "container runtime not answering yet; retrying in the background")
+    // Container ids carry the runtime's name (`nodus://…`): nothing may be reported before
+    // it is known, or ids would switch from a placeholder to the real name. Upstream's
+    // kubelet exits when Version fails at start (and its unit restarts it); this one waits.
+    let mut tries = 0u32;
+    loop {
+        match kr.refresh_runtime_name().await {
+            Ok(v) => {
+                tracing::info!(node = %node, runtime = %v, endpoint = %rt.endpoint, "connected to the container runtime");
+                break;
+            }
+            Err(e) => {
+                if tries.is_multiple_of(20) {
+                    tracing::warn!(endpoint = %rt.endpoint, error = %e.message(), "container runtime not answering yet; waiting for it");
+                }
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
     }
     let metrics = Arc::new(Metrics::new());

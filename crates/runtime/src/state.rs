@@ -176,8 +176,12 @@ impl RecordDir {
     }
 
     pub fn save<T: Serialize>(&self, id: &str, rec: &T) -> Result<(), StateError> {
+        // Each save writes its own temporary file: two saves of one record at once must
+        // not rename each other's file away.
+        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = self.path(id);
-        let tmp = self.dir.join(format!(".{id}.json.tmp"));
+        let tmp = self.dir.join(format!(".{id}.json.{n}.tmp"));
         let body =
             serde_json::to_vec_pretty(rec).map_err(|e| io(&path)(std::io::Error::other(e)))?;
         {

@@ -206,7 +206,18 @@ fn object_pods(obj: serde_json::Value) -> Result<Vec<serde_json::Value>, String>
         .and_then(|k| k.as_str())
         .unwrap_or_default();
     if kind.is_empty() {
-        return Err(format!("Object 'Kind' is missing in '{obj}'"));
+        // Upstream quotes the whole object here; a manifest directory may hold (or link to)
+        // a file that is not a manifest at all, such as a secret, and its content must not
+        // reach the log. Only the shape is named.
+        let shape = match &obj {
+            serde_json::Value::Object(m) => {
+                format!("an object with {} top-level fields", m.len())
+            }
+            serde_json::Value::Array(_) => "a list".to_string(),
+            serde_json::Value::String(_) => "a string".to_string(),
+            _ => "a scalar".to_string(),
+        };
+        return Err(format!("Object 'Kind' is missing in {shape}"));
     }
     if api_version != "v1" {
         return Err(format!(
@@ -451,6 +462,18 @@ spec:
             "{}",
             errors[0]
         );
+
+        // A file that is no manifest (a token, a key) is refused without its content.
+        for secret in ["s3cr3t-t0ken\n", "password: hunter2\n", "[hunter2]\n"] {
+            let (pods, errors) = decode_file(secret);
+            assert!(pods.is_empty());
+            let msg = errors[0].to_string();
+            assert!(msg.contains("Object 'Kind' is missing in"), "{msg}");
+            assert!(
+                !msg.contains("hunter2") && !msg.contains("s3cr3t"),
+                "the content leaked: {msg}"
+            );
+        }
 
         let (_, errors) = decode_file("apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n");
         assert!(errors[0].to_string().contains("Service"), "{}", errors[0]);

@@ -142,15 +142,68 @@ fn read_image_file(rootfs: &Path, rel: &str) -> Result<Option<String>, SpecError
             )));
         }
     };
-    match std::fs::read(&path) {
-        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(SpecError::Internal(format!(
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    // The image chooses what these paths are: a FIFO would block the open (and the
+    // CreateContainer with it) for good, a device node could be read without end, a huge
+    // file would be read into memory. Only a bounded regular file is read.
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(SpecError::Internal(format!(
+                "failed to read /{rel} of the container rootfs {}: {e}",
+                rootfs.display()
+            )));
+        }
+    };
+    let meta = file.metadata().map_err(|e| {
+        SpecError::Internal(format!(
             "failed to read /{rel} of the container rootfs {}: {e}",
             rootfs.display()
-        ))),
+        ))
+    })?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device node"
+        } else if ft.is_dir() {
+            "a directory"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(SpecError::InvalidArgument(format!(
+            "/{rel} in the image is {kind}, not a regular file"
+        )));
     }
+    if meta.len() > MAX_IMAGE_ID_FILE {
+        return Err(SpecError::InvalidArgument(format!(
+            "/{rel} in the image is {} bytes, more than the {MAX_IMAGE_ID_FILE} read for users and groups",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_IMAGE_ID_FILE)
+        .read_to_end(&mut bytes)
+        .map_err(|e| {
+            SpecError::Internal(format!(
+                "failed to read /{rel} of the container rootfs {}: {e}",
+                rootfs.display()
+            ))
+        })?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
+
+/// The most read of an image's `/etc/passwd` or `/etc/group` (about 50,000 entries).
+const MAX_IMAGE_ID_FILE: u64 = 4 << 20;
 
 fn passwd(rootfs: &Path) -> Result<Option<Vec<PasswdEntry>>, SpecError> {
     Ok(read_image_file(rootfs, "etc/passwd")?.map(|t| parse_passwd(&t)))
@@ -551,6 +604,42 @@ video:x:44:bob
         let err = resolve(root.path(), Some(&bad), "").unwrap_err();
         assert!(
             err.to_string().contains("supplemental_groups_policy 7"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_bounded_regular_files_are_read() {
+        // A FIFO: the open must not block, and the error names what it is.
+        let root = rootfs(None, Some(GROUP));
+        let fifo = std::ffi::CString::new(
+            root.path()
+                .join("etc/passwd")
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let err = resolve(root.path(), None, "alice").unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            err.to_string(),
+            "/etc/passwd in the image is a FIFO, not a regular file"
+        );
+        // A directory.
+        let root = rootfs(Some(PASSWD), None);
+        std::fs::create_dir(root.path().join("etc/group")).unwrap();
+        let err = resolve(root.path(), None, "alice").unwrap_err();
+        assert!(err.to_string().contains("is a directory"), "{err}");
+        // Too big: refused before anything is read.
+        let root = rootfs(None, Some(GROUP));
+        let f = std::fs::File::create(root.path().join("etc/passwd")).unwrap();
+        f.set_len(300 << 20).unwrap();
+        let err = resolve(root.path(), None, "alice").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("/etc/passwd in the image is 314572800 bytes"),
             "{err}"
         );
     }

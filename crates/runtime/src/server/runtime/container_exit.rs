@@ -23,6 +23,7 @@ fn reason(code: i32, oom: bool) -> &'static str {
 /// Records the exit of container `id` from its shim's exit.json (or as lost when the shim
 /// died without writing one). Idempotent.
 pub(crate) fn record_exit(inner: &Inner, id: &str) {
+    let _turn = super::lock(&inner.exits);
     let Ok(mut rec) = inner.find_container(id) else {
         return;
     };

@@ -168,6 +168,25 @@ pub async fn create_container(
         .sandbox_config
         .clone()
         .unwrap_or_else(|| sandbox.config());
+    let log_path = match (sb_cfg.log_directory.as_str(), cfg.log_path.as_str()) {
+        (d, p) if !d.is_empty() && !p.is_empty() => {
+            // The shim writes the log as root: a path out of the pod's log directory would
+            // let a CRI client have any file on the node appended to.
+            let escapes = Path::new(p).components().any(|c| {
+                !matches!(
+                    c,
+                    std::path::Component::Normal(_) | std::path::Component::CurDir
+                )
+            });
+            if escapes {
+                return Err(Status::invalid_argument(format!(
+                    "container log path {p:?} must be relative and inside the sandbox's log directory {d:?}"
+                )));
+            }
+            Path::new(d).join(p)
+        }
+        _ => PathBuf::new(),
+    };
     let sb_meta = sandbox.config().metadata.unwrap_or_default();
     let name = format!(
         "{}_{}_{}_{}_{}",
@@ -379,10 +398,6 @@ pub async fn create_container(
     std::fs::write(&config_path, body)
         .map_err(|e| Status::internal(format!("writing {}: {e}", config_path.display())))?;
 
-    let log_path = match (sb_cfg.log_directory.as_str(), cfg.log_path.as_str()) {
-        (d, p) if !d.is_empty() && !p.is_empty() => Path::new(d).join(p),
-        _ => PathBuf::new(),
-    };
     let rec = ContainerRecord {
         id: id.clone(),
         sandbox_id: sandbox.id.clone(),

@@ -60,6 +60,10 @@ pub struct Inner {
     pub streaming: crate::streaming::Server,
     /// What RuntimeConfig tells the kubelet.
     pub cgroup_driver: pb::CgroupDriver,
+    /// Held while a container turns Exited and while its record is deleted: the monitor,
+    /// StopContainer and the recovery may all notice one exit, and none may save a record
+    /// that RemoveContainer is deleting (or has deleted).
+    pub(crate) exits: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -147,6 +151,7 @@ impl Inner {
             events,
             streaming,
             cgroup_driver: runtime_config::cgroup_driver(config.systemd_cgroup),
+            exits: Mutex::new(()),
         })
     }
 

@@ -43,11 +43,14 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
     .await
     .map_err(|e| Status::internal(format!("cleanup task failed: {e}")))?
     .map_err(|e| Status::internal(format!("removing container {}: {e}", rec.id)))?;
-    inner
-        .container_records
-        .delete(&rec.id)
-        .map_err(|e| Status::internal(e.to_string()))?;
-    inner.containers().remove(&rec.id);
+    {
+        let _turn = super::lock(&inner.exits);
+        inner
+            .container_records
+            .delete(&rec.id)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        inner.containers().remove(&rec.id);
+    }
     inner
         .names
         .lock()
