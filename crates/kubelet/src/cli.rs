@@ -1065,6 +1065,9 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         let _ = kr
             .services
             .set(crate::services::ServiceLister::start(c.clone()));
+        let _ = kr
+            .runtime_classes
+            .set(crate::runtimeclass::RuntimeClassManager::start(c.clone()));
     }
     match kr.refresh_runtime_name().await {
         Ok(v) => {

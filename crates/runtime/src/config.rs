@@ -19,7 +19,8 @@ pub struct RuntimeConfig {
     pub cni_bin_dirs: Vec<PathBuf>,
     #[serde(default = "default_cni_conf_dir")]
     pub cni_conf_dir: PathBuf,
-    /// RuntimeClass handler name → OCI runtime binary. `runc` is the default handler.
+    /// RuntimeClass handler name → OCI runtime binary. `runc` is the default handler;
+    /// `runsc` (gVisor) is in the default table when the binary is on PATH.
     #[serde(default = "default_handlers")]
     pub runtime_handlers: BTreeMap<String, PathBuf>,
     /// How many layers one pull downloads at once (containerd's max_concurrent_downloads).
@@ -57,10 +58,16 @@ fn default_cni_conf_dir() -> PathBuf {
     "/etc/cni/net.d".into()
 }
 fn default_handlers() -> BTreeMap<String, PathBuf> {
-    BTreeMap::from([
+    let mut t = BTreeMap::from([
         ("runc".to_string(), PathBuf::from("runc")),
         ("crun".to_string(), PathBuf::from("crun")),
-    ])
+    ]);
+    // gVisor only where it is installed: a RuntimeClass naming it elsewhere fails with
+    // "no runtime for \"runsc\"", not with a missing binary at every pod.
+    if crate::oci::find_binary(std::path::Path::new("runsc")).is_some() {
+        t.insert("runsc".to_string(), PathBuf::from("runsc"));
+    }
+    t
 }
 fn default_max_concurrent_downloads() -> usize {
     3

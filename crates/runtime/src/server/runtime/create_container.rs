@@ -188,10 +188,14 @@ pub async fn create_container(
                 "failed to get image {image_name:?}: image not found; pull it first"
             ))
         })?;
-    inner
+    let rt = inner
         .handlers
         .get(&sandbox.handler)
         .map_err(|e| Status::failed_precondition(e.to_string()))?;
+    if rt.kind == crate::oci::CliKind::Runsc {
+        crate::oci::gvisor::check_container(&cfg)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    }
 
     let id = new_id();
     {
