@@ -324,12 +324,18 @@ async fn handlers_mode(
             "`BENCH_HANDLERS=runc,runsc` on this machine (kernel {kernel}, {hierarchy}, {} \
              cores): nodus with its runc handler, nodus with gVisor ({}, ptrace platform, \
              `--network=host`: each container is a sandbox of its own, see ARCHITECTURE), and \
-             containerd + runc; the same client, busybox `sleep 3600`. p50 / p99 in ms over \
-             {SINGLE_RUNS} single-pod cycles and {pods} pods in a row together.\n\n",
+             containerd + runc; the same client, busybox `sleep 3600`, the {} build of nodus. \
+             p50 / p99 in ms over {SINGLE_RUNS} single-pod cycles and {pods} pods in a row \
+             together.\n\n",
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(0),
             version("runsc"),
+            if bin.components().any(|c| c.as_os_str() == "debug") {
+                "debug"
+            } else {
+                "release"
+            },
         )
     } else {
         format!(

@@ -128,6 +128,23 @@ impl Up {
         testkit::daemon::log_tail(&self.d().join("up.log"), 150)
     }
 
+    /// The shims' own logs and the OCI runtime's, for a failure message.
+    fn shim_logs(&self) -> String {
+        let mut out = String::new();
+        for c in common::list_dir(&self.runtime_state().join("containers")) {
+            for f in common::list_dir(&c.join("shim")) {
+                if f.extension().is_some_and(|e| e == "log" || e == "json") {
+                    out.push_str(&format!(
+                        "== {}\n{}\n",
+                        f.display(),
+                        std::fs::read_to_string(&f).unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     fn runtime_state(&self) -> PathBuf {
         self.d().join("up/node/run/runtime")
     }
@@ -425,7 +442,13 @@ spec:
     assert!(pod_ip.starts_with("10.99.94."), "{p}");
 
     let (ok, dmesg, err) = up.k(&["exec", "sandboxed", "--", "dmesg"]);
-    assert!(ok, "{err}");
+    assert!(
+        ok,
+        "{err}\n{}\n{}\n{}",
+        up.k(&["get", "pod", "sandboxed", "-o", "yaml"]).1,
+        up.shim_logs(),
+        up.log()
+    );
     assert!(dmesg.contains("Starting gVisor..."), "{dmesg}");
     let (_, logs, _) = up.k(&["logs", "sandboxed"]);
     assert!(logs.contains("hello from gvisor"), "{logs}");

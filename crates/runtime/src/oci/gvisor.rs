@@ -47,6 +47,16 @@ pub enum Unsupported {
     Update,
 }
 
+/// Makes the container a gVisor sandbox of its own: runsc reads containerd's
+/// `io.kubernetes.cri.container-type` and would otherwise look for a running sandbox named
+/// by the pod's sandbox id, which here holds only pinned namespaces.
+pub fn own_sandbox(spec: &mut oci_spec::runtime::Spec) {
+    use crate::container::spec::annotations::{CONTAINER_TYPE, CONTAINER_TYPE_SANDBOX};
+    let mut a = spec.annotations().clone().unwrap_or_default();
+    a.insert(CONTAINER_TYPE.into(), CONTAINER_TYPE_SANDBOX.into());
+    spec.set_annotations(Some(a));
+}
+
 /// Refuses a pod sandbox gVisor cannot run.
 pub fn check_sandbox(cfg: &pb::PodSandboxConfig) -> Result<(), Unsupported> {
     let Some(linux) = cfg.linux.as_ref() else {

@@ -66,7 +66,7 @@ pub(crate) fn admit(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
             }
         }
     };
-    apply(pod, class.as_ref()).map_err(|r| forbidden(pod, &r))
+    apply(pod, class.as_deref()).map_err(|r| forbidden(pod, &r))
 }
 
 fn forbidden(pod: &Value, r: &Rejection) -> ApiError {

@@ -371,6 +371,9 @@ pub async fn create_container(
         .map_err(|e| Status::internal(format!("spec task failed: {e}")))??
     };
     let mut spec = spec;
+    if rt.kind == crate::oci::CliKind::Runsc {
+        crate::oci::gvisor::own_sandbox(&mut spec);
+    }
     if let Some(idmap) = &idmap {
         let (userns, d) = (idmap.userns.to_path_buf(), dir.clone());
         spec = tokio::task::spawn_blocking(move || idmap_bind_mounts(spec, &userns, &d))
