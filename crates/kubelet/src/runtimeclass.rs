@@ -20,7 +20,9 @@ pub enum LookupError {
     /// The API's NotFound text, as upstream's lister returns it.
     #[error("runtimeclass.node.k8s.io {0:?} not found")]
     NotFound(String),
-    #[error("failed to lookup RuntimeClass {0}: timed out waiting for the RuntimeClass cache to sync")]
+    #[error(
+        "failed to lookup RuntimeClass {0}: timed out waiting for the RuntimeClass cache to sync"
+    )]
     NotSynced(String),
 }
 

@@ -110,10 +110,7 @@ impl Up {
             last = format!("{out}{err}");
             std::thread::sleep(Duration::from_millis(300));
         }
-        panic!(
-            "timed out waiting for {what}; last: {last}\n{}",
-            self.log()
-        );
+        panic!("timed out waiting for {what}; last: {last}\n{}", self.log());
     }
 
     fn running(&self, pod: &str) -> Value {
@@ -438,7 +435,10 @@ spec:
 "#,
     );
     let p = up.running("sandboxed");
-    let pod_ip = p["status"]["podIP"].as_str().unwrap_or_default().to_string();
+    let pod_ip = p["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(pod_ip.starts_with("10.99.94."), "{p}");
 
     let (ok, dmesg, err) = up.k(&["exec", "sandboxed", "--", "dmesg"]);
@@ -507,11 +507,7 @@ spec:
     assert_eq!(p["status"]["phase"], "Pending");
 
     // Stats: the summary API reports the sandboxed container's memory.
-    let (ok, summary, err) = up.k(&[
-        "get",
-        "--raw",
-        "/api/v1/nodes/rc-node/proxy/stats/summary",
-    ]);
+    let (ok, summary, err) = up.k(&["get", "--raw", "/api/v1/nodes/rc-node/proxy/stats/summary"]);
     assert!(ok, "{err}");
     let summary: Value = serde_json::from_str(&summary).expect("summary JSON");
     let stats = summary["pods"]

@@ -67,8 +67,8 @@ pub fn pod_values(
     // The RuntimeClass's overhead is the sandbox's own share: it is added to a limit the
     // containers set (upstream's PodLimits), as the requests already count it.
     let overhead = spec.overhead.as_ref();
-    let cpu_limit = cpu_limit_sum.max(init_cpu_max)
-        + milli(overhead.and_then(|o| o.get("cpu"))).unwrap_or(0);
+    let cpu_limit =
+        cpu_limit_sum.max(init_cpu_max) + milli(overhead.and_then(|o| o.get("cpu"))).unwrap_or(0);
     let mem_limit = mem_limit_sum.max(init_mem_max)
         + milli(overhead.and_then(|o| o.get("memory")))
             .map(|m| m / 1000)

@@ -186,10 +186,7 @@ impl KubeRuntime {
             .await
             .ok()
             .map(|r| r.into_inner().runtime_handlers);
-        let handler = self
-            .runtime_handler(pod)
-            .await
-            .map_err(|e| e.to_string())?;
+        let handler = self.runtime_handler(pod).await.map_err(|e| e.to_string())?;
         manager
             .get_or_create(pod, &handler, handlers.as_deref())
             .map(Some)

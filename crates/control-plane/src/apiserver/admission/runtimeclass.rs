@@ -151,8 +151,9 @@ fn same_resources(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     let q = |v: &Value| v.as_str().and_then(|s| parse_quantity(s).ok());
     a.len() == b.len()
         && a.iter().all(|(k, v)| {
-            b.get(k)
-                .is_some_and(|w| q(v).is_some() && q(v).map(|x| x.nano_value()) == q(w).map(|x| x.nano_value()))
+            b.get(k).is_some_and(|w| {
+                q(v).is_some() && q(v).map(|x| x.nano_value()) == q(w).map(|x| x.nano_value())
+            })
         })
 }
 
