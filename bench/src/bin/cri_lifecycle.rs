@@ -373,7 +373,7 @@ async fn handlers_mode(
     }
     body.push_str(
         "\nMemory per running pod: the daemon's RSS growth plus the PSS of every per-pod process \
-         (shims; under gVisor also each sandbox's Sentry with its stubs and its gofer; \
+         (shims; under gVisor also each container's `runsc-sandbox` (the Sentry) and `runsc-gofer`; \
          containerd's pause containers), divided by the pods.\n",
     );
     let create = |label: &str| p50s.iter().find(|(l, _)| l == label).map(|(_, v)| v[1]);
@@ -393,7 +393,9 @@ async fn handlers_mode(
     }
     if let (Some(runc), Some(runsc)) = (create("nodus + runc"), create("nodus + runsc")) {
         body.push_str(&format!(
-            "\nCreate+StartContainer, runsc / runc under nodus: {:.2}× (booting a Sentry per container).\n",
+            "\nCreate+StartContainer, runsc / runc under nodus: {:.2}× (booting a Sentry per \
+             container). Stop+RemoveContainer under runsc waits for the `runsc-sandbox` process \
+             to end after the workload is killed: the shim reports the exit when it does.\n",
             runsc / runc
         ));
     }
