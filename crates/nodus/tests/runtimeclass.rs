@@ -455,6 +455,28 @@ spec:
     // The pod's own address, from the CNI-configured namespace.
     let (ok, addrs, err) = up.k(&["exec", "sandboxed", "--", "ip", "addr"]);
     assert!(ok && addrs.contains(&pod_ip), "{addrs}{err}");
+    // `kubectl exec -it`: a terminal inside the sandbox (kubectl gets one from `script`).
+    let kubeconfig = up.d().join("up/control-plane/admin.kubeconfig");
+    let out = up
+        .netns
+        .command("script")
+        .expect("script in netns")
+        .args(["-qec"])
+        .arg(format!(
+            "kubectl --kubeconfig {} exec -it sandboxed -- sh -c 'test -t 0 && test -t 1 && echo is-a-terminal'",
+            kubeconfig.display()
+        ))
+        .arg("/dev/null")
+        .env("HOME", up.d())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script runs");
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && tty.contains("is-a-terminal"),
+        "{tty}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // An exit status comes back through exec.
     let (ok, _, err) = up.k(&["exec", "sandboxed", "--", "sh", "-c", "exit 3"]);
     assert!(!ok && err.contains("exit code 3"), "{err}");
