@@ -3,11 +3,11 @@
 # Idempotent: packages already present are skipped without touching the network.
 set -euo pipefail
 
-# OCI runtimes; CNI plugins; kube-proxy backends; busybox-static for offline test images;
+# OCI runtimes (runsc: gVisor, the RuntimeClass lesson's sandboxed handler); CNI plugins; kube-proxy backends; busybox-static for offline test images;
 # a real OCI registry; containerd (second CRI runtime and benchmark peer); independent OCI
 # archive checkers; etcd; netns/mount tools; hyperfine for benchmarks.
 PACKAGES=(
-  runc crun
+  runc crun runsc
   containernetworking-plugins
   nftables iptables conntrack
   busybox-static

@@ -106,7 +106,12 @@ pub async fn nodus_with(bin: &Path, extra: &str) -> Result<Target> {
         endpoint: format!("unix://{}", sock.display()),
         c,
         daemon_pid: daemon.pid(),
-        per_pod: Box::new(move |cmdline| cmdline.contains(" shim ") && cmdline.contains(&state)),
+        // Shims, and under gVisor each container's sandbox (the Sentry and its ptrace
+        // stubs) and gofer, all of which name the runtime's state dir (runsc's --root).
+        per_pod: Box::new(move |cmdline| {
+            (cmdline.contains(" shim ") || cmdline.starts_with("runsc-"))
+                && cmdline.contains(&state)
+        }),
         cgroup: CgroupParent::new("nodus-bench"),
         logs: d.join("logs"),
         netns: std::sync::Arc::clone(&netns),

@@ -217,16 +217,30 @@ async fn measure(t: &Target) -> Result<Results> {
     })
 }
 
-/// `BENCH_HANDLERS=runc,crun`: the single-pod and in-a-row cycles under each RuntimeClass
-/// handler of nodus, and containerd's runc beside them (the VM lane's cgroup v2 host runs
-/// it, where crun works). Only ratios mean something there: the guest is emulated.
+/// One runtime + handler's figures in handlers mode.
+struct HandlerRow {
+    label: String,
+    /// phase → samples (ms), single-pod cycles and the pods in a row together.
+    samples: Vec<Vec<f64>>,
+    /// (per-pod processes, their PSS KiB, their RSS KiB) with every pod of the row running.
+    per_pod: (usize, u64, u64),
+    /// The daemon's RSS growth (KiB) from idle to every pod of the row running.
+    daemon_growth_kib: u64,
+}
+
+/// `BENCH_HANDLERS=runc,crun` (the VM lane) or `BENCH_HANDLERS=runc,runsc` (gVisor): the
+/// single-pod and in-a-row cycles under each RuntimeClass handler of nodus, and
+/// containerd's runc beside them; p50/p99 per phase and memory per running pod. A run with
+/// runsc writes its own section; the VM lane's guest is emulated, so only its ratios mean
+/// anything.
 async fn handlers_mode(
     bin: &std::path::Path,
     handlers: &[String],
     write: Option<PathBuf>,
 ) -> Result<()> {
     let pods = pod_count();
-    let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
+    let gvisor = handlers.iter().any(|h| h == "runsc");
+    let mut rows: Vec<HandlerRow> = Vec::new();
     let cycle = |t: &Target, handler: &str, runs: usize, tag: &'static str| {
         let pods: Vec<Pod> = (0..runs)
             .map(|i| Pod {
@@ -248,13 +262,26 @@ async fn handlers_mode(
                 s.push(phase(&t.c, p, &mut pod).await?.as_secs_f64() * 1e3);
             }
         }
+        let idle = rss_kib(t.daemon_pid);
+        let mut per_pod = (0, 0, 0);
+        let mut growth = 0;
         let mut row = cycle(t, handler, pods, "row");
         for (p, s) in samples.iter_mut().enumerate() {
             for pod in row.iter_mut() {
                 s.push(phase(&t.c, p, pod).await?.as_secs_f64() * 1e3);
             }
+            if p == 1 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                growth = rss_kib(t.daemon_pid).saturating_sub(idle);
+                per_pod = processes_memory(&*t.per_pod);
+            }
         }
-        rows.push((label, samples.iter_mut().map(|s| pct(s, 50.0)).collect()));
+        rows.push(HandlerRow {
+            label,
+            samples,
+            per_pod,
+            daemon_growth_kib: growth,
+        });
         Ok(())
     };
     for h in handlers {
@@ -268,7 +295,8 @@ async fn handlers_mode(
     // The floor under Create+Start with each handler: its `run --detach` alone, as nodus's
     // shim calls it.
     let mut floors = Vec::new();
-    for h in handlers {
+    // runsc's sandbox is not a `run --detach` of a bundle as runc's and crun's are.
+    for h in handlers.iter().filter(|h| *h != "runsc") {
         eprintln!("measuring {h} run --detach alone");
         let (mut wall, mut cpu) = nodus_bench::floor::oci_run_detach(h, SINGLE_RUNS)?;
         floors.push((h.clone(), pct(&mut wall, 50.0), pct(&mut cpu, 50.0)));
@@ -286,31 +314,78 @@ async fn handlers_mode(
             })
             .unwrap_or_default()
     };
-    let mut body = format!(
-        "Inside the VM lane's guest (`bash scripts/vm-test.sh bench/cri-lifecycle`: Debian \
-         bookworm, kernel {}, pure cgroup v2, systemd; qemu TCG emulation, so only the ratios \
-         mean anything); {} and {}; the debug build of nodus the lane runs. p50 in ms over \
-         {SINGLE_RUNS} single-pod cycles and {pods} pods in a row.\n\n\
-         | runtime + handler | RunPodSandbox | Create+StartContainer | Stop+RemoveContainer | StopPodSandbox+RemovePodSandbox |\n\
-         | --- | --- | --- | --- | --- |\n",
-        String::from_utf8_lossy(
-            &Command::new("uname")
-                .arg("-r")
-                .output()
-                .map(|o| o.stdout)
-                .unwrap_or_default()
+    let kernel = String::from_utf8_lossy(
+        &Command::new("uname")
+            .arg("-r")
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default(),
+    )
+    .trim()
+    .to_string();
+    let hierarchy = if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        "cgroup v2"
+    } else {
+        "cgroup v1"
+    };
+    let mut body = if gvisor {
+        format!(
+            "`BENCH_HANDLERS=runc,runsc` on this machine (kernel {kernel}, {hierarchy}, {} \
+             cores): nodus with its runc handler, nodus with gVisor ({}, ptrace platform, \
+             `--network=host`: each container is a sandbox of its own, see ARCHITECTURE), and \
+             containerd + runc; the same client, busybox `sleep 3600`, the {} build of nodus. \
+             p50 / p99 in ms over {SINGLE_RUNS} single-pod cycles and {pods} pods in a row \
+             together.\n\n",
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            version("runsc"),
+            if bin.components().any(|c| c.as_os_str() == "debug") {
+                "debug"
+            } else {
+                "release"
+            },
         )
-        .trim(),
-        version("runc"),
-        version("crun"),
+    } else {
+        format!(
+            "Inside the VM lane's guest (`bash scripts/vm-test.sh bench/cri-lifecycle`: Debian \
+             bookworm, kernel {kernel}, pure cgroup v2, systemd; qemu TCG emulation, so only the \
+             ratios mean anything); {} and {}; the debug build of nodus the lane runs. p50 / p99 \
+             in ms over {SINGLE_RUNS} single-pod cycles and {pods} pods in a row together.\n\n",
+            version("runc"),
+            version("crun"),
+        )
+    };
+    body.push_str(
+        "| runtime + handler | RunPodSandbox | Create+StartContainer | Stop+RemoveContainer | StopPodSandbox+RemovePodSandbox | memory per running pod |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
     );
-    for (label, p50) in &rows {
+    let mut p50s: Vec<(String, Vec<f64>)> = Vec::new();
+    for r in &rows {
+        let mut cells = Vec::new();
+        let mut p50 = Vec::new();
+        for s in &r.samples {
+            let mut s = s.clone();
+            let (a, b) = (pct(&mut s, 50.0), pct(&mut s, 99.0));
+            p50.push(a);
+            cells.push(format!("{a:.1} / {b:.1}"));
+        }
+        let (count, pss, _) = r.per_pod;
+        let per = (r.daemon_growth_kib + pss) as f64 / pods as f64;
         body.push_str(&format!(
-            "| {label} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
-            p50[0], p50[1], p50[2], p50[3]
+            "| {} | {} | {:.0} KiB ({count} processes) |\n",
+            r.label,
+            cells.join(" | "),
+            per
         ));
+        p50s.push((r.label.clone(), p50));
     }
-    let create = |label: &str| rows.iter().find(|(l, _)| l == label).map(|(_, v)| v[1]);
+    body.push_str(
+        "\nMemory per running pod: the daemon's RSS growth plus the PSS of every per-pod process \
+         (shims; under gVisor also each container's `runsc-sandbox` (the Sentry) and `runsc-gofer`; \
+         containerd's pause containers), divided by the pods.\n",
+    );
+    let create = |label: &str| p50s.iter().find(|(l, _)| l == label).map(|(_, v)| v[1]);
     if let (Some(runc), Some(crun)) = (create("nodus + runc"), create("nodus + crun")) {
         body.push_str(&format!(
             "\nCreate+StartContainer, crun / runc under nodus: {:.2}× (goal: at most 0.5×)",
@@ -344,14 +419,28 @@ async fn handlers_mode(
     if let (Some(runc), Some(crun)) = (floor("runc"), floor("crun")) {
         body.push_str(&format!("\ncrun / runc alone: {:.2}×.\n", crun / runc));
     }
+    if let (Some(runc), Some(runsc)) = (create("nodus + runc"), create("nodus + runsc")) {
+        body.push_str(&format!(
+            "\nCreate+StartContainer, runsc / runc under nodus: {:.2}× (booting a Sentry per \
+             container). Stop+RemoveContainer under runsc waits for the `runsc-sandbox` process \
+             to end after the workload is killed: the shim reports the exit when it does.\n",
+            runsc / runc
+        ));
+    }
     println!("{body}");
     if let Some(p) = write {
-        nodus_bench::write_section(
-            &p,
-            "cri-lifecycle-vm",
-            "## CRI pod lifecycle on cgroup v2 with runc and crun (VM lane)",
-            &body,
-        )?;
+        let (id, heading) = if gvisor {
+            (
+                "cri-lifecycle-gvisor",
+                "## CRI pod lifecycle under gVisor: runc vs runsc on nodus, and containerd + runc",
+            )
+        } else {
+            (
+                "cri-lifecycle-vm",
+                "## CRI pod lifecycle on cgroup v2 with runc and crun (VM lane)",
+            )
+        };
+        nodus_bench::write_section(&p, id, heading, &body)?;
         eprintln!("wrote {}", p.display());
     }
     Ok(())

@@ -1075,6 +1075,9 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         let _ = kr
             .services
             .set(crate::services::ServiceLister::start(c.clone()));
+        let _ = kr
+            .runtime_classes
+            .set(crate::runtimeclass::RuntimeClassManager::start(c.clone()));
     }
     // Container ids carry the runtime's name (`nodus://…`): nothing may be reported before
     // it is known, or ids would switch from a placeholder to the real name. Upstream's

@@ -6,7 +6,7 @@
 //! [`syncloop`], [`pleg`], [`pod_workers`], [`kuberuntime`] (SyncPod), [`status`],
 //! [`prober`], [`eviction`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`]; with a
 //! kubeconfig also [`nodestatus`], [`nodelease`], the API pod source, [`status::sync`],
-//! [`mirror`] pods and [`events`]; [`userns`] hands pods with `hostUsers: false` their ids.
+//! [`mirror`] pods, [`events`] and [`runtimeclass`] (class → CRI handler); [`userns`] hands pods with `hostUsers: false` their ids.
 
 pub mod apiclient;
 pub mod certificate;
@@ -29,6 +29,7 @@ pub mod objectcache;
 pub mod pleg;
 pub mod pod_workers;
 pub mod prober;
+pub mod runtimeclass;
 pub mod server;
 pub mod services;
 pub mod status;

@@ -206,6 +206,7 @@ impl Case {
             stdin_once: opts.stdin_once,
             start: false,
             systemd_cgroup: false,
+            runtime_args: Vec::new(),
         }
     }
 

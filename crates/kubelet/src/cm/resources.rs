@@ -64,8 +64,15 @@ pub fn pod_values(
             None => all_mem_limited = false,
         }
     }
-    let cpu_limit = cpu_limit_sum.max(init_cpu_max);
-    let mem_limit = mem_limit_sum.max(init_mem_max);
+    // The RuntimeClass's overhead is the sandbox's own share: it is added to a limit the
+    // containers set (upstream's PodLimits), as the requests already count it.
+    let overhead = spec.overhead.as_ref();
+    let cpu_limit =
+        cpu_limit_sum.max(init_cpu_max) + milli(overhead.and_then(|o| o.get("cpu"))).unwrap_or(0);
+    let mem_limit = mem_limit_sum.max(init_mem_max)
+        + milli(overhead.and_then(|o| o.get("memory")))
+            .map(|m| m / 1000)
+            .unwrap_or(0);
     let qos = nodus_k8s::qos::pod_qos_class(&spec);
     let mut v = CgroupValues {
         pids_limit,
@@ -90,6 +97,7 @@ pub fn pod_values(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn pod(containers: serde_json::Value) -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -109,6 +117,24 @@ mod tests {
         assert_eq!(v.cpu_shares, Some(768));
         assert_eq!(v.cpu_quota, Some(75_000));
         assert_eq!(v.memory_limit, Some(96 << 20));
+    }
+
+    #[test]
+    fn runtime_class_overhead_sizes_the_pod_cgroup() {
+        let mut p = pod(serde_json::json!([
+            {"name": "a", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}
+        ]));
+        p.spec.as_mut().unwrap().overhead = Some(
+            [
+                ("cpu".to_string(), Quantity("250m".into())),
+                ("memory".to_string(), Quantity("120Mi".into())),
+            ]
+            .into(),
+        );
+        let v = pod_values(&p, true, 100_000, None, false);
+        assert_eq!(v.cpu_shares, Some(768));
+        assert_eq!(v.cpu_quota, Some(75_000));
+        assert_eq!(v.memory_limit, Some(184 << 20));
     }
 
     #[test]

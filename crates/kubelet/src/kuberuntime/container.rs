@@ -193,6 +193,20 @@ fn security_context(
     }
 }
 
+/// Volumes every mount of which is read-only whatever the container's `readOnly` says
+/// (upstream's mustMountRO): a claim marked `readOnly`, and the volumes the kubelet writes
+/// with the atomic writer (configMap, secret, downwardAPI, projected, hence the
+/// service-account token), whose content a container must not change under the kubelet.
+fn must_mount_read_only(v: &k8s_openapi::api::core::v1::Volume) -> bool {
+    v.persistent_volume_claim
+        .as_ref()
+        .is_some_and(|c| c.read_only == Some(true))
+        || v.config_map.is_some()
+        || v.secret.is_some()
+        || v.downward_api.is_some()
+        || v.projected.is_some()
+}
+
 fn mounts(
     pod: &Pod,
     c: &Container,
@@ -220,17 +234,14 @@ fn mounts(
                     .map_err(|e| ConfigError(format!("subPath {}: {e}", host.display())))?;
             }
         }
-        // A claim's `readOnly` forces every mount of it read-only, as upstream.
-        let claim_read_only = pod
+        let volume = pod
             .spec
             .as_ref()
             .and_then(|s| s.volumes.as_ref())
             .into_iter()
             .flatten()
-            .find(|v| v.name == vm.name)
-            .and_then(|v| v.persistent_volume_claim.as_ref())
-            .is_some_and(|c| c.read_only == Some(true));
-        let readonly = vm.read_only.unwrap_or(false) || claim_read_only;
+            .find(|v| v.name == vm.name);
+        let readonly = vm.read_only.unwrap_or(false) || volume.is_some_and(must_mount_read_only);
         out.push(pb::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),

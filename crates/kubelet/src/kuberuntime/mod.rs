@@ -62,6 +62,8 @@ pub struct KubeRuntime {
     /// The pods' user namespace blocks, set once at start (pods with `hostUsers: false`
     /// fail to sync without it).
     pub userns: std::sync::OnceLock<std::sync::Arc<crate::userns::UsernsManager>>,
+    /// RuntimeClass name → CRI handler, set once when the kubelet has an API server.
+    pub runtime_classes: std::sync::OnceLock<crate::runtimeclass::RuntimeClassManager>,
 }
 
 impl KubeRuntime {
@@ -90,6 +92,7 @@ impl KubeRuntime {
             tokens: std::sync::OnceLock::new(),
             services: std::sync::OnceLock::new(),
             userns: std::sync::OnceLock::new(),
+            runtime_classes: std::sync::OnceLock::new(),
         }
     }
 
@@ -105,6 +108,22 @@ impl KubeRuntime {
             .and_then(|s| s.enable_service_links)
             .unwrap_or(true);
         env::ServiceEnv(lister.env_for(ns, links))
+    }
+
+    /// The CRI runtime handler for the pod's RuntimeClass (upstream's LookupRuntimeHandler);
+    /// the runtime's default without an API server, as upstream's standalone kubelet.
+    pub async fn runtime_handler(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Result<String, crate::runtimeclass::LookupError> {
+        let Some(m) = self.runtime_classes.get() else {
+            return Ok(String::new());
+        };
+        let name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref());
+        m.lookup_runtime_handler(name).await
     }
 
     /// The waiting reasons the last sync of pod `uid` left.
@@ -167,11 +186,7 @@ impl KubeRuntime {
             .await
             .ok()
             .map(|r| r.into_inner().runtime_handlers);
-        let handler = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.runtime_class_name.clone())
-            .unwrap_or_default();
+        let handler = self.runtime_handler(pod).await.map_err(|e| e.to_string())?;
         manager
             .get_or_create(pod, &handler, handlers.as_deref())
             .map(Some)

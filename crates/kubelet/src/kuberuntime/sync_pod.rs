@@ -264,6 +264,21 @@ impl KubeRuntime {
         a
     }
 
+    /// CreatePodSandbox failed (the RuntimeClass lookup or the runtime): upstream's
+    /// FailedCreatePodSandBox event, and the containers wait in ContainerCreating.
+    fn sandbox_failed(&self, pod: &Pod, err: &str, result: &mut SyncResult) {
+        let msg = format!("Failed to create pod sandbox: {err}");
+        tracing::warn!(pod = %pod_name(pod), error = %msg, "CreatePodSandbox failed");
+        crate::events::recorder().event(
+            &crate::events::pod_ref(pod),
+            crate::events::WARNING,
+            "FailedCreatePodSandBox",
+            &msg,
+        );
+        result.errors.push(msg.clone());
+        self.all_waiting(pod, "ContainerCreating", &msg);
+    }
+
     /// A pod whose user namespace cannot be had fails the step that needed it, with
     /// upstream's texts: creating the sandbox (FailedCreatePodSandBox), or configuring
     /// its containers in a sandbox that already runs (CreateContainerConfigError).
@@ -445,7 +460,13 @@ impl KubeRuntime {
                 ));
                 return Ok((result, rp));
             }
-            let handler = spec.runtime_class_name.clone().unwrap_or_default();
+            let handler = match self.runtime_handler(pod).await {
+                Ok(h) => h,
+                Err(e) => {
+                    self.sandbox_failed(pod, &e.to_string(), &mut result);
+                    return Ok((result, rp));
+                }
+            };
             let started = Instant::now();
             match self
                 .rt
@@ -463,16 +484,7 @@ impl KubeRuntime {
                     tracing::info!(pod = %pod_name(pod), sandbox = %sandbox_id, took = ?started.elapsed(), "started pod sandbox");
                 }
                 Err(e) => {
-                    let msg = format!("Failed to create pod sandbox: {}", e.message());
-                    tracing::warn!(pod = %pod_name(pod), error = %msg, "CreatePodSandbox failed");
-                    crate::events::recorder().event(
-                        &crate::events::pod_ref(pod),
-                        crate::events::WARNING,
-                        "FailedCreatePodSandBox",
-                        &msg,
-                    );
-                    result.errors.push(msg.clone());
-                    self.all_waiting(pod, "ContainerCreating", &msg);
+                    self.sandbox_failed(pod, e.message(), &mut result);
                     return Ok((result, rp));
                 }
             }

@@ -194,7 +194,13 @@ pub fn kill_runtime_leftovers(state: &Path, base: &Path) {
         kill(c.join("shim/init.pid"));
         if let Some(id) = c.file_name().and_then(|n| n.to_str()) {
             for root in list_dir(&state.join("oci")) {
-                let _ = Command::new("runc")
+                // gVisor's state is runsc's own: runc cannot delete its sandboxes.
+                let bin = if root.ends_with("runsc") {
+                    "runsc"
+                } else {
+                    "runc"
+                };
+                let _ = Command::new(bin)
                     .arg("--root")
                     .arg(&root)
                     .args(["delete", "--force", id])

@@ -5,6 +5,15 @@
 //! start, kill, delete, state, exec and update here), so any OCI-compliant binary configured
 //! in `runtime-handlers` works. Each handler keeps its own `--root`, so runc's and crun's
 //! state never mix.
+//!
+//! gVisor's `runsc` ([`CliKind::Runsc`]) speaks the same CLI with its own sandbox model:
+//! each container here is a gVisor sandbox of its own (the `runsc-sandbox` process runs
+//! the Sentry, the workload never appears on the host), started in the pod's network
+//! namespace with `--network=host`, so the Sentry uses the CNI-configured interfaces of
+//! that namespace and every container of the pod (init containers included) shares them.
+//! What gVisor cannot do is refused when the pod or container is made ([`gvisor`]).
+
+pub mod gvisor;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -51,11 +60,31 @@ pub enum OciError {
     },
 }
 
+/// Which command-line dialect a handler's binary speaks, from its file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CliKind {
+    /// runc and the runtimes that copy its CLI (crun, youki).
+    Runc,
+    /// gVisor's runsc: no `update`, exec's terminal comes from process.json, and global
+    /// flags of its own.
+    Runsc,
+}
+
+impl CliKind {
+    pub fn of(binary: &Path) -> CliKind {
+        match binary.file_name().and_then(|n| n.to_str()) {
+            Some("runsc") => CliKind::Runsc,
+            _ => CliKind::Runc,
+        }
+    }
+}
+
 /// One configured OCI runtime.
 #[derive(Debug, Clone)]
 pub struct OciRuntime {
     pub handler: String,
     pub binary: PathBuf,
+    pub kind: CliKind,
     /// `--root` for this runtime's own state (under the runtime's state dir).
     pub root: PathBuf,
     /// `--systemd-cgroup`: the runtime asks systemd for the container's scope.
@@ -71,7 +100,7 @@ pub struct OciState {
     pub status: String,
 }
 
-fn find_binary(name: &Path) -> Option<PathBuf> {
+pub(crate) fn find_binary(name: &Path) -> Option<PathBuf> {
     if name.components().count() > 1 {
         return name.exists().then(|| name.to_path_buf());
     }
@@ -107,6 +136,7 @@ impl Handlers {
                     name.clone(),
                     OciRuntime {
                         handler: name.clone(),
+                        kind: CliKind::of(&binary),
                         binary,
                         root: state_dir.join("oci").join(name),
                         systemd_cgroup,
@@ -152,6 +182,11 @@ impl Handlers {
         Ok(rt)
     }
 
+    /// The CLI kind of a configured handler, binary present or not.
+    pub fn kind(&self, handler: &str) -> Option<CliKind> {
+        self.runtimes.get(handler).map(|r| r.kind)
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.runtimes.keys().map(String::as_str)
     }
@@ -179,13 +214,28 @@ fn is_not_found(msg: &str) -> bool {
 }
 
 impl OciRuntime {
+    /// The global flags every invocation carries (the shim's and exec's too).
+    pub fn global_args(&self) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = vec!["--root".into(), self.root.clone().into()];
+        if self.systemd_cgroup {
+            v.push("--systemd-cgroup".into());
+        }
+        v.extend(self.kind_args().iter().map(Into::into));
+        v
+    }
+
+    /// The global flags this runtime's kind needs beyond `--root` and `--systemd-cgroup`.
+    pub fn kind_args(&self) -> &'static [&'static str] {
+        match self.kind {
+            CliKind::Runc => &[],
+            CliKind::Runsc => gvisor::GLOBAL_ARGS,
+        }
+    }
+
     /// The binary with its global flags.
     fn base(&self) -> Command {
         let mut c = Command::new(&self.binary);
-        c.arg("--root").arg(&self.root);
-        if self.systemd_cgroup {
-            c.arg("--systemd-cgroup");
-        }
+        c.args(self.global_args());
         c
     }
 
@@ -290,6 +340,14 @@ impl OciRuntime {
 
     /// Applies new resources (a JSON `LinuxResources`) to a running container.
     pub async fn update(&self, id: &str, resources_json: &Path) -> Result<(), OciError> {
+        if self.kind == CliKind::Runsc {
+            return Err(OciError::Failed {
+                runtime: self.handler.clone(),
+                op: "update",
+                id: id.into(),
+                message: gvisor::Unsupported::Update.to_string(),
+            });
+        }
         let mut c = self.cmd();
         c.arg("update")
             .arg("--resources")
@@ -310,7 +368,8 @@ impl OciRuntime {
     ) -> Command {
         let mut c = self.base();
         c.arg("exec");
-        if tty {
+        // runsc has no --tty: process.json's `terminal` says it.
+        if tty && self.kind == CliKind::Runc {
             c.arg("--tty");
         }
         if let Some(p) = pid_file {

@@ -102,6 +102,9 @@ pub struct ShimArgs {
     /// Run the OCI runtime with `--systemd-cgroup`.
     #[arg(long)]
     pub systemd_cgroup: bool,
+    /// More global flags of the OCI runtime, one per occurrence (runsc's `--network=host`).
+    #[arg(long = "runtime-arg", allow_hyphen_values = true)]
+    pub runtime_args: Vec<String>,
     /// The shim's own directory: shim.pid, shim.sock, init.pid, exit.json, shim.log.
     #[arg(long)]
     pub state_dir: PathBuf,
@@ -138,6 +141,10 @@ impl ShimArgs {
         push("--state-dir", self.state_dir.as_os_str());
         if let Some(p) = self.log_path.as_ref().filter(|p| !p.as_os_str().is_empty()) {
             push("--log-path", p.as_os_str());
+        }
+        for a in &self.runtime_args {
+            // `--runtime-arg=--x`: a value that starts with a dash stays a value.
+            v.push(format!("--runtime-arg={a}").into());
         }
         for (on, flag) in [
             (self.tty, "--tty"),
@@ -293,6 +300,7 @@ mod tests {
             stdin_once: true,
             start: true,
             systemd_cgroup: true,
+            runtime_args: vec!["--network=host".into()],
         };
         let argv = std::iter::once(OsString::from("shim")).chain(args.to_args());
         assert_eq!(Cli::parse_from(argv).args, args);

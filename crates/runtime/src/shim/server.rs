@@ -320,6 +320,7 @@ impl Shim {
         if args.systemd_cgroup {
             cmd.arg("--systemd-cgroup");
         }
+        cmd.args(&args.runtime_args);
         cmd.arg("--log")
             .arg(state.join(RUNTIME_LOG_FILE))
             .arg("--log-format")

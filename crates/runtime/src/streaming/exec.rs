@@ -50,8 +50,7 @@ pub(crate) async fn run(
     let pid_file = dir.path().join("pid");
     let log = dir.path().join("runtime.log");
     let mut c = Command::new(&target.runtime.binary);
-    c.arg("--root")
-        .arg(&target.runtime.root)
+    c.args(target.runtime.global_args())
         .arg("--log")
         .arg(&log)
         .arg("--log-format")

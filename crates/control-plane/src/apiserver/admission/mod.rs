@@ -3,9 +3,10 @@
 //! Priority (priorityClassName → priority), Service ClusterIP and NodePort allocation,
 //! DefaultStorageClass (a claim without a class gets the default one) and
 //! StorageObjectInUseProtection (the pvc-/pv-protection finalizers on create).
-//! NodeRestriction and ServiceAccount admission are modules of their own.
+//! NodeRestriction, ServiceAccount and [`runtimeclass`] admission are modules of their own.
 
 pub(crate) mod noderestriction;
+pub(crate) mod runtimeclass;
 pub mod serviceaccount;
 
 use std::collections::HashSet;
@@ -401,7 +402,7 @@ fn admit_claim(st: &ApiState, pvc: &mut Value) -> ApiResult<()> {
     Ok(())
 }
 
-/// Pod admission (service account, default tolerations, priority), also for pods the
+/// Pod admission (service account, default tolerations, RuntimeClass, priority), also for pods the
 /// in-process controllers create.
 pub(crate) fn admit_pod(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
     serviceaccount::admit(st, pod)?;
@@ -411,6 +412,7 @@ pub(crate) fn admit_pod(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
         pod["spec"]["serviceAccount"] = s;
     }
     nodus_k8s::defaults::default_tolerations(pod);
+    runtimeclass::admit(st, pod)?;
     let class = pod
         .pointer("/spec/priorityClassName")
         .and_then(Value::as_str)

@@ -9,6 +9,9 @@ use super::SpecInput;
 
 pub(crate) const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 pub(crate) const CONTAINER_TYPE_CONTAINER: &str = "container";
+/// The type of a container that is a sandbox of its own (runsc reads it: a `container`
+/// joins the sandbox named by [`SANDBOX_ID`], a `sandbox` starts one).
+pub(crate) const CONTAINER_TYPE_SANDBOX: &str = "sandbox";
 pub(crate) const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
 pub(crate) const SANDBOX_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
 pub(crate) const SANDBOX_UID: &str = "io.kubernetes.cri.sandbox-uid";

@@ -14,7 +14,7 @@
 //!   [`annotations`]: one part of the spec each.
 //! * [`host`]: facts about this machine (cgroup layout, own capabilities), probed once.
 
-mod annotations;
+pub(crate) mod annotations;
 mod capabilities;
 mod devices;
 mod host;

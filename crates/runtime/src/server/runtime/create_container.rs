@@ -207,10 +207,14 @@ pub async fn create_container(
                 "failed to get image {image_name:?}: image not found; pull it first"
             ))
         })?;
-    inner
+    let rt = inner
         .handlers
         .get(&sandbox.handler)
         .map_err(|e| Status::failed_precondition(e.to_string()))?;
+    if rt.kind == crate::oci::CliKind::Runsc {
+        crate::oci::gvisor::check_container(&cfg)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    }
 
     let id = new_id();
     {
@@ -386,6 +390,9 @@ pub async fn create_container(
         .map_err(|e| Status::internal(format!("spec task failed: {e}")))??
     };
     let mut spec = spec;
+    if rt.kind == crate::oci::CliKind::Runsc {
+        crate::oci::gvisor::own_sandbox(&mut spec);
+    }
     if let Some(idmap) = &idmap {
         let (userns, d) = (idmap.userns.to_path_buf(), dir.clone());
         spec = tokio::task::spawn_blocking(move || idmap_bind_mounts(spec, &userns, &d))

@@ -162,10 +162,14 @@ pub async fn run_pod_sandbox(
                 "sandbox config must include metadata with name, namespace and uid",
             )
         })?;
-    inner
+    let rt = inner
         .handlers
         .get(&req.runtime_handler)
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    if rt.kind == crate::oci::CliKind::Runsc {
+        crate::oci::gvisor::check_sandbox(&cfg)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    }
     let user = pod_user_namespace(&cfg)?;
     let name = format!(
         "{}_{}_{}_{}",

@@ -17,6 +17,7 @@ fn shim_args(rec: &ContainerRecord, rt: &crate::oci::OciRuntime) -> crate::shim:
         runtime: rt.binary.clone(),
         runtime_root: rt.root.clone(),
         systemd_cgroup: rt.systemd_cgroup,
+        runtime_args: rt.kind_args().iter().map(|a| a.to_string()).collect(),
         state_dir: rec.shim_dir.clone(),
         log_path: (!rec.log_path.is_empty()).then(|| rec.log_path.clone().into()),
         tty: cfg.tty,

@@ -54,18 +54,23 @@ pub async fn status(
     let runtime_handlers = inner
         .handlers
         .names()
-        .map(|name| pb::RuntimeHandler {
-            name: if name == inner.handlers.default_name() {
-                String::new()
-            } else {
-                name.to_string()
-            },
-            features: Some(pb::RuntimeHandlerFeatures {
-                recursive_read_only_mounts: true,
-                // Pod user namespaces: pinned by a helper, layers and volumes idmapped by
-                // the runtime itself (see container::rootfs), so runc needs no support.
-                user_namespaces: true,
-            }),
+        .map(|name| {
+            // gVisor's mounts are its own (no recursive read-only) and it refuses user
+            // namespaces (oci::gvisor).
+            let runc_like = inner.handlers.kind(name) != Some(crate::oci::CliKind::Runsc);
+            pb::RuntimeHandler {
+                name: if name == inner.handlers.default_name() {
+                    String::new()
+                } else {
+                    name.to_string()
+                },
+                features: Some(pb::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: runc_like,
+                    // Pod user namespaces: pinned by a helper, layers and volumes idmapped by
+                    // the runtime itself (see container::rootfs), so runc needs no support.
+                    user_namespaces: runc_like,
+                }),
+            }
         })
         .collect();
     Ok(pb::StatusResponse {
