@@ -16,7 +16,7 @@ pub mod syslogs;
 use crate::metrics::Metrics;
 use crate::pleg::Health;
 use crate::status::StatusManager;
-use crate::syncloop::PodManager;
+use crate::pod::PodManager;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};

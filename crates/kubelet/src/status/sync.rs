@@ -16,7 +16,7 @@
 use crate::config::{self, MirrorPods};
 use crate::pod_workers::{PodWorkers, WorkerPhase};
 use crate::status::StatusManager;
-use crate::syncloop::PodManager;
+use crate::pod::PodManager;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Preconditions};
 use serde_json::Value;
