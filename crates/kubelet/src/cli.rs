@@ -1384,6 +1384,17 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     }));
     admit_handlers.add(Arc::clone(&devices) as _);
     {
+        let (cfg, srcs, known) = (pod_config.clone(), sources.clone(), pods.clone());
+        devices.set_pending(Box::new(move |uid| {
+            known.get(uid).is_none()
+                && (!cfg.seen_all_sources(&srcs)
+                    || cfg
+                        .pods()
+                        .iter()
+                        .any(|p| p.metadata.uid.as_deref() == Some(uid)))
+        }));
+    }
+    {
         let server = crate::podresources::Server {
             devices: Arc::clone(&devices),
             active_pods: active_pods_func(&core, &pods, &workers),

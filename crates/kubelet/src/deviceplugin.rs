@@ -155,11 +155,10 @@ fn list_devices(spec: &DeviceSpec, known: &mut BTreeMap<String, PathBuf>) -> Vec
 }
 
 struct Plugin {
-    spec: DeviceSpec,
+    resource: String,
     /// The device list ListAndWatch streams.
     devices: watch::Receiver<Vec<pb::Device>>,
-    /// Device ID → host path.
-    paths: Arc<std::sync::Mutex<BTreeMap<String, PathBuf>>>,
+    paths: DevicePaths,
 }
 
 type Stream<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
@@ -173,12 +172,10 @@ impl DevicePlugin for Plugin {
         Ok(Response::new(pb::DevicePluginOptions::default()))
     }
 
-    type ListAndWatchStream = Stream<pb::ListAndWatchResponse>;
-
     async fn list_and_watch(
         &self,
         _: Request<pb::Empty>,
-    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+    ) -> Result<Response<Stream<pb::ListAndWatchResponse>>, Status> {
         let rx = self.devices.clone();
         let s = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
             if !first && rx.changed().await.is_err() {
@@ -207,7 +204,7 @@ impl DevicePlugin for Plugin {
             let mut r = pb::ContainerAllocateResponse::default();
             for id in req.devices_ids {
                 let path = paths.get(&id).ok_or_else(|| {
-                    Status::invalid_argument(format!("unknown device {id:?} for {}", self.spec.resource))
+                    Status::invalid_argument(format!("unknown device {id:?} for {}", self.resource))
                 })?;
                 let p = path.display().to_string();
                 if !r.devices.iter().any(|d| d.host_path == p) {
@@ -265,10 +262,12 @@ fn kubelet_socket_id(dir: &Path) -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// Serves one resource: the plugin socket, registration, and again whenever the kubelet
-/// restarts.
+/// Device ID → host device node.
+pub type DevicePaths = Arc<std::sync::Mutex<BTreeMap<String, PathBuf>>>;
+
+/// Watches one resource's device nodes, then serves it.
 async fn run_resource(dir: PathBuf, spec: DeviceSpec) {
-    let paths = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+    let paths: DevicePaths = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
     let mut known = BTreeMap::new();
     let (tx, rx) = watch::channel(list_devices(&spec, &mut known));
     if let Ok(mut p) = paths.lock() {
@@ -295,7 +294,19 @@ async fn run_resource(dir: PathBuf, spec: DeviceSpec) {
             }
         });
     }
-    let endpoint = socket_name(&spec.resource);
+    serve(dir, spec.resource, rx, paths).await
+}
+
+/// Serves `resource` with the devices `devices` carries (each change is a ListAndWatch
+/// answer) from its socket in `dir`, registering with the kubelet, and again whenever the
+/// kubelet's socket is replaced (a kubelet restart).
+pub async fn serve(
+    dir: PathBuf,
+    resource: String,
+    devices: watch::Receiver<Vec<pb::Device>>,
+    paths: DevicePaths,
+) {
+    let endpoint = socket_name(&resource);
     loop {
         // Wait for a kubelet to listen.
         let kubelet_id = loop {
@@ -316,8 +327,8 @@ async fn run_resource(dir: PathBuf, spec: DeviceSpec) {
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let plugin = Plugin {
-            spec: spec.clone(),
-            devices: rx.clone(),
+            resource: resource.clone(),
+            devices: devices.clone(),
             paths: Arc::clone(&paths),
         };
         let server = tokio::spawn(
@@ -330,16 +341,16 @@ async fn run_resource(dir: PathBuf, spec: DeviceSpec) {
                     },
                 ),
         );
-        match register(&dir, &spec.resource, &endpoint).await {
-            Ok(()) => tracing::info!(resource = %spec.resource, socket = %path.display(), "registered with the kubelet"),
-            Err(e) => tracing::warn!(resource = %spec.resource, error = %e, "registration failed; trying again"),
+        match register(&dir, &resource, &endpoint).await {
+            Ok(()) => tracing::info!(resource = %resource, socket = %path.display(), "registered with the kubelet"),
+            Err(e) => tracing::warn!(resource = %resource, error = %e, "registration failed; trying again"),
         }
         // Serve until the kubelet's socket is replaced (or our own removed, as a kubelet
         // starting does), then start over.
         loop {
             tokio::time::sleep(POLL).await;
             if kubelet_socket_id(&dir) != Some(kubelet_id) || !path.exists() {
-                tracing::info!(resource = %spec.resource, "kubelet socket changed; registering again");
+                tracing::info!(resource = %resource, "kubelet socket changed; registering again");
                 break;
             }
         }

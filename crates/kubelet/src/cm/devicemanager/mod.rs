@@ -93,8 +93,13 @@ pub struct RunContainerOptions {
     pub cdi_devices: Vec<String>,
 }
 
+/// Whether a pod some source wants has not reached admission yet (after a restart the
+/// pods come in one at a time): its devices are not given back.
+pub type PendingFunc = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
 pub struct DeviceManager {
     dir: PathBuf,
+    pending: std::sync::OnceLock<PendingFunc>,
     state: Mutex<State>,
     /// Wakes the node status loop when capacity or allocatable changed.
     changed: tokio::sync::Notify,
@@ -121,11 +126,17 @@ impl DeviceManager {
         }
         let m = DeviceManager {
             dir,
+            pending: std::sync::OnceLock::new(),
             state: Mutex::new(State::default()),
             changed: tokio::sync::Notify::new(),
         };
         m.restore();
         Ok(m)
+    }
+
+    /// Sets how to tell pods still on their way to admission (see [`PendingFunc`]).
+    pub fn set_pending(&self, f: PendingFunc) {
+        let _ = self.pending.set(f);
     }
 
     pub fn dir(&self) -> &Path {
@@ -329,11 +340,21 @@ impl DeviceManager {
         self.changed.notify_waiters();
     }
 
-    /// upstream's UpdateAllocatedDevices: devices of pods no longer active go back.
+    /// upstream's UpdateAllocatedDevices: devices of pods no longer active go back, but not
+    /// those of pods still waiting for their turn at admission.
     fn release_inactive(&self, s: &mut State, active: &HashSet<String>) -> bool {
-        let before = s.allocated.len();
-        s.allocated.retain(|uid, _| active.contains(uid));
-        before != s.allocated.len()
+        let pending = self.pending.get();
+        let gone: Vec<String> = s
+            .allocated
+            .keys()
+            .filter(|u| !active.contains(*u) && !pending.is_some_and(|f| f(u)))
+            .cloned()
+            .collect();
+        for u in &gone {
+            tracing::info!(pod_uid = %u, "device manager: releasing the devices of a pod no longer active");
+            s.allocated.remove(u);
+        }
+        !gone.is_empty()
     }
 
     /// upstream's Allocate for every container of `pod` asking for device resources, init
