@@ -28,7 +28,12 @@ fn devices(n: usize, unhealthy: usize) -> Vec<pb::Device> {
     (0..n)
         .map(|i| pb::Device {
             id: format!("dev{i}"),
-            health: if i < unhealthy { "Unhealthy" } else { "Healthy" }.into(),
+            health: if i < unhealthy {
+                "Unhealthy"
+            } else {
+                "Healthy"
+            }
+            .into(),
             topology: None,
         })
         .collect()
@@ -100,9 +105,11 @@ async fn admission() -> Result<(f64, f64, f64, f64)> {
     chain.add(Arc::new(nodus_kubelet::eviction::admission::AdmitHandler {
         pressure: Arc::default(),
     }));
-    chain.add(Arc::new(nodus_kubelet::cm::admission::PredicateAdmitHandler {
-        cm: Arc::clone(&cm),
-    }));
+    chain.add(Arc::new(
+        nodus_kubelet::cm::admission::PredicateAdmitHandler {
+            cm: Arc::clone(&cm),
+        },
+    ));
     chain.add(Arc::clone(&dm) as _);
     let (mut best_effort, mut device) = (Vec::new(), Vec::new());
     for i in 0..ROUNDS {
@@ -118,7 +125,12 @@ async fn admission() -> Result<(f64, f64, f64, f64)> {
                 })
                 .await;
             out.push(t.elapsed().as_secs_f64() * 1e6);
-            anyhow::ensure!(r.admit, "pod refused: {} {}", r.reason.map(|r| r.to_string()).unwrap_or_default(), r.message);
+            anyhow::ensure!(
+                r.admit,
+                "pod refused: {} {}",
+                r.reason.map(|r| r.to_string()).unwrap_or_default(),
+                r.message
+            );
         }
     }
     Ok((
@@ -137,7 +149,10 @@ async fn allocatable(nodes: &kube::Api<Node>) -> Option<String> {
 async fn wait_allocatable(nodes: &kube::Api<Node>, want: &str) -> Result<Duration> {
     let t = Instant::now();
     while allocatable(nodes).await.as_deref() != Some(want) {
-        anyhow::ensure!(t.elapsed() < Duration::from_secs(60), "allocatable never became {want}");
+        anyhow::ensure!(
+            t.elapsed() < Duration::from_secs(60),
+            "allocatable never became {want}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(t.elapsed())
@@ -155,7 +170,9 @@ async fn health_to_api(bin: &std::path::Path) -> Result<Vec<f64>> {
         rx,
         paths(4),
     ));
-    wait_allocatable(&nodes, "4").await.context("registration")?;
+    wait_allocatable(&nodes, "4")
+        .await
+        .context("registration")?;
     let mut out = Vec::new();
     for _ in 0..HEALTH_ROUNDS {
         tx.send_replace(devices(4, 1));

@@ -45,7 +45,9 @@ pub fn parse_device(s: &str) -> Result<DeviceSpec, String> {
         .split_once('=')
         .ok_or_else(|| format!("--device {s:?}: want NAME=PATH_OR_GLOB[,count=N]"))?;
     if !nodus_k8s::resources::is_extended_resource_name(resource) {
-        return Err(format!("--device {s:?}: {resource:?} is not an extended resource name"));
+        return Err(format!(
+            "--device {s:?}: {resource:?} is not an extended resource name"
+        ));
     }
     let mut parts = rest.split(',');
     let pattern = parts.next().unwrap_or_default().to_string();
@@ -56,11 +58,10 @@ pub fn parse_device(s: &str) -> Result<DeviceSpec, String> {
     for p in parts {
         match p.split_once('=') {
             Some(("count", n)) => {
-                count = n
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("--device {s:?}: count must be a positive integer"))?
+                count =
+                    n.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--device {s:?}: count must be a positive integer")
+                    })?
             }
             _ => return Err(format!("--device {s:?}: unknown option {p:?}")),
         }
@@ -109,7 +110,11 @@ pub fn glob(root: &Path, pattern: &str) -> Vec<PathBuf> {
         for dir in &current {
             if !comp.contains(['*', '?']) {
                 let p = dir.join(comp);
-                if root.join(p.strip_prefix("/").unwrap_or(&p)).symlink_metadata().is_ok() {
+                if root
+                    .join(p.strip_prefix("/").unwrap_or(&p))
+                    .symlink_metadata()
+                    .is_ok()
+                {
                     next.push(p);
                 }
                 continue;
@@ -148,7 +153,12 @@ fn list_devices(spec: &DeviceSpec, known: &mut BTreeMap<String, PathBuf>) -> Vec
         .iter()
         .map(|(id, path)| pb::Device {
             id: id.clone(),
-            health: if path.exists() { "Healthy" } else { "Unhealthy" }.into(),
+            health: if path.exists() {
+                "Healthy"
+            } else {
+                "Unhealthy"
+            }
+            .into(),
             topology: None,
         })
         .collect()
@@ -191,7 +201,9 @@ impl DevicePlugin for Plugin {
         &self,
         _: Request<pb::PreferredAllocationRequest>,
     ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
-        Err(Status::unimplemented("GetPreferredAllocation is not offered"))
+        Err(Status::unimplemented(
+            "GetPreferredAllocation is not offered",
+        ))
     }
 
     async fn allocate(
@@ -342,8 +354,12 @@ pub async fn serve(
                 ),
         );
         match register(&dir, &resource, &endpoint).await {
-            Ok(()) => tracing::info!(resource = %resource, socket = %path.display(), "registered with the kubelet"),
-            Err(e) => tracing::warn!(resource = %resource, error = %e, "registration failed; trying again"),
+            Ok(()) => {
+                tracing::info!(resource = %resource, socket = %path.display(), "registered with the kubelet")
+            }
+            Err(e) => {
+                tracing::warn!(resource = %resource, error = %e, "registration failed; trying again")
+            }
         }
         // Serve until the kubelet's socket is replaced (or our own removed, as a kubelet
         // starting does), then start over.
@@ -421,7 +437,10 @@ mod tests {
             glob(root.path(), "/dev/*/tun"),
             vec![PathBuf::from("/dev/net/tun")]
         );
-        assert_eq!(glob(root.path(), "/dev/tt?"), vec![PathBuf::from("/dev/tty")]);
+        assert_eq!(
+            glob(root.path(), "/dev/tt?"),
+            vec![PathBuf::from("/dev/tty")]
+        );
         assert!(glob(root.path(), "/dev/fuse").is_empty());
     }
 

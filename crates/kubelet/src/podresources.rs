@@ -68,7 +68,9 @@ impl PodResourcesLister for Server {
             .iter()
             .map(|p| self.pod_resources(p))
             .collect();
-        Ok(Response::new(pb::ListPodResourcesResponse { pod_resources }))
+        Ok(Response::new(pb::ListPodResourcesResponse {
+            pod_resources,
+        }))
     }
 
     async fn get_allocatable_resources(

@@ -185,7 +185,10 @@ async fn device_plugin_resources_are_reported_allocated_checkpointed_and_withdra
     let fuse1_id = fuse1["status"]["containerStatuses"][0]["containerID"].clone();
 
     // The scheduler counts what is allocated: two more do not fit on one left.
-    cp.kubectl_ok(&["create", "-f", "-"], Some(&device_pod("toomany", 2, false)));
+    cp.kubectl_ok(
+        &["create", "-f", "-"],
+        Some(&device_pod("toomany", 2, false)),
+    );
     let cond = wait_for(&k, "toomany unschedulable", || {
         let p = get_json(&cp, &["pod", "toomany"])?;
         p["status"]["conditions"]
@@ -232,7 +235,10 @@ async fn device_plugin_resources_are_reported_allocated_checkpointed_and_withdra
             .then_some(())
     });
     let again = k.wait_pod("fuse1", T, "app running", |p| is_running(p, "app"));
-    assert_eq!(again["status"]["containerStatuses"][0]["containerID"], fuse1_id);
+    assert_eq!(
+        again["status"]["containerStatuses"][0]["containerID"],
+        fuse1_id
+    );
     assert_eq!(
         pod_resources(&k.root(), "fuse1").await[0].1,
         vec!["/dev/fuse#0".to_string()]
@@ -255,7 +261,10 @@ async fn device_plugin_resources_are_reported_allocated_checkpointed_and_withdra
     assert_eq!(cap, "2");
     cp.kubectl_ok(&["create", "-f", "-"], Some(&device_pod("fuse3", 1, true)));
     let refused = rejection(&cp, &k, "fuse3");
-    assert_eq!(refused["status"]["reason"], "UnexpectedAdmissionError", "{refused:#}");
+    assert_eq!(
+        refused["status"]["reason"], "UnexpectedAdmissionError",
+        "{refused:#}"
+    );
     assert_eq!(
         refused["status"]["message"],
         format!(

@@ -463,8 +463,10 @@ mod tests {
 
     #[test]
     fn extended_resources_are_counted() {
-        let n = node(json!({"metadata": {"name": "n"}, "status": {"allocatable": {
-            "cpu": "2", "memory": "1Gi", "pods": "10", "devices.nodus.dev/fuse": "1"}}}));
+        let n = node(
+            json!({"metadata": {"name": "n"}, "status": {"allocatable": {
+            "cpu": "2", "memory": "1Gi", "pods": "10", "devices.nodus.dev/fuse": "1"}}}),
+        );
         let p = pod(json!({"spec": {"containers": [{"name": "c", "resources": {
             "limits": {"devices.nodus.dev/fuse": "1"}}}]}}));
         let mut used = Usage::default();
@@ -474,8 +476,10 @@ mod tests {
         assert_eq!(err[0].to_string(), "Insufficient devices.nodus.dev/fuse");
         used.remove(&p);
         assert!(filter(&p, &n, &used).is_ok());
-        let none = node(json!({"metadata": {"name": "n"}, "status": {"allocatable": {
-            "cpu": "2", "memory": "1Gi", "pods": "10"}}}));
+        let none = node(
+            json!({"metadata": {"name": "n"}, "status": {"allocatable": {
+            "cpu": "2", "memory": "1Gi", "pods": "10"}}}),
+        );
         assert!(filter(&p, &none, &Usage::default()).is_err());
     }
 

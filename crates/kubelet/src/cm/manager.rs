@@ -315,7 +315,6 @@ impl ContainerManager {
         }
     }
 
-
     /// The pod cgroup uids present under the tiers (for orphan cleanup).
     pub fn pod_cgroup_uids(&self) -> Vec<String> {
         let mut out = Vec::new();

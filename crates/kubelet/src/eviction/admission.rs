@@ -95,5 +95,4 @@ mod tests {
         );
         assert!(admit_pressure(&qos_pod(None, false, true), &["DiskPressure"]).is_ok());
     }
-
 }

@@ -222,7 +222,9 @@ impl Manager {
                     if tokio::time::timeout(CLEANUP_TIMEOUT, stopped).await.is_ok() {
                         tracing::info!("Eviction manager: pod successfully cleaned up");
                     } else {
-                        tracing::info!("Eviction manager: timed out waiting for pod to be cleaned up");
+                        tracing::info!(
+                            "Eviction manager: timed out waiting for pod to be cleaned up"
+                        );
                     }
                 }
                 None => tokio::time::sleep(self.config.monitoring_interval).await,
@@ -313,8 +315,7 @@ impl Manager {
             );
             return None;
         }
-        let usage = match signals::pod_usage(&self.kr.rt, &root_dir, &self.pod_logs_dir).await
-        {
+        let usage = match signals::pod_usage(&self.kr.rt, &root_dir, &self.pod_logs_dir).await {
             Ok(u) => u,
             Err(e) => {
                 tracing::error!(error = %e.message(), "Eviction manager: failed to get pod stats");

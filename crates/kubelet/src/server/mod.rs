@@ -15,8 +15,8 @@ pub mod syslogs;
 
 use crate::metrics::Metrics;
 use crate::pleg::Health;
-use crate::status::StatusManager;
 use crate::pod::PodManager;
+use crate::status::StatusManager;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};

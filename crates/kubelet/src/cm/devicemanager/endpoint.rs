@@ -28,7 +28,10 @@ impl Client {
         })
     }
 
-    pub async fn allocate(&self, ids: Vec<String>) -> Result<pb::ContainerAllocateResponse, String> {
+    pub async fn allocate(
+        &self,
+        ids: Vec<String>,
+    ) -> Result<pb::ContainerAllocateResponse, String> {
         let req = pb::AllocateRequest {
             container_requests: vec![pb::ContainerAllocateRequest { devices_ids: ids }],
         };
@@ -64,8 +67,7 @@ impl Client {
         .map_err(|_| "context deadline exceeded".to_string())?
         .map_err(|e| e.message().to_string())?
         .into_inner();
-        Ok(r
-            .container_responses
+        Ok(r.container_responses
             .into_iter()
             .next()
             .map(|c| c.device_i_ds)
@@ -95,7 +97,10 @@ impl Client {
                     match stream.message().await {
                         Ok(Some(r)) => m.update_devices(&resource, generation, r.devices),
                         Ok(None) => {
-                            tracing::warn!(resource, "ListAndWatch ended unexpectedly for device plugin");
+                            tracing::warn!(
+                                resource,
+                                "ListAndWatch ended unexpectedly for device plugin"
+                            );
                             break;
                         }
                         Err(e) => {

@@ -190,7 +190,11 @@ impl DeviceManager {
                     },
                 );
         }
-        tracing::info!(resources = s.resources.len(), pods = s.allocated.len(), "device manager: checkpoint restored");
+        tracing::info!(
+            resources = s.resources.len(),
+            pods = s.allocated.len(),
+            "device manager: checkpoint restored"
+        );
     }
 
     fn write_checkpoint(&self, s: &State) {
@@ -300,7 +304,12 @@ impl DeviceManager {
 
     /// A registration passed validation and its plugin answered: the resource is served by
     /// `client` from now on (a plugin registering again replaces its old endpoint).
-    fn register(&self, name: &str, options: pb::DevicePluginOptions, client: endpoint::Client) -> u64 {
+    fn register(
+        &self,
+        name: &str,
+        options: pb::DevicePluginOptions,
+        client: endpoint::Client,
+    ) -> u64 {
         let Ok(mut s) = self.state.lock() else {
             return 0;
         };
@@ -315,13 +324,22 @@ impl DeviceManager {
     /// A ListAndWatch answer: the resource's devices now.
     fn update_devices(&self, name: &str, generation: u64, devices: Vec<pb::Device>) {
         let Ok(mut s) = self.state.lock() else { return };
-        let Some(r) = s.resources.get_mut(name).filter(|r| r.generation == generation) else {
+        let Some(r) = s
+            .resources
+            .get_mut(name)
+            .filter(|r| r.generation == generation)
+        else {
             return;
         };
         r.devices = devices.into_iter().map(|d| (d.id.clone(), d)).collect();
         let healthy = r.healthy().len();
         let total = r.devices.len();
-        tracing::info!(resource = name, total, healthy, "device plugin reported its devices");
+        tracing::info!(
+            resource = name,
+            total,
+            healthy,
+            "device plugin reported its devices"
+        );
         self.write_checkpoint(&s);
         drop(s);
         self.changed.notify_waiters();
@@ -331,7 +349,11 @@ impl DeviceManager {
     /// markResourceUnhealthy), and after the grace the resource is 0.
     fn endpoint_stopped(&self, name: &str, generation: u64) {
         let Ok(mut s) = self.state.lock() else { return };
-        let Some(r) = s.resources.get_mut(name).filter(|r| r.generation == generation) else {
+        let Some(r) = s
+            .resources
+            .get_mut(name)
+            .filter(|r| r.generation == generation)
+        else {
             return;
         };
         r.stopped_at = Some(Instant::now());
@@ -456,7 +478,11 @@ impl DeviceManager {
                     chosen = Some(ids)
                 }
                 Ok(ids) => {
-                    tracing::info!(resource, ?ids, "device plugin preferred an allocation that does not fit; choosing ourselves")
+                    tracing::info!(
+                        resource,
+                        ?ids,
+                        "device plugin preferred an allocation that does not fit; choosing ourselves"
+                    )
                 }
                 Err(e) => {
                     tracing::info!(resource, error = %e, "GetPreferredAllocation failed; choosing ourselves")
@@ -479,7 +505,11 @@ impl DeviceManager {
             return Err("device manager poisoned".into());
         };
         let mut numa: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let devices = s.resources.get(resource).map(|r| r.devices.clone()).unwrap_or_default();
+        let devices = s
+            .resources
+            .get(resource)
+            .map(|r| r.devices.clone())
+            .unwrap_or_default();
         for id in &ids {
             let node = devices
                 .get(id)
@@ -495,14 +525,19 @@ impl DeviceManager {
             container.to_string()
         };
         tracing::info!(pod_uid = uid, container, resource, devices = ?ids, "devices allocated");
-        s.allocated.entry(uid.to_string()).or_default().entry(key.clone()).or_default().insert(
-            resource.to_string(),
-            Allocation {
-                ids: ids.into_iter().collect(),
-                numa,
-                response,
-            },
-        );
+        s.allocated
+            .entry(uid.to_string())
+            .or_default()
+            .entry(key.clone())
+            .or_default()
+            .insert(
+                resource.to_string(),
+                Allocation {
+                    ids: ids.into_iter().collect(),
+                    numa,
+                    response,
+                },
+            );
         // The container's name is what later lookups use; init containers are also kept
         // under their marker so their devices can be reused.
         if init {
@@ -554,7 +589,9 @@ impl DeviceManager {
                 client
                     .pre_start(a.ids.iter().cloned().collect())
                     .await
-                    .map_err(|e| format!("device plugin PreStartContainer rpc failed with err: {e}"))?;
+                    .map_err(|e| {
+                        format!("device plugin PreStartContainer rpc failed with err: {e}")
+                    })?;
             }
             merge(&mut out, a.response);
         }
@@ -566,12 +603,20 @@ impl DeviceManager {
 /// resources may hand out the same node).
 fn merge(out: &mut RunContainerOptions, r: pb::ContainerAllocateResponse) {
     for d in r.devices {
-        if !out.devices.iter().any(|o| o.container_path == d.container_path) {
+        if !out
+            .devices
+            .iter()
+            .any(|o| o.container_path == d.container_path)
+        {
             out.devices.push(d);
         }
     }
     for m in r.mounts {
-        if !out.mounts.iter().any(|o| o.container_path == m.container_path) {
+        if !out
+            .mounts
+            .iter()
+            .any(|o| o.container_path == m.container_path)
+        {
             out.mounts.push(m);
         }
     }
@@ -627,8 +672,13 @@ mod tests {
         assert_eq!(m.capacity()["example.com/d"], (3, 2));
         m.endpoint_stopped("example.com/d", 1);
         assert_eq!(m.capacity()["example.com/d"], (3, 0));
-        m.state.lock().unwrap().resources.get_mut("example.com/d").unwrap().stopped_at =
-            Instant::now().checked_sub(ENDPOINT_STOP_GRACE);
+        m.state
+            .lock()
+            .unwrap()
+            .resources
+            .get_mut("example.com/d")
+            .unwrap()
+            .stopped_at = Instant::now().checked_sub(ENDPOINT_STOP_GRACE);
         assert_eq!(m.capacity()["example.com/d"], (0, 0));
         // The registered devices are in the checkpoint; after a restart the resource is
         // known but empty until its plugin comes back.
