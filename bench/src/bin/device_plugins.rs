@@ -158,21 +158,18 @@ async fn wait_allocatable(nodes: &kube::Api<Node>, want: &str) -> Result<Duratio
     Ok(t.elapsed())
 }
 
-async fn health_to_api(bin: &std::path::Path) -> Result<Vec<f64>> {
-    let t = nodus(bin).await?;
-    let c = cluster::start(bin, &t, &[])?;
-    let client = nodus_bench::controlplane::client(&c.admin).await?;
+/// Flips one device's health `HEALTH_ROUNDS` times each way and times the API's view.
+async fn measure_health(admin: PathBuf, plugin_dir: PathBuf) -> Result<Vec<f64>> {
+    let client = nodus_bench::controlplane::client(&admin).await?;
     let nodes: kube::Api<Node> = kube::Api::all(client);
     let (tx, rx) = watch::channel(devices(4, 0));
     tokio::spawn(nodus_kubelet::deviceplugin::serve(
-        c.root.join("device-plugins"),
+        plugin_dir,
         RESOURCE.into(),
         rx,
         paths(4),
     ));
-    wait_allocatable(&nodes, "4")
-        .await
-        .context("registration")?;
+    wait_allocatable(&nodes, "4").await.context("registration")?;
     let mut out = Vec::new();
     for _ in 0..HEALTH_ROUNDS {
         tx.send_replace(devices(4, 1));
@@ -180,6 +177,26 @@ async fn health_to_api(bin: &std::path::Path) -> Result<Vec<f64>> {
         tx.send_replace(devices(4, 0));
         out.push(wait_allocatable(&nodes, "4").await?.as_secs_f64() * 1e3);
     }
+    Ok(out)
+}
+
+async fn health_to_api(bin: &std::path::Path) -> Result<Vec<f64>> {
+    let t = nodus(bin).await?;
+    let c = cluster::start(bin, &t, &[])?;
+    let (netns, admin, dir) = (t.netns.path(), c.admin.clone(), c.root.join("device-plugins"));
+    // The API server listens inside the node's network namespace: measure from a thread
+    // that entered it.
+    let out = std::thread::spawn(move || -> Result<Vec<f64>> {
+        use std::os::fd::AsFd as _;
+        let f = std::fs::File::open(&netns)?;
+        nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)?;
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(measure_health(admin, dir))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("measuring thread panicked"))??;
     drop(c);
     Ok(out)
 }
