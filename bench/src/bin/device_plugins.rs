@@ -169,7 +169,9 @@ async fn measure_health(admin: PathBuf, plugin_dir: PathBuf) -> Result<Vec<f64>>
         rx,
         paths(4),
     ));
-    wait_allocatable(&nodes, "4").await.context("registration")?;
+    wait_allocatable(&nodes, "4")
+        .await
+        .context("registration")?;
     let mut out = Vec::new();
     for _ in 0..HEALTH_ROUNDS {
         tx.send_replace(devices(4, 1));
@@ -183,7 +185,11 @@ async fn measure_health(admin: PathBuf, plugin_dir: PathBuf) -> Result<Vec<f64>>
 async fn health_to_api(bin: &std::path::Path) -> Result<Vec<f64>> {
     let t = nodus(bin).await?;
     let c = cluster::start(bin, &t, &[])?;
-    let (netns, admin, dir) = (t.netns.path(), c.admin.clone(), c.root.join("device-plugins"));
+    let (netns, admin, dir) = (
+        t.netns.path(),
+        c.admin.clone(),
+        c.root.join("device-plugins"),
+    );
     // The API server listens inside the node's network namespace: measure from a thread
     // that entered it.
     let out = std::thread::spawn(move || -> Result<Vec<f64>> {
@@ -216,7 +222,7 @@ async fn main() -> Result<()> {
          `nodus control-plane` (default nodeStatusUpdateFrequency 10 s) with a plugin whose \
          ListAndWatch marks one of 4 devices unhealthy and healthy again, {HEALTH_ROUNDS} \
          times each: time from the plugin's answer to the Node's allocatable changing as a \
-         client polling every 10 ms reads it. {} cores.\n\n\
+         client polling every 10 ms reads it. {} cores, {} build.\n\n\
          | measure | p50 | p99 |\n\
          | --- | --- | --- |\n\
          | admission, BestEffort pod | {be50:.0} µs | {be99:.0} µs |\n\
@@ -229,6 +235,11 @@ async fn main() -> Result<()> {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
         d50 - be50,
         d99 - be99,
         pct(&mut health, 50.0),

@@ -239,16 +239,16 @@ impl NodeStatusManager {
         node
     }
 
-    /// Adds the device plugins' resources (upstream's MachineInfo setter): `which` 0 takes
-    /// capacity, 1 allocatable.
+    /// Adds the device plugins' resources (upstream's MachineInfo setter); `pick` takes
+    /// capacity or allocatable from the device manager's (capacity, allocatable).
     fn with_devices(
         &self,
         mut list: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-        which: usize,
+        pick: fn((i64, i64)) -> i64,
     ) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
         if let Some(dm) = self.cm.devices.get() {
-            for (name, (capacity, allocatable)) in dm.capacity() {
-                let v = if which == 0 { capacity } else { allocatable };
+            for (name, counts) in dm.capacity() {
+                let v = pick(counts);
                 list.insert(
                     name,
                     k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.to_string()),
@@ -293,8 +293,10 @@ impl NodeStatusManager {
         let status = NodeStatus {
             addresses: Some(setters::addresses(self.node_ip(), &self.config.name)),
             runtime_handlers,
-            capacity: Some(self.with_devices(setters::resource_list(&self.cm.capacity), 0)),
-            allocatable: Some(self.with_devices(setters::resource_list(&self.cm.allocatable), 1)),
+            capacity: Some(self.with_devices(setters::resource_list(&self.cm.capacity), |c| c.0)),
+            allocatable: Some(
+                self.with_devices(setters::resource_list(&self.cm.allocatable), |c| c.1),
+            ),
             conditions: Some(setters::conditions(
                 &verdicts,
                 old.conditions.as_deref().unwrap_or_default(),
