@@ -17,6 +17,8 @@ pub struct Cluster {
     pub kubelet: Daemon,
     pub control_plane: Daemon,
     pub admin: PathBuf,
+    /// The kubelet's `--root-dir`.
+    pub root: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -88,6 +90,7 @@ pub fn start(bin: &Path, t: &Target, kubelet_extra: &[&str]) -> Result<Cluster> 
         kubelet,
         control_plane: cp,
         admin,
+        root: dir.path().join("root"),
         _dir: dir,
     })
 }

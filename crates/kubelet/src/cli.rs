@@ -9,11 +9,12 @@ use crate::kuberuntime::sandbox::SandboxSettings;
 use crate::kuberuntime::{KubeRuntime, Settings};
 use crate::metrics::Metrics;
 use crate::pleg::{self, Health, generic::Period};
+use crate::pod::PodManager;
 use crate::pod_workers::PodWorkers;
 use crate::prober::ProbeManager;
 use crate::server::{self, ServerState};
 use crate::status::{ProviderAdapter, StatusManager};
-use crate::syncloop::{PodManager, SyncLoop};
+use crate::syncloop::SyncLoop;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -696,6 +697,42 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
     })
 }
 
+/// upstream's ActivePodsFunc over the pod manager, the core and the workers.
+fn active_pods_func(
+    core: &Arc<crate::kubelet::Core>,
+    pods: &PodManager,
+    workers: &crate::pod_workers::PodWorkers,
+) -> Box<dyn Fn() -> Vec<k8s_openapi::api::core::v1::Pod> + Send + Sync> {
+    let (c, p, w) = (Arc::clone(core), pods.clone(), workers.clone());
+    Box::new(move || crate::kubelet::active_pods(&p, &c, &w))
+}
+
+/// Resolves once the pod's worker is no longer running or stopping it.
+async fn worker_stopped(w: crate::pod_workers::PodWorkers, uid: String) {
+    use crate::pod_workers::WorkerPhase::{Syncing, Terminating};
+    while matches!(w.phase(&uid), Some(Syncing | Terminating)) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The eviction manager's kill: the pod is marked Evicted and handed to its worker.
+fn eviction_kill(
+    core: &Arc<crate::kubelet::Core>,
+    workers: &crate::pod_workers::PodWorkers,
+) -> crate::eviction::KillPodFunc {
+    let (c, w) = (Arc::clone(core), workers.clone());
+    Arc::new(move |pod, grace, message| {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        c.mark_evicted(&uid, &message);
+        w.update(crate::pod_workers::Update::Kill {
+            pod,
+            grace: Some(grace),
+            remove: false,
+        });
+        Box::pin(worker_stopped(w.clone(), uid))
+    })
+}
+
 /// What the shutdown manager is given of the kubelet: its active pods, and a kill that
 /// marks the pod's terminal status and resolves once the pod's worker has stopped it.
 #[allow(clippy::type_complexity)]
@@ -707,8 +744,7 @@ fn shutdown_functions(
     Box<dyn Fn() -> Vec<k8s_openapi::api::core::v1::Pod> + Send + Sync>,
     crate::nodeshutdown::KillPod,
 ) {
-    let (c, p, w) = (Arc::clone(core), pods.clone(), workers.clone());
-    let active = Box::new(move || crate::kubelet::active_pods(&p, &c, &w));
+    let active = active_pods_func(core, pods, workers);
     let (c, w) = (Arc::clone(core), workers.clone());
     let kill: crate::nodeshutdown::KillPod = Arc::new(move |pod, grace| {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -718,13 +754,7 @@ fn shutdown_functions(
             grace: Some(grace),
             remove: false,
         });
-        let w = w.clone();
-        Box::pin(async move {
-            use crate::pod_workers::WorkerPhase::{Syncing, Terminating};
-            while matches!(w.phase(&uid), Some(Syncing | Terminating)) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
+        Box::pin(worker_stopped(w.clone(), uid))
     });
     (active, kill)
 }
@@ -1028,6 +1058,19 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         &args.root_dir,
     )?);
     cm.start()?;
+    let devices = Arc::new(
+        crate::cm::devicemanager::DeviceManager::new(&args.root_dir)
+            .map_err(|e| RunError::Flag(e.to_string()))?,
+    );
+    let _ = cm.devices.set(Arc::clone(&devices));
+    {
+        let dm = Arc::clone(&devices);
+        tokio::spawn(async move {
+            if let Err(e) = crate::cm::devicemanager::registration::serve(dm).await {
+                tracing::error!(error = %e, "device plugin registration server failed");
+            }
+        });
+    }
     // The downward API reads an unset limit as node allocatable, as upstream.
     let settings = Settings {
         root_dir: args.root_dir.clone(),
@@ -1194,9 +1237,10 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             crate::eviction::Manager {
                 config: r.eviction.clone(),
                 pressure: Arc::clone(&core.pressure),
-                core: Arc::clone(&core),
-                pods: pods.clone(),
-                workers: workers.clone(),
+                kr: Arc::clone(&core.kr),
+                metrics: Arc::clone(&core.metrics),
+                active_pods: active_pods_func(&core, &pods, &workers),
+                kill_pod: eviction_kill(&core, &workers),
                 node: node.clone(),
                 pod_logs_dir: r.pod_logs_dir.clone(),
                 sources_seen: Box::new(move || {
@@ -1352,8 +1396,43 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         });
     }
 
+    // upstream's registration order, with the shutdown refusal first so a node going down
+    // says so, and the device allocation last so it only happens for pods that fit.
+    let mut admit_handlers = crate::admission::Handlers::default();
+    admit_handlers.add(Arc::clone(&core.shutdown) as _);
+    admit_handlers.add(Arc::new(crate::eviction::admission::AdmitHandler {
+        pressure: Arc::clone(&core.pressure),
+    }));
+    admit_handlers.add(Arc::new(crate::cm::admission::PredicateAdmitHandler {
+        cm: Arc::clone(&cm),
+    }));
+    admit_handlers.add(Arc::clone(&devices) as _);
+    {
+        let (cfg, srcs, known) = (pod_config.clone(), sources.clone(), pods.clone());
+        devices.set_pending(Box::new(move |uid| {
+            known.get(uid).is_none()
+                && (!cfg.seen_all_sources(&srcs)
+                    || cfg
+                        .pods()
+                        .iter()
+                        .any(|p| p.metadata.uid.as_deref() == Some(uid)))
+        }));
+    }
+    {
+        let server = crate::podresources::Server {
+            devices: Arc::clone(&devices),
+            active_pods: active_pods_func(&core, &pods, &workers),
+        };
+        let dir = args.root_dir.join("pod-resources");
+        tokio::spawn(async move {
+            if let Err(e) = crate::podresources::serve(&dir, server).await {
+                tracing::error!(error = %e, "pod resources API failed");
+            }
+        });
+    }
     let cfg = pod_config.clone();
     let sync_loop = SyncLoop {
+        admit_handlers,
         core,
         workers,
         pods,

@@ -69,3 +69,32 @@ pub fn connect(endpoint: &str, timeout: Duration) -> Result<Runtime, ConnectErro
 pub fn bare_container_id(id: &str) -> &str {
     id.split_once("://").map(|(_, rest)| rest).unwrap_or(id)
 }
+
+/// Dials a gRPC server on a Unix socket at once (the device plugin sockets, the pod
+/// resources API): an error when nothing answers within `timeout`. The error text carries
+/// its causes, as a log line should.
+pub async fn dial_unix(path: std::path::PathBuf, timeout: Duration) -> Result<Channel, String> {
+    let ep = Endpoint::try_from("http://[::1]:50051")
+        .map_err(|e| e.to_string())?
+        .connect_timeout(timeout);
+    let connect = ep.connect_with_connector(tower::service_fn(move |_: Uri| {
+        let p = path.clone();
+        async move {
+            let s = tokio::net::UnixStream::connect(p).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(s))
+        }
+    }));
+    match tokio::time::timeout(timeout, connect).await {
+        Err(_) => Err("context deadline exceeded".into()),
+        Ok(Err(e)) => {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg = format!("{msg}: {s}");
+                src = s.source();
+            }
+            Err(msg)
+        }
+        Ok(Ok(c)) => Ok(c),
+    }
+}

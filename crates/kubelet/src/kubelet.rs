@@ -134,13 +134,13 @@ impl Core {
     }
 
     /// Records a pod refused at admission with upstream's terminal status.
-    pub fn reject(&self, pod: &Pod, r: crate::cm::admission::Rejection) {
+    pub fn reject(&self, pod: &Pod, r: crate::admission::Rejection) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         tracing::warn!(pod = %pod_name(pod), reason = %r.reason, message = %r.message, "pod rejected at admission");
         crate::events::recorder().event(
             &crate::events::pod_ref(pod),
             crate::events::WARNING,
-            &r.reason,
+            &r.reason.as_string(),
             &r.message,
         );
         if let Ok(mut s) = self.rejected.lock() {
@@ -148,7 +148,7 @@ impl Core {
         }
         let status = PodStatus {
             phase: Some("Failed".into()),
-            reason: Some(r.reason),
+            reason: Some(r.reason.as_string()),
             message: Some(r.message),
             qos_class: Some(
                 nodus_k8s::qos::pod_qos_class(&pod.spec.clone().unwrap_or_default())
@@ -483,7 +483,7 @@ pub fn set_terminated_abnormally(status: &mut PodStatus, reason: AbnormalReason,
 /// upstream's GetActivePods: admitted, not finished, not being torn down — the pods the
 /// eviction and shutdown managers may end.
 pub fn active_pods(
-    pods: &crate::syncloop::PodManager,
+    pods: &crate::pod::PodManager,
     core: &Core,
     workers: &crate::pod_workers::PodWorkers,
 ) -> Vec<Pod> {

@@ -7,13 +7,17 @@
 //! [`prober`], [`eviction`], [`lifecycle`] (hooks), [`volumes`], [`metrics`], [`server`]; with a
 //! kubeconfig also [`nodestatus`], [`nodelease`], the API pod source, [`status::sync`],
 //! [`mirror`] pods, [`events`] and [`runtimeclass`] (class → CRI handler); [`userns`] hands pods with `hostUsers: false` their ids.
+//! New pods pass the [`admission`] chain; [`pod`] is the pod manager; device plugins register
+//! with [`cm::devicemanager`] and [`podresources`] reports what each pod holds.
 
+pub mod admission;
 pub mod apiclient;
 pub mod certificate;
 pub mod cli;
 pub mod cm;
 pub mod config;
 pub mod cri;
+pub mod deviceplugin;
 pub mod events;
 pub mod eviction;
 pub mod kubelet;
@@ -27,7 +31,9 @@ pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod objectcache;
 pub mod pleg;
+pub mod pod;
 pub mod pod_workers;
+pub mod podresources;
 pub mod prober;
 pub mod runtimeclass;
 pub mod server;

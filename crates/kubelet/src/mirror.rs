@@ -9,7 +9,7 @@
 //! no static pod behind it is deleted. Its status is written by the status sync.
 
 use crate::config::{self, CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, MirrorPods};
-use crate::syncloop::PodManager;
+use crate::pod::PodManager;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};

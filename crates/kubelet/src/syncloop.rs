@@ -7,6 +7,7 @@ use crate::kubelet::Core;
 use crate::kuberuntime::runtime_pod::list_pods;
 use crate::kuberuntime::sync_pod::pod_name;
 use crate::pleg::PodLifecycleEvent;
+use crate::pod::PodManager;
 use crate::pod_workers::{PodWorkers, Update};
 use crate::prober::ProbeUpdate;
 use crate::volumes;
@@ -18,40 +19,6 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 /// upstream's housekeepingPeriod.
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
-
-/// The desired pods, by UID (upstream's pod manager).
-#[derive(Clone, Default)]
-pub struct PodManager {
-    pods: Arc<Mutex<HashMap<String, Pod>>>,
-}
-
-impl PodManager {
-    pub fn get(&self, uid: &str) -> Option<Pod> {
-        self.pods.lock().ok().and_then(|p| p.get(uid).cloned())
-    }
-    pub fn all(&self) -> Vec<Pod> {
-        self.pods
-            .lock()
-            .map(|p| p.values().cloned().collect())
-            .unwrap_or_default()
-    }
-    fn set(&self, pod: &Pod) {
-        if let Ok(mut p) = self.pods.lock() {
-            p.insert(uid(pod), pod.clone());
-        }
-    }
-    fn remove(&self, uid: &str) {
-        if let Ok(mut p) = self.pods.lock() {
-            p.remove(uid);
-        }
-    }
-    fn uids(&self) -> HashSet<String> {
-        self.pods
-            .lock()
-            .map(|p| p.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-}
 
 fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
@@ -68,6 +35,8 @@ pub struct SyncLoop {
     pub sources_ready: Box<dyn Fn() -> Option<HashSet<String>> + Send + Sync>,
     /// Updated on every iteration, for the `syncloop` health check.
     pub last_iteration: Arc<Mutex<Instant>>,
+    /// The pod admit handlers, run on every new pod ([`crate::admission`]).
+    pub admit_handlers: crate::admission::Handlers,
 }
 
 impl SyncLoop {
@@ -87,7 +56,7 @@ impl SyncLoop {
             }
             tokio::select! {
                 u = config.recv() => match u {
-                    Some(u) => self.handle_config(u),
+                    Some(u) => self.handle_config(u).await,
                     None => {
                         tracing::info!("pod config closed; syncLoop stops");
                         return;
@@ -126,7 +95,7 @@ impl SyncLoop {
         }
     }
 
-    fn handle_config(&self, u: PodUpdate) {
+    async fn handle_config(&self, u: PodUpdate) {
         for pod in u.pods {
             let name = pod_name(&pod);
             match u.op {
@@ -153,24 +122,28 @@ impl SyncLoop {
                         .into_iter()
                         .filter(|p| uid(p) != uid(&pod) && self.core.is_active(p))
                         .collect();
-                    // The eviction manager's handler runs before the resource fit, as
-                    // upstream registers them.
                     // A pod already being deleted is not admitted: its worker only stops
                     // what it may still run (upstream skips admission for pods whose
                     // termination was requested), so it never competes for resources.
-                    let deleted = pod.metadata.deletion_timestamp.is_some();
-                    let pressure = self.core.pressure.conditions();
-                    if !deleted
-                        && let Err(r) = self
-                            .core
-                            .shutdown
-                            .admit()
-                            .and_then(|()| crate::cm::admission::admit_pressure(&pod, &pressure))
-                            .and_then(|()| self.core.kr.cm.admit(&pod, &others))
-                    {
-                        self.pods.set(&pod);
-                        self.core.reject(&pod, r);
-                        continue;
+                    if pod.metadata.deletion_timestamp.is_none() {
+                        let r = self
+                            .admit_handlers
+                            .admit(&crate::admission::PodAdmitAttributes {
+                                pod: &pod,
+                                other_pods: &others,
+                            })
+                            .await;
+                        if let (false, Some(reason)) = (r.admit, r.reason) {
+                            self.pods.set(&pod);
+                            self.core.reject(
+                                &pod,
+                                crate::admission::Rejection {
+                                    reason,
+                                    message: r.message,
+                                },
+                            );
+                            continue;
+                        }
                     }
                     self.core.seen(&uid(&pod));
                     self.pods.set(&pod);

@@ -37,6 +37,8 @@ enum Role {
     Token(token::TokenArgs),
     /// Run the kubelet alone, driving any CRI runtime.
     Kubelet(Box<nodus_kubelet::cli::KubeletArgs>),
+    /// A device plugin offering host device nodes (by path or glob) as extended resources.
+    DevicePlugin(nodus_kubelet::deviceplugin::DevicePluginArgs),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
     Runtime(RuntimeCmd),
     /// Run kube-proxy alone (nftables or iptables mode).
@@ -223,6 +225,9 @@ fn main() -> ExitCode {
             Role::Node(args) => node::run(*args).await,
             Role::Token(args) => token::run(args).await,
             Role::Kubelet(args) => nodus_kubelet::cli::run(*args).await.map_err(Into::into),
+            Role::DevicePlugin(args) => nodus_kubelet::deviceplugin::run(args)
+                .await
+                .map_err(anyhow::Error::msg),
             Role::Proxy(args) => nodus_proxy::run(args).await.map_err(Into::into),
             Role::Dns(config) => nodus_dns::run(config).await.map_err(Into::into),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)

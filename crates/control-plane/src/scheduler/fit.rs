@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
-use nodus_k8s::resources::{container_resources, milli, pod_requests};
+use nodus_k8s::resources::{container_resources, milli, pod_extended_requests, pod_requests};
 use nodus_k8s::scheduling;
 
 use super::interpodaffinity::PodAffinityTerms;
@@ -26,6 +26,8 @@ pub type HostPort = (String, String, i32);
 pub struct PodFacts {
     pub cpu: i64,
     pub memory: i64,
+    /// Extended resource requests (device plugins' resources), as integers.
+    pub extended: BTreeMap<String, i64>,
     /// Requests with upstream's non-zero defaults, for scoring.
     pub score_cpu: i64,
     pub score_memory: i64,
@@ -83,6 +85,7 @@ impl PodFacts {
             affinity: PodAffinityTerms::of(&pod, &namespace, &labels),
             namespace,
             labels,
+            extended: pod_extended_requests(&pod),
             cpu,
             memory,
             score_cpu: score_cpu.max(cpu),
@@ -105,6 +108,8 @@ pub struct NodeView {
     pub alloc_cpu: i64,
     pub alloc_memory: i64,
     pub alloc_pods: i64,
+    /// Allocatable extended resources (names with a domain outside kubernetes.io).
+    pub alloc_extended: BTreeMap<String, i64>,
 }
 
 impl NodeView {
@@ -126,6 +131,11 @@ impl NodeView {
             alloc_cpu: q("cpu").unwrap_or(0),
             alloc_memory: q("memory").map(|m| m / 1000).unwrap_or(0),
             alloc_pods: q("pods").map(|m| m / 1000).unwrap_or(0),
+            alloc_extended: alloc
+                .iter()
+                .filter(|(k, _)| nodus_k8s::resources::is_extended_resource_name(k))
+                .map(|(k, v)| (k.clone(), milli(Some(v)).map(|m| m / 1000).unwrap_or(0)))
+                .collect(),
         }
     }
 }
@@ -139,6 +149,7 @@ pub struct Usage {
     pub score_memory: i64,
     pub pods: i64,
     pub host_ports: Vec<HostPort>,
+    pub extended: BTreeMap<String, i64>,
 }
 
 impl Usage {
@@ -149,6 +160,9 @@ impl Usage {
         self.score_memory += p.score_memory;
         self.pods += 1;
         self.host_ports.extend(p.host_ports.iter().cloned());
+        for (k, v) in &p.extended {
+            *self.extended.entry(k.clone()).or_default() += v;
+        }
     }
     pub fn remove(&mut self, p: &PodFacts) {
         self.cpu -= p.cpu;
@@ -156,6 +170,9 @@ impl Usage {
         self.score_cpu -= p.score_cpu;
         self.score_memory -= p.score_memory;
         self.pods -= 1;
+        for (k, v) in &p.extended {
+            *self.extended.entry(k.clone()).or_default() -= v;
+        }
         for hp in &p.host_ports {
             if let Some(i) = self.host_ports.iter().position(|x| x == hp) {
                 self.host_ports.swap_remove(i);
@@ -173,6 +190,8 @@ pub enum Unfit {
     Affinity,
     Ports,
     Insufficient(&'static str),
+    /// An extended resource the node lacks (upstream words it like cpu and memory).
+    InsufficientExtended(String),
     TooManyPods,
     VolumeBoundToMissingPv,
     VolumeNodeAffinityConflict,
@@ -196,6 +215,7 @@ impl std::fmt::Display for Unfit {
                 "node(s) didn't have free ports for the requested pod ports"
             ),
             Unfit::Insufficient(r) => write!(f, "Insufficient {r}"),
+            Unfit::InsufficientExtended(r) => write!(f, "Insufficient {r}"),
             Unfit::TooManyPods => write!(f, "Too many pods"),
             Unfit::VolumeBoundToMissingPv => write!(
                 f,
@@ -278,6 +298,13 @@ pub fn filter(pod: &PodFacts, node: &NodeView, used: &Usage) -> Result<(), Vec<U
     }
     if pod.memory > 0 && used.memory + pod.memory > node.alloc_memory {
         out.push(Unfit::Insufficient("memory"));
+    }
+    for (name, want) in &pod.extended {
+        let have = node.alloc_extended.get(name).copied().unwrap_or(0);
+        let used = used.extended.get(name).copied().unwrap_or(0);
+        if *want > 0 && used + want > have {
+            out.push(Unfit::InsufficientExtended(name.clone()));
+        }
     }
     if out.is_empty() { Ok(()) } else { Err(out) }
 }
@@ -432,6 +459,28 @@ mod tests {
             "tolerations": [{"operator": "Exists"}]}}),
         );
         assert_eq!(filter(&p, &n, &used), Err(vec![Unfit::Affinity]));
+    }
+
+    #[test]
+    fn extended_resources_are_counted() {
+        let n = node(
+            json!({"metadata": {"name": "n"}, "status": {"allocatable": {
+            "cpu": "2", "memory": "1Gi", "pods": "10", "devices.nodus.dev/fuse": "1"}}}),
+        );
+        let p = pod(json!({"spec": {"containers": [{"name": "c", "resources": {
+            "limits": {"devices.nodus.dev/fuse": "1"}}}]}}));
+        let mut used = Usage::default();
+        assert!(filter(&p, &n, &used).is_ok());
+        used.add(&p);
+        let err = filter(&p, &n, &used).unwrap_err();
+        assert_eq!(err[0].to_string(), "Insufficient devices.nodus.dev/fuse");
+        used.remove(&p);
+        assert!(filter(&p, &n, &used).is_ok());
+        let none = node(
+            json!({"metadata": {"name": "n"}, "status": {"allocatable": {
+            "cpu": "2", "memory": "1Gi", "pods": "10"}}}),
+        );
+        assert!(filter(&p, &none, &Usage::default()).is_err());
     }
 
     #[test]

@@ -113,6 +113,7 @@ pub(crate) fn resolvable(reasons: &[Unfit]) -> bool {
                 r,
                 Unfit::Ports
                     | Unfit::Insufficient(_)
+                    | Unfit::InsufficientExtended(_)
                     | Unfit::TooManyPods
                     | Unfit::TopologySpread
                     | Unfit::PodAntiAffinity

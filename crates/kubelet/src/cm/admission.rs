@@ -1,16 +1,61 @@
 //! Admission of a pod against what is left of Allocatable (upstream's predicate admit
-//! handler: the scheduler's NodeResourcesFit run on the node), with upstream's reasons, and
-//! against the node's pressure conditions (upstream's eviction admit handler).
+//! handler: the scheduler's NodeResourcesFit run on the node), with upstream's reasons.
+//! Extended resources the node has no device plugin for have an allocatable of 0 here;
+//! device plugin resources are the device manager's check ([`super::devicemanager`]).
 
+use super::ContainerManager;
 use super::allocatable::NodeResources;
 use super::resources::pod_requests;
+use crate::admission::{PodAdmitAttributes, PodAdmitHandler, PodAdmitResult, Reason, Rejection};
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
+use std::sync::Arc;
 
-/// Why a pod was rejected: the pod's status gets phase Failed with these.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejection {
-    pub reason: String,
-    pub message: String,
+/// upstream's predicateAdmitHandler over the container manager's Allocatable.
+pub struct PredicateAdmitHandler {
+    pub cm: Arc<ContainerManager>,
+}
+
+impl PodAdmitHandler for PredicateAdmitHandler {
+    fn admit<'a>(&'a self, attrs: &'a PodAdmitAttributes<'a>) -> BoxFuture<'a, PodAdmitResult> {
+        let r = admit(attrs.pod, attrs.other_pods, &self.cm.allocatable)
+            .and_then(|()| self.admit_extended(attrs.pod, attrs.other_pods))
+            .into();
+        Box::pin(async move { r })
+    }
+}
+
+impl PredicateAdmitHandler {
+    /// Extended resources no device plugin serves: nothing of them is allocatable.
+    fn admit_extended(&self, pod: &Pod, admitted: &[Pod]) -> Result<(), Rejection> {
+        let devices = self.cm.devices.get();
+        for (name, requested) in nodus_k8s::resources::pod_extended_requests(pod) {
+            if devices.is_some_and(|d| d.is_device_plugin_resource(&name)) || requested == 0 {
+                continue;
+            }
+            let used: i64 = admitted
+                .iter()
+                .map(|p| {
+                    nodus_k8s::resources::pod_extended_requests(p)
+                        .get(&name)
+                        .copied()
+                        .unwrap_or(0)
+                })
+                .sum();
+            return Err(insufficient(&name, requested, used, 0));
+        }
+        Ok(())
+    }
+}
+
+/// upstream's InsufficientResourceError as the kubelet reports it.
+fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Rejection {
+    Rejection {
+        reason: Reason::OutOf(resource.to_string()),
+        message: format!(
+            "Pod was rejected: Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
+        ),
+    }
 }
 
 /// Checks `pod` against `allocatable` minus the requests of `admitted` (the other active pods).
@@ -22,12 +67,7 @@ pub fn admit(pod: &Pod, admitted: &[Pod], allocatable: &NodeResources) -> Result
         used_cpu += c;
         used_mem += m;
     }
-    let reject = |resource: &str, requested: i64, used: i64, capacity: i64| Rejection {
-        reason: format!("OutOf{resource}"),
-        message: format!(
-            "Pod was rejected: Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
-        ),
-    };
+    let reject = insufficient;
     if admitted.len() as i64 + 1 > allocatable.pods {
         return Err(reject("pods", 1, admitted.len() as i64, allocatable.pods));
     }
@@ -40,81 +80,9 @@ pub fn admit(pod: &Pod, admitted: &[Pod], allocatable: &NodeResources) -> Result
     Ok(())
 }
 
-/// The eviction manager's admission (upstream's managerImpl.Admit): with no pressure every
-/// pod is admitted; critical pods always are; under MemoryPressure alone only BestEffort
-/// pods that do not tolerate the memory-pressure taint are refused; any other pressure
-/// refuses every pod.
-pub fn admit_pressure(pod: &Pod, conditions: &[&str]) -> Result<(), Rejection> {
-    if conditions.is_empty() || crate::eviction::rank::is_critical_pod(pod) {
-        return Ok(());
-    }
-    let spec = pod.spec.clone().unwrap_or_default();
-    if conditions == [crate::eviction::thresholds::MEMORY_PRESSURE] {
-        if nodus_k8s::qos::pod_qos_class(&spec) != nodus_k8s::qos::QosClass::BestEffort {
-            return Ok(());
-        }
-        let tolerates = spec.tolerations.iter().flatten().any(|t| {
-            let key_ok = match t.key.as_deref() {
-                None | Some("") => t.operator.as_deref() == Some("Exists"),
-                Some(k) => k == "node.kubernetes.io/memory-pressure",
-            };
-            let effect_ok = matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
-            let value_ok = t.operator.as_deref() == Some("Exists")
-                || t.value.as_deref().unwrap_or_default().is_empty();
-            key_ok && effect_ok && value_ok
-        });
-        if tolerates {
-            return Ok(());
-        }
-    }
-    Err(Rejection {
-        reason: crate::eviction::REASON.into(),
-        message: format!("The node had condition: [{}]. ", conditions.join(" ")),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn qos_pod(requests: Option<&str>, tolerate: bool, static_pod: bool) -> Pod {
-        let mut p = serde_json::json!({
-            "metadata": {"name": "p", "uid": "u"},
-            "spec": {"containers": [{"name": "c"}]}
-        });
-        if let Some(m) = requests {
-            p["spec"]["containers"][0]["resources"] =
-                serde_json::json!({"requests": {"memory": m}});
-        }
-        if tolerate {
-            p["spec"]["tolerations"] = serde_json::json!([{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]);
-        }
-        if static_pod {
-            p["metadata"]["annotations"] =
-                serde_json::json!({"kubernetes.io/config.source": "file"});
-        }
-        serde_json::from_value(p).unwrap()
-    }
-
-    #[test]
-    fn pressure_admission_follows_upstream() {
-        let be = qos_pod(None, false, false);
-        let burstable = qos_pod(Some("10Mi"), false, false);
-        assert!(admit_pressure(&be, &[]).is_ok());
-        let r = admit_pressure(&be, &["MemoryPressure"]).unwrap_err();
-        assert_eq!(r.reason, "Evicted");
-        assert_eq!(r.message, "The node had condition: [MemoryPressure]. ");
-        assert!(admit_pressure(&burstable, &["MemoryPressure"]).is_ok());
-        assert!(admit_pressure(&qos_pod(None, true, false), &["MemoryPressure"]).is_ok());
-        let r = admit_pressure(&burstable, &["DiskPressure"]).unwrap_err();
-        assert_eq!(r.message, "The node had condition: [DiskPressure]. ");
-        let r = admit_pressure(&burstable, &["MemoryPressure", "DiskPressure"]).unwrap_err();
-        assert_eq!(
-            r.message,
-            "The node had condition: [MemoryPressure DiskPressure]. "
-        );
-        assert!(admit_pressure(&qos_pod(None, false, true), &["DiskPressure"]).is_ok());
-    }
 
     fn pod(cpu: &str, mem: &str) -> Pod {
         serde_json::from_value(serde_json::json!({

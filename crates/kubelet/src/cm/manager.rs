@@ -4,7 +4,6 @@
 //! hold, and removes pod cgroups when pods go.
 
 use super::Config;
-use super::admission::{Rejection, admit};
 use super::allocatable::{NodeResources, allocatable, machine_capacity, parse_reserved};
 use super::resources::{CgroupValues, milli_to_shares, pod_requests, pod_values};
 use k8s_openapi::api::core::v1::Pod;
@@ -35,6 +34,8 @@ pub struct ContainerManager {
     lock: Mutex<()>,
     kube: NodeResources,
     system: NodeResources,
+    /// The device manager, set once at start (upstream's container manager owns it too).
+    pub devices: std::sync::OnceLock<Arc<super::devicemanager::DeviceManager>>,
 }
 
 fn to_resources(v: &CgroupValues) -> Resources {
@@ -106,6 +107,7 @@ impl ContainerManager {
             lock: Mutex::new(()),
             kube,
             system,
+            devices: std::sync::OnceLock::new(),
         })
     }
 
@@ -311,11 +313,6 @@ impl ContainerManager {
                 tracing::warn!(error = %e, "cannot update the guaranteed tier's memory.min");
             }
         }
-    }
-
-    /// Admission against what is left of Allocatable after `admitted`.
-    pub fn admit(&self, pod: &Pod, admitted: &[Pod]) -> Result<(), Rejection> {
-        admit(pod, admitted, &self.allocatable)
     }
 
     /// The pod cgroup uids present under the tiers (for orphan cleanup).

@@ -2,11 +2,13 @@
 //! cgroup root (`kubepods`, `kubepods/burstable`, `kubepods/besteffort`, `pod<uid>`), pod
 //! cgroup values from the containers' requests and limits, node allocatable (capacity minus
 //! kube-reserved, system-reserved and the hard eviction thresholds) enforced on `kubepods`,
-//! and admission of pods against what is left of Allocatable.
+//! admission of pods against what is left of Allocatable, and the device manager that turns
+//! device plugins' devices into extended resources.
 
 pub mod admission;
 pub mod allocatable;
 pub mod cgroup_driver;
+pub mod devicemanager;
 pub mod manager;
 pub mod memory_qos;
 pub mod qos;

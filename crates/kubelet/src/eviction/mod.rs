@@ -5,17 +5,19 @@
 //! threshold is met or a soft one has been met for its grace period, first frees what the
 //! node itself holds ([`reclaim`]: unused images), then evicts at most one pod ranked first
 //! for the starved resource ([`rank`]). The conditions also drive admission
-//! ([`crate::cm::admission::admit_pressure`]).
+//! ([`admission`]). The manager is handed what it needs of the kubelet (the active pods, a
+//! kill) rather than the kubelet itself, as upstream's NewManager is.
 
+pub mod admission;
 pub mod rank;
 pub mod reclaim;
 pub mod signals;
 pub mod thresholds;
 
-use crate::kubelet::Core;
+use crate::kuberuntime::KubeRuntime;
 use crate::kuberuntime::sync_pod::pod_name;
-use crate::pod_workers::{PodWorkers, Update, WorkerPhase};
-use crate::syncloop::PodManager;
+use crate::metrics::Metrics;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -176,9 +178,13 @@ pub fn eviction_grace(pod: &Pod, hard: bool, max_pod_grace: i64) -> i64 {
 pub struct Manager {
     pub config: Config,
     pub pressure: Arc<Pressure>,
-    pub core: Arc<Core>,
-    pub pods: PodManager,
-    pub workers: PodWorkers,
+    /// The runtime, the container manager and the root directory the signals are read from.
+    pub kr: Arc<KubeRuntime>,
+    pub metrics: Arc<Metrics>,
+    /// upstream's ActivePodsFunc: pods admitted, not finished, not being torn down.
+    pub active_pods: ActivePodsFunc,
+    /// upstream's KillPodFunc.
+    pub kill_pod: KillPodFunc,
     pub node: String,
     pub pod_logs_dir: PathBuf,
     /// True once every pod source has been seen and its pods taken in, so pods that ran
@@ -186,9 +192,12 @@ pub struct Manager {
     pub sources_seen: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
-fn uid(p: &Pod) -> String {
-    p.metadata.uid.clone().unwrap_or_default()
-}
+/// The pods eviction may choose from.
+pub type ActivePodsFunc = Box<dyn Fn() -> Vec<Pod> + Send + Sync>;
+
+/// Stops a pod with the grace period given, failing it with reason Evicted and the message
+/// given; resolves once the pod's containers have stopped.
+pub type KillPodFunc = Arc<dyn Fn(Pod, i64, String) -> BoxFuture<'static, ()> + Send + Sync>;
 
 impl Manager {
     pub async fn run(self) {
@@ -203,24 +212,28 @@ impl Manager {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         tracing::info!(thresholds = ?self.config.thresholds.iter().map(|t| t.signal.as_str()).collect::<Vec<_>>(), interval = ?self.config.monitoring_interval, "Eviction manager: starting control loop");
-        let cgroups = self.core.kr.cm.cgroups().clone();
+        let cgroups = self.kr.cm.cgroups().clone();
         let mut tracker = Tracker::default();
         loop {
             match self.synchronize(&mut tracker, cgroups.as_ref()).await {
-                Some(evicted) => self.wait_for_cleanup(&evicted).await,
+                Some(stopped) => {
+                    // upstream's waitForPodsCleanup: the next round judges the node only
+                    // once what the evicted pod held is given back.
+                    if tokio::time::timeout(CLEANUP_TIMEOUT, stopped).await.is_ok() {
+                        tracing::info!("Eviction manager: pod successfully cleaned up");
+                    } else {
+                        tracing::info!(
+                            "Eviction manager: timed out waiting for pod to be cleaned up"
+                        );
+                    }
+                }
                 None => tokio::time::sleep(self.config.monitoring_interval).await,
             }
         }
     }
 
-    /// Pods that may be evicted: admitted, not finished, not being torn down.
-    fn active_pods(&self) -> Vec<Pod> {
-        crate::kubelet::active_pods(&self.pods, &self.core, &self.workers)
-    }
-
     async fn image_fs(&self) -> Option<PathBuf> {
         let r = self
-            .core
             .kr
             .rt
             .image
@@ -237,20 +250,21 @@ impl Manager {
             .filter(|p| !p.as_os_str().is_empty())
     }
 
-    /// One round (upstream's synchronize); returns the UID of the pod it evicted.
+    /// One round (upstream's synchronize); returns, when it evicted a pod, what resolves
+    /// once that pod has stopped.
     async fn synchronize(
         &self,
         tracker: &mut Tracker,
         cgroups: &dyn nodus_cgroups::CgroupManager,
-    ) -> Option<String> {
-        let cm = &self.core.kr.cm;
+    ) -> Option<BoxFuture<'static, ()>> {
+        let cm = &self.kr.cm;
         let kubepods = cm
             .config
             .layout
             .per_qos
             .then(|| cm.config.layout.kubepods());
         let image_fs = self.image_fs().await;
-        let root_dir = self.core.kr.settings.root_dir.clone();
+        let root_dir = self.kr.settings.root_dir.clone();
         let sources = signals::Sources {
             cgroups,
             memory_capacity: cm.capacity.memory_bytes,
@@ -294,15 +308,14 @@ impl Manager {
             return None;
         }
         tracing::info!(resource, "Eviction manager: must evict pod(s) to reclaim");
-        let mut active = self.active_pods();
+        let mut active = (self.active_pods)();
         if active.is_empty() {
             tracing::error!(
                 "Eviction manager: eviction thresholds have been met, but no pods are active to evict"
             );
             return None;
         }
-        let usage = match signals::pod_usage(&self.core.kr.rt, &root_dir, &self.pod_logs_dir).await
-        {
+        let usage = match signals::pod_usage(&self.kr.rt, &root_dir, &self.pod_logs_dir).await {
             Ok(u) => u,
             Err(e) => {
                 tracing::error!(error = %e.message(), "Eviction manager: failed to get pod stats");
@@ -323,15 +336,14 @@ impl Manager {
                 self.config.max_pod_grace_period_seconds,
             );
             let message = rank::eviction_message(resource, &pod, usage_of(&pod), &met, &obs);
-            self.evict(pod.clone(), grace, &message);
-            self.core
-                .metrics
+            let stopped = self.evict(pod, grace, &message);
+            self.metrics
                 .evictions
                 .get_or_create(&crate::metrics::EvictionSignalLabel {
                     eviction_signal: to_reclaim.signal.as_str().into(),
                 })
                 .inc();
-            return Some(uid(&pod));
+            return Some(stopped);
         }
         tracing::info!("Eviction manager: unable to evict any pods from the node");
         None
@@ -349,7 +361,7 @@ impl Manager {
         if !reclaim::images_help(t.signal, dedicated) {
             return false;
         }
-        match reclaim::delete_unused_images(&self.core.kr.rt).await {
+        match reclaim::delete_unused_images(&self.kr.rt).await {
             Ok(0) => false,
             Ok(freed) => {
                 tracing::info!(freed, "Eviction manager: unused images removed");
@@ -363,34 +375,17 @@ impl Manager {
         }
     }
 
-    /// Records the eviction and hands the kill to the pod's worker, which fails the pod
-    /// with reason Evicted once its containers stopped.
-    fn evict(&self, pod: Pod, grace: i64, message: &str) {
+    /// Records the eviction and hands the kill to the kubelet, which fails the pod with
+    /// reason Evicted once its containers stopped.
+    fn evict(&self, pod: Pod, grace: i64, message: &str) -> BoxFuture<'static, ()> {
         crate::events::recorder().event(
             &crate::events::pod_ref(&pod),
             crate::events::WARNING,
             REASON,
             message,
         );
-        tracing::info!(pod = %pod_name(&pod), pod_uid = %uid(&pod), grace, message, "Evicting pod");
-        self.core.mark_evicted(&uid(&pod), message);
-        self.workers.update(Update::Kill {
-            pod,
-            grace: Some(grace),
-            remove: false,
-        });
-    }
-
-    async fn wait_for_cleanup(&self, uid: &str) {
-        let deadline = Instant::now() + CLEANUP_TIMEOUT;
-        while Instant::now() < deadline {
-            if self.workers.phase(uid) != Some(WorkerPhase::Terminating) {
-                tracing::info!(pod_uid = %uid, "Eviction manager: pod successfully cleaned up");
-                return;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        tracing::info!(pod_uid = %uid, "Eviction manager: timed out waiting for pod to be cleaned up");
+        tracing::info!(pod = %pod_name(&pod), pod_uid = %pod.metadata.uid.as_deref().unwrap_or_default(), grace, message, "Evicting pod");
+        (self.kill_pod)(pod, grace, message.to_string())
     }
 }
 

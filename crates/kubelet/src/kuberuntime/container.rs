@@ -342,6 +342,38 @@ pub fn container_config(
     })
 }
 
+/// Adds what the device plugins answered at Allocate to the container's config: device
+/// nodes, mounts, environment (the plugin's value wins over the pod's, as upstream appends
+/// it after), annotations and CDI device names.
+pub fn apply_device_options(
+    config: &mut pb::ContainerConfig,
+    o: crate::cm::devicemanager::RunContainerOptions,
+) {
+    for d in o.devices {
+        config.devices.push(pb::Device {
+            container_path: d.container_path,
+            host_path: d.host_path,
+            permissions: d.permissions,
+        });
+    }
+    for m in o.mounts {
+        config.mounts.push(pb::Mount {
+            container_path: m.container_path,
+            host_path: m.host_path,
+            readonly: m.read_only,
+            ..Default::default()
+        });
+    }
+    for (key, value) in o.envs {
+        config.envs.retain(|e| e.key != key);
+        config.envs.push(pb::KeyValue { key, value });
+    }
+    config.annotations.extend(o.annotations);
+    for name in o.cdi_devices {
+        config.cdi_devices.push(pb::CdiDevice { name });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

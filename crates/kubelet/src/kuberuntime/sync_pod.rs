@@ -672,10 +672,17 @@ impl KubeRuntime {
             );
             Err(message)
         };
-        let config = match container_config(pod, c, init, restart_count, &image_ref, ctx) {
+        let mut config = match container_config(pod, c, init, restart_count, &image_ref, ctx) {
             Ok(cfg) => cfg,
             Err(e) => return fail("CreateContainerConfigError", e.0),
         };
+        if let Some(dm) = self.cm.devices.get() {
+            match dm.container_options(&uid, &c.name).await {
+                Ok(Some(o)) => super::container::apply_device_options(&mut config, o),
+                Ok(None) => {}
+                Err(e) => return fail("CreateContainerConfigError", e),
+            }
+        }
         let mut client = self.rt.runtime.clone();
         let id = match client
             .create_container(pb::CreateContainerRequest {

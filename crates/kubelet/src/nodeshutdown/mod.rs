@@ -184,14 +184,24 @@ impl State {
     }
 
     /// The shutdown manager's admit handler: nothing new starts on a node going down.
-    pub fn admit(&self) -> Result<(), crate::cm::admission::Rejection> {
+    pub fn admit(&self) -> Result<(), crate::admission::Rejection> {
         if self.shutting_down() {
-            return Err(crate::cm::admission::Rejection {
-                reason: NOT_ADMITTED_REASON.into(),
+            return Err(crate::admission::Rejection {
+                reason: crate::admission::Reason::NodeShutdown,
                 message: NOT_ADMITTED_MESSAGE.into(),
             });
         }
         Ok(())
+    }
+}
+
+impl crate::admission::PodAdmitHandler for State {
+    fn admit<'a>(
+        &'a self,
+        _: &'a crate::admission::PodAdmitAttributes<'a>,
+    ) -> BoxFuture<'a, crate::admission::PodAdmitResult> {
+        let r = State::admit(self).into();
+        Box::pin(async move { r })
     }
 }
 

@@ -239,6 +239,25 @@ impl NodeStatusManager {
         node
     }
 
+    /// Adds the device plugins' resources (upstream's MachineInfo setter); `pick` takes
+    /// capacity or allocatable from the device manager's (capacity, allocatable).
+    fn with_devices(
+        &self,
+        mut list: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        pick: fn((i64, i64)) -> i64,
+    ) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+        if let Some(dm) = self.cm.devices.get() {
+            for (name, counts) in dm.capacity() {
+                let v = pick(counts);
+                list.insert(
+                    name,
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.to_string()),
+                );
+            }
+        }
+        list
+    }
+
     /// The full status the node should have now, and the condition verdicts behind it.
     async fn build_status(&self, current: &Node) -> (NodeStatus, Vec<Verdict>) {
         let old = current.status.clone().unwrap_or_default();
@@ -274,8 +293,10 @@ impl NodeStatusManager {
         let status = NodeStatus {
             addresses: Some(setters::addresses(self.node_ip(), &self.config.name)),
             runtime_handlers,
-            capacity: Some(setters::resource_list(&self.cm.capacity)),
-            allocatable: Some(setters::resource_list(&self.cm.allocatable)),
+            capacity: Some(self.with_devices(setters::resource_list(&self.cm.capacity), |c| c.0)),
+            allocatable: Some(
+                self.with_devices(setters::resource_list(&self.cm.allocatable), |c| c.1),
+            ),
             conditions: Some(setters::conditions(
                 &verdicts,
                 old.conditions.as_deref().unwrap_or_default(),
@@ -378,9 +399,17 @@ impl NodeStatusManager {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // A shutdown starting is reported at once, not at the next tick.
+            // So do the device plugins' health changes.
+            let devices_changed = async {
+                match self.cm.devices.get() {
+                    Some(dm) => dm.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = self.shutdown.changed() => {}
+                _ = devices_changed => {}
             }
             for attempt in 0..UPDATE_RETRIES {
                 match self

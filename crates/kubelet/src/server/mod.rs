@@ -15,8 +15,8 @@ pub mod syslogs;
 
 use crate::metrics::Metrics;
 use crate::pleg::Health;
+use crate::pod::PodManager;
 use crate::status::StatusManager;
-use crate::syncloop::PodManager;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};

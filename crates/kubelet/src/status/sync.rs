@@ -14,9 +14,9 @@
 //!   (gracePeriodSeconds=0, uid precondition), after its last status was sent.
 
 use crate::config::{self, MirrorPods};
+use crate::pod::PodManager;
 use crate::pod_workers::{PodWorkers, WorkerPhase};
 use crate::status::StatusManager;
-use crate::syncloop::PodManager;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Preconditions};
 use serde_json::Value;

@@ -1,0 +1,45 @@
+//! The pod manager (upstream's pkg/kubelet/pod): the pods the kubelet's sources want, by
+//! UID. The syncLoop writes it; the eviction, shutdown and status managers, the server and
+//! the admit handlers read it.
+
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// The desired pods, by UID (upstream's pod manager).
+#[derive(Clone, Default)]
+pub struct PodManager {
+    pods: Arc<Mutex<HashMap<String, Pod>>>,
+}
+
+impl PodManager {
+    pub fn get(&self, uid: &str) -> Option<Pod> {
+        self.pods.lock().ok().and_then(|p| p.get(uid).cloned())
+    }
+    pub fn all(&self) -> Vec<Pod> {
+        self.pods
+            .lock()
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
+    }
+    pub(crate) fn set(&self, pod: &Pod) {
+        if let Ok(mut p) = self.pods.lock() {
+            p.insert(uid(pod), pod.clone());
+        }
+    }
+    pub(crate) fn remove(&self, uid: &str) {
+        if let Ok(mut p) = self.pods.lock() {
+            p.remove(uid);
+        }
+    }
+    pub(crate) fn uids(&self) -> HashSet<String> {
+        self.pods
+            .lock()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
