@@ -3,7 +3,8 @@
 //! create deployment`, its pods run and turn Ready on the node; `kubectl scale`, `set
 //! image` + `rollout status`, `rollout history`, `rollout undo` (kubectl's client-side
 //! rollback from the ReplicaSets), `rollout pause`/`resume` and `rollout restart` behave
-//! as against a real cluster.
+//! as against a real cluster. A control plane killed (SIGKILL) in the middle of a rolling
+//! update and restarted on its data dir finishes the rollout within replicas + maxSurge.
 
 mod common;
 
@@ -222,6 +223,212 @@ fn deployment_lifecycle_with_kubectl() {
             .all(|p| p["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"].is_string()),
         "{pods:?}"
     );
+
+    ok(&cp, &["delete", "deployment", "web"]);
+    cp.wait_json(&["pods", "-l", "app=web"], T, "pods gone", &logs, |l| {
+        l["items"].as_array().is_some_and(Vec::is_empty)
+    });
+    drop(node);
+}
+
+/// Pods of `app=web` that count toward a rollout's bounds: not being deleted, not finished.
+fn live_pods(cp: &ControlPlane) -> Option<Vec<Value>> {
+    let l = cp.get_json(&["pods", "-l", "app=web"])?;
+    Some(
+        l["items"]
+            .as_array()?
+            .iter()
+            .filter(|p| {
+                p["metadata"]["deletionTimestamp"].is_null()
+                    && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+            })
+            .cloned()
+            .collect(),
+    )
+}
+
+fn pod_summary(pods: &[Value]) -> String {
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{} ({}, hash {})",
+                p["metadata"]["name"].as_str().unwrap_or("?"),
+                p["status"]["phase"].as_str().unwrap_or("?"),
+                p["metadata"]["labels"]["pod-template-hash"]
+                    .as_str()
+                    .unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The "Bad input": the control plane dies (SIGKILL) in the middle of a rolling
+/// update and comes back on the same data dir. The rollout finishes, the Deployment never
+/// has more than replicas + maxSurge pods at once, and every ReplicaSet ends with exactly
+/// the pods it asks for.
+#[test]
+fn control_plane_restart_mid_rollout_finishes_without_extra_replicas() {
+    if !common::have_root() {
+        return;
+    }
+    const REPLICAS: usize = 4;
+    const MAX_SURGE: usize = 1;
+    let netns = Arc::new(testkit::Netns::new("nodus-deploy-rs").expect("netns"));
+    let cgroup = testkit::CgroupParent::new("nodus-deploy-rs");
+    cgroup.create();
+    cluster::add_node_address(&netns);
+    let mut cp = ControlPlane::start(netns.clone());
+    let node = NodeProcess::start(&netns, &cp, "node-a", "10.99.65.0/24", &cgroup.path());
+    let logs = || node.log();
+    cp.wait_json(&["node", "node-a"], T, "node-a Ready", &logs, |n| {
+        cluster::condition(n, "Ready").is_some_and(|c| c["status"] == "True")
+    });
+
+    // One pod at a time (maxSurge 1, maxUnavailable 0), each new pod held for
+    // minReadySeconds before an old one goes: a rollout of several steps to interrupt.
+    let deployment = |image: &str| {
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": REPLICAS,
+                "minReadySeconds": 2,
+                "strategy": {"type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": MAX_SURGE, "maxUnavailable": 0}},
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "busybox", "image": image,
+                            "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}],
+                    },
+                },
+            },
+        })
+        .to_string()
+    };
+    cp.apply(&deployment(IMAGE));
+    rollout_status(&cp, &node);
+
+    // From here on, every pod list the API server answers is checked against the bound.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = Arc::clone(&stop);
+        let netns = Arc::clone(&netns);
+        let kubeconfig = cp.admin_kubeconfig();
+        let home = cp.dir.path().join("home");
+        std::thread::spawn(move || {
+            let mut most: (usize, String) = (0, String::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (ok, out, _) = cluster::kubectl(
+                    &netns,
+                    &kubeconfig,
+                    &home,
+                    &["get", "pods", "-l", "app=web", "-o", "json"],
+                    None,
+                );
+                // While the control plane is down kubectl fails: nothing to see then.
+                let Some(list) = ok
+                    .then(|| serde_json::from_str::<Value>(&out).ok())
+                    .flatten()
+                else {
+                    continue;
+                };
+                let live: Vec<Value> = list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| {
+                        p["metadata"]["deletionTimestamp"].is_null()
+                            && !matches!(
+                                p["status"]["phase"].as_str(),
+                                Some("Succeeded" | "Failed")
+                            )
+                    })
+                    .cloned()
+                    .collect();
+                if live.len() > most.0 {
+                    most = (live.len(), pod_summary(&live));
+                }
+            }
+            most
+        })
+    };
+
+    let (applied, o, e) = cluster::kubectl(
+        &netns,
+        &cp.admin_kubeconfig(),
+        &cp.dir.path().join("home"),
+        &["apply", "-f", "-"],
+        Some(&deployment(IMAGE_SHORT)),
+    );
+    assert!(applied, "{o}{e}");
+    // Mid-rollout: the new ReplicaSet has a Ready pod and the old one still has pods.
+    cp.wait_json(
+        &["rs", "-l", "app=web"],
+        T,
+        "a rollout half done",
+        &logs,
+        |l| {
+            let sets = l["items"].as_array().cloned().unwrap_or_default();
+            let new = sets
+                .iter()
+                .find(|r| r["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE_SHORT);
+            let old = sets
+                .iter()
+                .find(|r| r["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE);
+            new.is_some_and(|r| r["status"]["readyReplicas"].as_u64().unwrap_or(0) >= 1)
+                && old.is_some_and(|r| r["spec"]["replicas"].as_u64().unwrap_or(0) >= 2)
+        },
+    );
+    cp.kill();
+    std::thread::sleep(Duration::from_secs(2));
+    cp.start_again();
+
+    rollout_status(&cp, &node);
+    // Settled: the old pods are gone and exactly the replicas run the new template.
+    let pods = cp.wait_json(&["pods", "-l", "app=web"], T, "old pods gone", &logs, |l| {
+        l["items"].as_array().is_some_and(|items| {
+            items.len() == REPLICAS
+                && items
+                    .iter()
+                    .all(|p| p["spec"]["containers"][0]["image"] == IMAGE_SHORT)
+        })
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (most, at_most) = watcher.join().expect("watcher");
+    assert!(
+        most <= REPLICAS + MAX_SURGE,
+        "{most} pods at once (replicas {REPLICAS} + maxSurge {MAX_SURGE}): {at_most}"
+    );
+    assert_eq!(revisions(&cp), ["1", "2"]);
+
+    // Every ReplicaSet has exactly the pods it asks for, by its pod-template-hash.
+    let live = live_pods(&cp).expect("pods");
+    let sets = cp.get_json(&["rs", "-l", "app=web"]).expect("rs");
+    let sets = sets["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    for rs in &sets {
+        let hash = rs["metadata"]["labels"]["pod-template-hash"]
+            .as_str()
+            .unwrap_or("");
+        let want = rs["spec"]["replicas"].as_u64().unwrap_or(u64::MAX) as usize;
+        let have = live
+            .iter()
+            .filter(|p| p["metadata"]["labels"]["pod-template-hash"] == hash)
+            .count();
+        assert_eq!(
+            have,
+            want,
+            "ReplicaSet {}: {}",
+            rs["metadata"]["name"],
+            pod_summary(&live)
+        );
+        assert_eq!(rs["status"]["replicas"].as_u64(), Some(want as u64), "{rs}");
+    }
+    assert_eq!(pods["items"].as_array().map(Vec::len), Some(REPLICAS));
 
     ok(&cp, &["delete", "deployment", "web"]);
     cp.wait_json(&["pods", "-l", "app=web"], T, "pods gone", &logs, |l| {

@@ -116,6 +116,25 @@ impl KubeRuntime {
             if policy == "Never" && attempt != 0 && !rp.containers.is_empty() {
                 return a;
             }
+            let start: Vec<usize> = spec
+                .containers
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| {
+                    let succeeded = rp
+                        .latest(&c.name)
+                        .is_some_and(|s| exited(s) && s.exit_code == 0);
+                    !(succeeded && policy == "OnFailure")
+                })
+                .map(|(i, _)| i)
+                .collect();
+            // Nothing left to start once the pod got as far as its regular containers
+            // (every one succeeded under OnFailure): no new sandbox, the pod is done. A new
+            // sandbox would replace the old one, and removing that one takes the finished
+            // containers, and their logs, with it (upstream's computePodActions).
+            if start.is_empty() && spec.containers.iter().any(|c| rp.latest(&c.name).is_some()) {
+                return a;
+            }
             a.create_sandbox = true;
             a.sandbox_id.clear();
             if !spec
@@ -127,15 +146,7 @@ impl KubeRuntime {
                 a.next_init = Some(0);
                 return a;
             }
-            for (i, c) in spec.containers.iter().enumerate() {
-                let succeeded = rp
-                    .latest(&c.name)
-                    .is_some_and(|s| exited(s) && s.exit_code == 0);
-                if succeeded && policy == "OnFailure" {
-                    continue;
-                }
-                a.start.push(i);
-            }
+            a.start = start;
             return a;
         }
 

@@ -159,6 +159,18 @@ impl ControlPlane {
         }
     }
 
+    /// The control plane dies at once (SIGKILL), as on a crash: nothing is flushed or
+    /// handed over; its store stays on disk for [`ControlPlane::start_again`].
+    pub fn kill(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let pid = nix::unistd::Pid::from_raw(d.pid() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
+                .unwrap_or_else(|e| panic!("kill -9 {pid}: {e}"));
+            // Reaps it (it is gone already, so no signal is sent).
+            d.stop();
+        }
+    }
+
     /// Starts it again on the same store.
     pub fn start_again(&mut self) {
         assert!(self.daemon.is_none(), "still running");
