@@ -631,3 +631,38 @@ spec:
     k.remove_manifest("hog.yaml");
     k.wait_gone(&name, Duration::from_secs(60));
 }
+
+/// The shim appends a container's log as root: a CRI `log_path` that leaves the sandbox's
+/// log directory is refused, and nothing is created outside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_path_out_of_the_sandbox_log_directory_is_refused() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let sb_cfg = n.sandbox_config("log-escape");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let outside = n.logs.path().join("escaped.log");
+    for bad in [
+        "../escaped.log".to_string(),
+        outside.display().to_string(),
+        "c/../../escaped.log".to_string(),
+    ] {
+        let mut cfg = n.container_config("c", &["true"]);
+        cfg.log_path = bad.clone();
+        let e = n.create(&sb, &sb_cfg, cfg).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+        assert!(
+            e.message().contains("must be relative and inside the sandbox's log directory"),
+            "{bad}: {}",
+            e.message()
+        );
+    }
+    assert!(!outside.exists());
+    // A sub-directory of the log directory is fine, and the name is free again.
+    let mut cfg = n.container_config("c", &["echo", "inside"]);
+    cfg.log_path = "c/0.log".into();
+    let id = n.run(&sb, &sb_cfg, cfg).await;
+    n.wait_state(&id, pb::ContainerState::ContainerExited).await;
+    n.stop_and_remove_sandbox(&sb).await;
+}
