@@ -653,7 +653,8 @@ async fn a_log_path_out_of_the_sandbox_log_directory_is_refused() {
         let e = n.create(&sb, &sb_cfg, cfg).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
         assert!(
-            e.message().contains("must be relative and inside the sandbox's log directory"),
+            e.message()
+                .contains("must be relative and inside the sandbox's log directory"),
             "{bad}: {}",
             e.message()
         );
