@@ -38,24 +38,13 @@ async fn oom_kill_in_a_privileged_sandbox_is_reported_as_oomkilled() {
     let sb_cfg = privileged_sandbox(&n, "oom-priv");
     let sb = n.run_sandbox(&sb_cfg).await;
     // A 20 MiB limit and a shell that keeps 64 MiB.
-    let mut hog = n.container_config(
-        "hog",
-        &[
-            "sh",
-            "-c",
-            "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived",
-        ],
-    );
-    hog.linux = Some(pb::LinuxContainerConfig {
-        resources: Some(pb::LinuxContainerResources {
-            memory_limit_in_bytes: 20 << 20,
-            ..Default::default()
-        }),
-        security_context: Some(pb::LinuxContainerSecurityContext {
+    let mut hog = common::node::memory_hog("hog", 20 << 20);
+    if let Some(l) = hog.linux.as_mut() {
+        l.security_context = Some(pb::LinuxContainerSecurityContext {
             privileged: true,
             ..Default::default()
-        }),
-    });
+        });
+    }
     let hog = n.create(&sb, &sb_cfg, hog).await.expect("CreateContainer");
     n.start(&hog).await;
     let s = n

@@ -127,21 +127,7 @@ async fn lifecycle_logs_exec_and_oom(handler: &str) {
     );
 
     // An OOM kill under a 20 MiB limit is OOMKilled, exit code 137.
-    let mut hog = n.container_config(
-        "hog",
-        &[
-            "sh",
-            "-c",
-            "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived",
-        ],
-    );
-    hog.linux = Some(pb::LinuxContainerConfig {
-        resources: Some(pb::LinuxContainerResources {
-            memory_limit_in_bytes: 20 << 20,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    let hog = common::node::memory_hog("hog", 20 << 20);
     let hog = n.run(&sb, &sb_cfg, hog).await;
     let s = n
         .wait_state(&hog, pb::ContainerState::ContainerExited)

@@ -296,21 +296,7 @@ async fn oom_kill_pod_to_pod_traffic_and_host_ports() {
     );
 
     // OOM kill: a 16 MiB limit and a shell that wants 64 MiB.
-    let mut hog = n.container_config(
-        "hog",
-        &[
-            "sh",
-            "-c",
-            "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived",
-        ],
-    );
-    hog.linux = Some(pb::LinuxContainerConfig {
-        resources: Some(pb::LinuxContainerResources {
-            memory_limit_in_bytes: 16 << 20,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    let hog = common::node::memory_hog("hog", 16 << 20);
     let hog = n.create(&b, &b_cfg, hog).await.unwrap();
     n.start(&hog).await;
     let s = n

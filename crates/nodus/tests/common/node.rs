@@ -163,6 +163,27 @@ pub fn pod_config(
     }
 }
 
+/// A busybox container `name` limited to `limit` bytes of memory whose shell keeps 64 MiB:
+/// the kernel OOM-kills it (unless it prints "survived").
+pub fn memory_hog(name: &str, limit: i64) -> pb::ContainerConfig {
+    let mut hog = container_config(
+        name,
+        &[
+            "sh",
+            "-c",
+            "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived",
+        ],
+    );
+    hog.linux = Some(pb::LinuxContainerConfig {
+        resources: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: limit,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    hog
+}
+
 /// A busybox container running `cmd`, logging to `<name>.log`.
 pub fn container_config(name: &str, cmd: &[&str]) -> pb::ContainerConfig {
     pb::ContainerConfig {

@@ -144,6 +144,12 @@ fn read_image_file(rootfs: &Path, rel: &str) -> Result<Option<String>, SpecError
     };
     use std::io::Read;
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let read_failed = |e: std::io::Error| {
+        SpecError::Internal(format!(
+            "failed to read /{rel} of the container rootfs {}: {e}",
+            rootfs.display()
+        ))
+    };
     // The image chooses what these paths are: a FIFO would block the open (and the
     // CreateContainer with it) for good, a device node could be read without end, a huge
     // file would be read into memory. Only a bounded regular file is read.
@@ -154,19 +160,9 @@ fn read_image_file(rootfs: &Path, rel: &str) -> Result<Option<String>, SpecError
     {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(SpecError::Internal(format!(
-                "failed to read /{rel} of the container rootfs {}: {e}",
-                rootfs.display()
-            )));
-        }
+        Err(e) => return Err(read_failed(e)),
     };
-    let meta = file.metadata().map_err(|e| {
-        SpecError::Internal(format!(
-            "failed to read /{rel} of the container rootfs {}: {e}",
-            rootfs.display()
-        ))
-    })?;
+    let meta = file.metadata().map_err(read_failed)?;
     let ft = meta.file_type();
     if !ft.is_file() {
         let kind = if ft.is_fifo() {
@@ -178,7 +174,7 @@ fn read_image_file(rootfs: &Path, rel: &str) -> Result<Option<String>, SpecError
         } else if ft.is_socket() {
             "a socket"
         } else {
-            "not a regular file"
+            "a special file"
         };
         return Err(SpecError::InvalidArgument(format!(
             "/{rel} in the image is {kind}, not a regular file"
@@ -193,12 +189,7 @@ fn read_image_file(rootfs: &Path, rel: &str) -> Result<Option<String>, SpecError
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_IMAGE_ID_FILE)
         .read_to_end(&mut bytes)
-        .map_err(|e| {
-            SpecError::Internal(format!(
-                "failed to read /{rel} of the container rootfs {}: {e}",
-                rootfs.display()
-            ))
-        })?;
+        .map_err(read_failed)?;
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
