@@ -69,7 +69,7 @@ pub struct LogOptions {
 }
 
 fn bool_param(q: &HashMap<String, String>, k: &str) -> bool {
-    matches!(q.get(k).map(String::as_str), Some("true" | "1" | "True"))
+    nodus_serving::query::bool_value(q.get(k).map(String::as_str))
 }
 
 /// Upstream's query parsing and ValidatePodLogOptions, with its messages.
