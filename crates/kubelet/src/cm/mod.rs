@@ -8,11 +8,14 @@
 pub mod admission;
 pub mod allocatable;
 pub mod cgroup_driver;
+pub mod cpuset;
 pub mod devicemanager;
 pub mod manager;
 pub mod memory_qos;
 pub mod qos;
 pub mod resources;
+pub mod topology;
+pub mod topologymanager;
 
 pub use manager::ContainerManager;
 
