@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod allocatable;
 pub mod cgroup_driver;
+pub mod checksum;
 pub mod cpuset;
 pub mod devicemanager;
 pub mod manager;
