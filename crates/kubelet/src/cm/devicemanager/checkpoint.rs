@@ -3,9 +3,7 @@
 //! "Checksum":N}`, each entry carrying the pod UID, container, resource, the device IDs by
 //! NUMA node (`"-1"` without topology) and the plugin's AllocateResponse as base64 protobuf.
 //!
-//! The checksum is FNV-1a 32 over the `Data` object's JSON. Upstream hashes a Go-specific
-//! dump of the struct instead, so a checkpoint written by one kubelet is not verified by the
-//! other; within nodus it catches a torn or edited file.
+//! The checksum is [`crate::cm::checksum`] over the `Data` object.
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -69,17 +67,8 @@ pub enum CheckpointError {
     Corrupt,
 }
 
-fn fnv32a(bytes: &[u8]) -> u64 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in bytes {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    u64::from(h)
-}
-
 fn checksum(data: &CheckpointData) -> Result<u64, serde_json::Error> {
-    Ok(fnv32a(&serde_json::to_vec(data)?))
+    crate::cm::checksum::of_json(data)
 }
 
 /// Writes atomically (a temporary file renamed over the old one).
