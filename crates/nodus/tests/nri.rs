@@ -512,8 +512,8 @@ async fn preinstalled_plugins_in_index_order_synchronize_and_conflict() {
     if !have_root() {
         return;
     }
-    let node = NriNode::start("10.97.43.0/24", "").await;
-    let dir = node.nri.path();
+    let mut node = NriNode::start("10.97.43.0/24", "").await;
+    let dir = node.nri.path().to_path_buf();
     // Two plugins in the directory, written out of index order; each injects its own
     // variable and, once `conflict` exists, the same one as the other.
     for (idx, name) in [("20", "second"), ("10", "first")] {
@@ -532,7 +532,6 @@ async fn preinstalled_plugins_in_index_order_synchronize_and_conflict() {
     std::fs::write(dir.join("plugins/README"), "not a plugin").unwrap();
 
     // The plugins started with the runtime: restart it to pick them up.
-    let mut node = node;
     node.n.rt.restart();
     node.n.c = node.n.rt.clients().await;
     let n = &node.n;

@@ -115,15 +115,12 @@ impl Merge {
     ) -> Result<(), String> {
         // Annotations.
         let mut del: Vec<String> = Vec::new();
-        for (k, v) in &a.annotations {
-            let (key, marked) = removal(k);
-            if marked {
+        for k in a.annotations.keys() {
+            if let (key, true) = removal(k) {
                 self.clear(Field::Annotations, key, plugin);
                 container.annotations.remove(key);
                 self.adjust.annotations.remove(key);
                 del.push(key.to_string());
-            } else {
-                let _ = v;
             }
         }
         for (k, v) in &a.annotations {
