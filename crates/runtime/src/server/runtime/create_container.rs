@@ -216,6 +216,11 @@ pub async fn create_container(
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
     }
 
+    // No NRI plugin synchronizes between this container's hook and its record.
+    let sync_block = match inner.nri() {
+        Some(n) => Some(n.block_sync().await),
+        None => None,
+    };
     let id = new_id();
     {
         let mut names = inner.names.lock().unwrap_or_else(|p| p.into_inner());
@@ -399,6 +404,26 @@ pub async fn create_container(
             .await
             .map_err(|e| Status::internal(format!("idmap task failed: {e}")))??;
     }
+    // Plugins' CreateContainer hook: their adjustments go into the spec; an error or a
+    // conflict between two plugins fails the create, and the undo removes what it made.
+    let mut side_effects = None;
+    if let Some(nri) = inner.nri() {
+        let mut value = serde_json::to_value(&spec)
+            .map_err(|e| Status::internal(format!("encoding the OCI spec: {e}")))?;
+        let mut view = crate::nri::objects::from_spec(&id, &sandbox.id, &meta.name, &value);
+        view.labels = cfg.labels.clone();
+        let (adjust, effects) = nri
+            .create_container(crate::nri::objects::pod(&sandbox), view)
+            .await?;
+        crate::nri::adjust::apply(&mut value, &adjust)
+            .map_err(|e| Status::invalid_argument(format!("NRI CreateContainer: {e}")))?;
+        spec = serde_json::from_value(value).map_err(|e| {
+            Status::invalid_argument(format!(
+                "NRI CreateContainer: the adjusted OCI spec is invalid: {e}"
+            ))
+        })?;
+        side_effects = Some(effects);
+    }
     let config_path = bundle.join("config.json");
     let body = serde_json::to_vec_pretty(&spec)
         .map_err(|e| Status::internal(format!("encoding the OCI spec: {e}")))?;
@@ -434,6 +459,7 @@ pub async fn create_container(
     };
     inner.save_container(&rec)?;
     undo.disarm();
+    drop(sync_block);
     inner.images.acquire(&image.id);
     tracing::info!(container = %id, sandbox = %sandbox.id, name = %rec.name, "container created");
     inner.emit(
@@ -442,5 +468,19 @@ pub async fn create_container(
         Some(super::pod_sandbox_status::to_status(&sandbox)),
         vec![super::container_status::to_status(&rec)],
     );
+    if let Some(nri) = inner.nri() {
+        if let Err(e) = nri
+            .post_create_container(
+                crate::nri::objects::pod(&sandbox),
+                crate::nri::objects::container(&rec),
+            )
+            .await
+        {
+            tracing::error!(container = %id, error = %e.message(), "NRI: PostCreateContainer notification failed");
+        }
+        if let Some(side) = side_effects {
+            nri.side_effects(side);
+        }
+    }
     Ok(pb::CreateContainerResponse { container_id: id })
 }
