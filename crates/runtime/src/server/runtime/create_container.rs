@@ -40,6 +40,49 @@ impl Drop for Undo {
     }
 }
 
+/// The PID namespace a container in PID mode TARGET joins (`kubectl debug --target`): the
+/// one of `target_id`'s init process, which must be a running container of the same
+/// sandbox (containerd's validateTargetContainer). `None` for any other PID mode.
+fn target_pid_namespace(
+    inner: &Inner,
+    cfg: &pb::ContainerConfig,
+    sandbox_id: &str,
+) -> Result<Option<NamespaceRef>, Status> {
+    let Some(opts) = cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .filter(|o| o.pid == pb::NamespaceMode::Target as i32)
+    else {
+        return Ok(None);
+    };
+    let invalid = |why: String| {
+        Status::invalid_argument(format!(
+            "invalid target container {:?} for pid namespace mode TARGET: {why}",
+            opts.target_id
+        ))
+    };
+    if opts.target_id.is_empty() {
+        return Err(invalid("target_id is empty".into()));
+    }
+    let target = inner
+        .find_container(&opts.target_id)
+        .map_err(|_| invalid("container does not exist".into()))?;
+    if target.sandbox_id != sandbox_id {
+        return Err(invalid(format!(
+            "container belongs to sandbox {:?}, not {sandbox_id:?}",
+            target.sandbox_id
+        )));
+    }
+    match (target.state, target.init_pid) {
+        (ContainerState::Running, Some(pid)) => Ok(Some(NamespaceRef::Process(pid))),
+        (state, _) => Err(invalid(format!(
+            "container is not running (state {state:?})"
+        ))),
+    }
+}
+
 pub(crate) fn sandbox_namespaces(
     rec: &SandboxRecord,
     sb: &pb::PodSandboxConfig,
@@ -215,6 +258,8 @@ pub async fn create_container(
         crate::oci::gvisor::check_container(&cfg)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
     }
+    // Resolved before anything is made, so a bad target leaves nothing behind.
+    let target_pid = target_pid_namespace(inner, &cfg, &sandbox.id)?;
 
     // No NRI plugin synchronizes between this container's hook and its record.
     let sync_block = match inner.nri() {
@@ -355,7 +400,8 @@ pub async fn create_container(
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.namespace_options.as_ref())
         .and_then(|o| pb::NamespaceMode::try_from(o.pid).ok());
-    let namespaces = sandbox_namespaces(&sandbox, &sb_cfg, container_pid_mode);
+    let mut namespaces = sandbox_namespaces(&sandbox, &sb_cfg, container_pid_mode);
+    namespaces.target_pid = target_pid;
     let files = sandbox_files(&sandbox);
     let cgroup_parent = sb_cfg
         .linux
