@@ -112,6 +112,14 @@ pub struct KubeletArgs {
     /// The cgroup of the OS daemons, to enforce system-reserved on.
     #[arg(long)]
     pub system_reserved_cgroup: Option<String>,
+    /// Memory Manager policy to use: None or Static [default: None].
+    #[arg(long)]
+    pub memory_manager_policy: Option<String>,
+    /// Memory reserved per NUMA node, e.g. `0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi`
+    /// (repeatable); per memory type the sum must equal kube-reserved + system-reserved +
+    /// the hard eviction threshold.
+    #[arg(long)]
+    pub reserved_memory: Vec<String>,
     /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%].
     #[arg(long)]
     pub eviction_hard: Option<String>,
@@ -363,6 +371,7 @@ struct Resolved {
     read_only: SocketAddr,
     evented_pleg: bool,
     cm: crate::cm::Config,
+    memory_manager: crate::cm::memorymanager::Config,
     node: NodeSettings,
     eviction: crate::eviction::Config,
     /// `userNamespaces.idsPerPod`.
@@ -453,6 +462,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     cm.memory_qos = feature(&gates, "MemoryQoS")?;
     cm.kubelet_psi = feature(&gates, "KubeletPSI")?;
     let node = resolve_node(args, &c)?;
+    let memory_manager = resolve_memory_manager(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
     let shutdown = resolve_shutdown(&c, &gates)?;
     let ids_per_pod = c.ids_per_pod();
@@ -520,6 +530,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         ),
         evented_pleg: feature(&gates, "EventedPLEG")?,
         cm,
+        memory_manager,
         node,
         eviction,
     })
@@ -581,6 +592,37 @@ fn resolve_eviction(
                 .unwrap_or(0),
         ),
         monitoring_interval,
+    })
+}
+
+/// The memory manager's policy and per-NUMA reservations, flags over the config file.
+fn resolve_memory_manager(
+    args: &KubeletArgs,
+    c: &KubeletConfiguration,
+) -> Result<crate::cm::memorymanager::Config, RunError> {
+    let reserved_memory = if args.reserved_memory.is_empty() {
+        c.reserved_memory.clone().unwrap_or_default()
+    } else {
+        let mut out = Vec::new();
+        for v in &args.reserved_memory {
+            out.extend(
+                crate::cm::memorymanager::reserved::parse_flag(v).map_err(|e| {
+                    RunError::Flag(format!(
+                        "invalid argument {v:?} for \"--reserved-memory\" flag: {e}"
+                    ))
+                })?,
+            );
+        }
+        out
+    };
+    Ok(crate::cm::memorymanager::Config {
+        policy: args
+            .memory_manager_policy
+            .clone()
+            .or(c.memory_manager_policy.clone())
+            .unwrap_or_else(|| crate::cm::memorymanager::POLICY_NONE.into()),
+        reserved_memory,
+        ..Default::default()
     })
 }
 
@@ -705,6 +747,24 @@ fn active_pods_func(
 ) -> Box<dyn Fn() -> Vec<k8s_openapi::api::core::v1::Pod> + Send + Sync> {
     let (c, p, w) = (Arc::clone(core), pods.clone(), workers.clone());
     Box::new(move || crate::kubelet::active_pods(&p, &c, &w))
+}
+
+/// Whether a pod some source wants has not reached admission yet (after a restart the pods
+/// come in one at a time): the managers keep what it was given.
+fn pending_admission(
+    cfg: &PodConfig,
+    sources: &[&'static str],
+    known: &PodManager,
+) -> crate::cm::devicemanager::PendingFunc {
+    let (cfg, srcs, known) = (cfg.clone(), sources.to_vec(), known.clone());
+    Box::new(move |uid| {
+        known.get(uid).is_none()
+            && (!cfg.seen_all_sources(&srcs)
+                || cfg
+                    .pods()
+                    .iter()
+                    .any(|p| p.metadata.uid.as_deref() == Some(uid)))
+    })
 }
 
 /// Resolves once the pod's worker is no longer running or stopping it.
@@ -1057,6 +1117,16 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         r.cm.clone(),
         &args.root_dir,
     )?);
+    let memory = Arc::new(
+        crate::cm::memorymanager::MemoryManager::start(
+            &r.memory_manager,
+            &r.cm,
+            cm.capacity.memory_bytes,
+            &args.root_dir,
+        )
+        .map_err(crate::cm::manager::CmError::from)?,
+    );
+    let _ = cm.memory.set(Arc::clone(&memory));
     cm.start()?;
     let devices = Arc::new(
         crate::cm::devicemanager::DeviceManager::new(&args.root_dir)
@@ -1406,18 +1476,10 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     admit_handlers.add(Arc::new(crate::cm::admission::PredicateAdmitHandler {
         cm: Arc::clone(&cm),
     }));
+    admit_handlers.add(Arc::clone(&memory) as _);
     admit_handlers.add(Arc::clone(&devices) as _);
-    {
-        let (cfg, srcs, known) = (pod_config.clone(), sources.clone(), pods.clone());
-        devices.set_pending(Box::new(move |uid| {
-            known.get(uid).is_none()
-                && (!cfg.seen_all_sources(&srcs)
-                    || cfg
-                        .pods()
-                        .iter()
-                        .any(|p| p.metadata.uid.as_deref() == Some(uid)))
-        }));
-    }
+    devices.set_pending(pending_admission(&pod_config, &sources, &pods));
+    memory.set_pending(pending_admission(&pod_config, &sources, &pods));
     {
         let server = crate::podresources::Server {
             devices: Arc::clone(&devices),
@@ -1593,6 +1655,42 @@ mod tests {
             "invalid configuration: memoryThrottlingFactor 1.5 must be greater than 0 and less than or equal to 1.0"
         );
         assert!(resolve_cm(&a, &file("0")).is_err());
+    }
+
+    #[test]
+    fn memory_manager_settings_from_flags_and_file() {
+        let c = KubeletConfiguration::default();
+        let m = resolve_memory_manager(&args(&[]), &c).unwrap();
+        assert_eq!(m.policy, "None");
+        assert!(m.reserved_memory.is_empty());
+        let a = args(&[
+            "--memory-manager-policy",
+            "Static",
+            "--reserved-memory",
+            "0:memory=1Gi;1:memory=2Gi",
+            "--reserved-memory",
+            "2:hugepages-1Gi=1Gi",
+        ]);
+        let m = resolve_memory_manager(&a, &c).unwrap();
+        assert_eq!(m.policy, "Static");
+        let nodes: Vec<i32> = m.reserved_memory.iter().map(|r| r.numa_node).collect();
+        assert_eq!(nodes, [0, 1, 2]);
+        let e = resolve_memory_manager(&args(&["--reserved-memory", "0:cpu=1"]), &c)
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid argument \"0:cpu=1\" for \"--reserved-memory\" flag: memory type conversion error, unknown type: \"cpu\""
+        );
+        let file = KubeletConfiguration::parse(
+            std::path::Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits: {memory: 1100Mi}\n",
+        )
+        .unwrap();
+        let m = resolve_memory_manager(&args(&[]), &file).unwrap();
+        assert_eq!(m.policy, "Static");
+        assert_eq!(m.reserved_memory[0].limits["memory"], "1100Mi");
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub enum CmError {
     },
     #[error("{0}")]
     Cgroup(#[from] nodus_cgroups::CgroupError),
+    #[error(transparent)]
+    MemoryManager(#[from] super::memorymanager::Error),
 }
 
 pub struct ContainerManager {
@@ -36,6 +38,8 @@ pub struct ContainerManager {
     system: NodeResources,
     /// The device manager, set once at start (upstream's container manager owns it too).
     pub devices: std::sync::OnceLock<Arc<super::devicemanager::DeviceManager>>,
+    /// The memory manager, set once at start.
+    pub memory: std::sync::OnceLock<Arc<super::memorymanager::MemoryManager>>,
 }
 
 fn to_resources(v: &CgroupValues) -> Resources {
@@ -108,6 +112,7 @@ impl ContainerManager {
             kube,
             system,
             devices: std::sync::OnceLock::new(),
+            memory: std::sync::OnceLock::new(),
         })
     }
 
@@ -256,8 +261,12 @@ impl ContainerManager {
         .find(|p| self.cgroups.exists(p))
     }
 
-    /// Removes a pod's cgroup wherever its tier put it (the pod's spec may be unknown).
+    /// Removes a pod's cgroup wherever its tier put it (the pod's spec may be unknown); its
+    /// pinned memory goes back to the memory manager.
     pub fn remove_pod(&self, uid: &str) {
+        if let Some(m) = self.memory.get() {
+            m.remove_pod(uid);
+        }
         let _g = self.lock.lock();
         for qos in [
             QosClass::Guaranteed,
