@@ -24,6 +24,10 @@ pub enum Reason {
     NodeShutdown,
     /// A manager failed to give the pod what it asked for (a device allocation).
     UnexpectedAdmissionError,
+    /// The topology manager's policy found no NUMA placement for the pod.
+    TopologyAffinityError,
+    /// The CPU manager's `full-pcpus-only` refusal.
+    SmtAlignmentError,
 }
 
 impl Reason {
@@ -33,6 +37,8 @@ impl Reason {
             Reason::Evicted => crate::eviction::REASON.into(),
             Reason::NodeShutdown => crate::nodeshutdown::NOT_ADMITTED_REASON.into(),
             Reason::UnexpectedAdmissionError => "UnexpectedAdmissionError".into(),
+            Reason::TopologyAffinityError => "TopologyAffinityError".into(),
+            Reason::SmtAlignmentError => "SMTAlignmentError".into(),
         }
     }
 }

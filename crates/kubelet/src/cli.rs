@@ -158,6 +158,32 @@ pub struct KubeletArgs {
     /// The CFS quota period [default: 100ms].
     #[arg(long)]
     pub cpu_cfs_quota_period: Option<String>,
+    /// The CPU manager policy: none or static [default: none].
+    #[arg(long)]
+    pub cpu_manager_policy: Option<String>,
+    /// The static policy's options, `full-pcpus-only=true,distribute-cpus-across-numa=true`.
+    #[arg(long)]
+    pub cpu_manager_policy_options: Option<String>,
+    /// How often the CPU manager hands changed cpusets to running containers [default: 10s].
+    #[arg(long)]
+    pub cpu_manager_reconcile_period: Option<String>,
+    /// CPUs kept for the system and the kubelet (a cpuset, e.g. 0-1); overrides the cpu of
+    /// kube-reserved and system-reserved.
+    #[arg(long)]
+    pub reserved_cpus: Option<String>,
+    /// The topology manager policy: none, best-effort, restricted or single-numa-node
+    /// [default: none].
+    #[arg(long)]
+    pub topology_manager_policy: Option<String>,
+    /// Align resources per container or per pod [default: container].
+    #[arg(long)]
+    pub topology_manager_scope: Option<String>,
+    /// The topology manager's options, `prefer-closest-numa-nodes=true,max-allowable-numa-nodes=8`.
+    #[arg(long)]
+    pub topology_manager_policy_options: Option<String>,
+    /// The sysfs the CPU and NUMA topology is read from (a fake tree in tests).
+    #[arg(long, hide = true, env = "NODUS_SYSFS_ROOT", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
     /// The kubeconfig to reach the API server with; without it the kubelet runs standalone
     /// (static pods only), as upstream.
     #[arg(long)]
@@ -377,6 +403,99 @@ struct Resolved {
     /// `userNamespaces.idsPerPod`.
     ids_per_pod: u32,
     shutdown: crate::nodeshutdown::Config,
+    resource_managers: ResourceManagers,
+}
+
+/// The CPU and topology managers' settings.
+struct ResourceManagers {
+    cpu: crate::cm::cpumanager::Config,
+    topology_policy: String,
+    topology_scope: String,
+    topology_options: std::collections::BTreeMap<String, String>,
+    sysfs: PathBuf,
+}
+
+/// upstream's cpuManager*, reservedSystemCPUs and topologyManager* settings. A
+/// `--reserved-cpus` set becomes the system-reserved cpu (and kube-reserved's cpu goes), as
+/// upstream: Allocatable then leaves exactly those CPUs out.
+fn resolve_resource_managers(
+    args: &KubeletArgs,
+    c: &KubeletConfiguration,
+    cm: &mut crate::cm::Config,
+) -> Result<ResourceManagers, RunError> {
+    let flag = |e: String| RunError::Flag(e);
+    let map =
+        |name: &str, a: &Option<String>, f: &Option<std::collections::BTreeMap<String, String>>| {
+            match a {
+                Some(s) => parse_map(name, s, '='),
+                None => Ok(f.clone().unwrap_or_default()),
+            }
+        };
+    let reserved_text = args
+        .reserved_cpus
+        .clone()
+        .or(c.reserved_system_cpus.clone())
+        .unwrap_or_default();
+    let reserved_cpus = crate::cm::cpuset::CpuSet::parse(&reserved_text).map_err(|e| {
+        flag(format!(
+            "unable to parse reservedSystemCPUs ({reserved_text}), error: {e}"
+        ))
+    })?;
+    if !reserved_cpus.is_empty() {
+        tracing::info!(reserved_cpus = %reserved_cpus, "--reserved-cpus is specified, it will overwrite the cpu setting in KubeReserved and SystemReserved");
+        cm.kube_reserved.remove("cpu");
+        cm.system_reserved
+            .insert("cpu".into(), reserved_cpus.len().to_string());
+    }
+    let reserved_milli =
+        if cm.kube_reserved.contains_key("cpu") || cm.system_reserved.contains_key("cpu") {
+            let k = crate::cm::allocatable::parse_reserved("kubeReserved", &cm.kube_reserved)
+                .map_err(flag)?;
+            let s = crate::cm::allocatable::parse_reserved("systemReserved", &cm.system_reserved)
+                .map_err(flag)?;
+            Some(k.cpu_milli + s.cpu_milli)
+        } else {
+            None
+        };
+    Ok(ResourceManagers {
+        cpu: crate::cm::cpumanager::Config {
+            policy: args
+                .cpu_manager_policy
+                .clone()
+                .or(c.cpu_manager_policy.clone())
+                .unwrap_or_else(|| "none".into()),
+            policy_options: map(
+                "cpu-manager-policy-options",
+                &args.cpu_manager_policy_options,
+                &c.cpu_manager_policy_options,
+            )?,
+            reconcile_period: dur(
+                &args.cpu_manager_reconcile_period,
+                &c.cpu_manager_reconcile_period,
+                "10s",
+                "cpu-manager-reconcile-period",
+            )?,
+            reserved_cpus,
+            reserved_milli,
+            state_dir: args.root_dir.clone(),
+        },
+        topology_policy: args
+            .topology_manager_policy
+            .clone()
+            .or(c.topology_manager_policy.clone())
+            .unwrap_or_else(|| "none".into()),
+        topology_scope: args
+            .topology_manager_scope
+            .clone()
+            .or(c.topology_manager_scope.clone())
+            .unwrap_or_else(|| "container".into()),
+        topology_options: map(
+            "topology-manager-policy-options",
+            &args.topology_manager_policy_options,
+            &c.topology_manager_policy_options,
+        )?,
+        sysfs: args.sysfs_root.clone(),
+    })
 }
 
 /// The settings of the node status, lease and registration.
@@ -461,6 +580,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     let mut cm = resolve_cm(args, &c)?;
     cm.memory_qos = feature(&gates, "MemoryQoS")?;
     cm.kubelet_psi = feature(&gates, "KubeletPSI")?;
+    let resource_managers = resolve_resource_managers(args, &c, &mut cm)?;
     let node = resolve_node(args, &c)?;
     let memory_manager = resolve_memory_manager(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
@@ -469,6 +589,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     Ok(Resolved {
         ids_per_pod,
         shutdown,
+        resource_managers,
         endpoint: args
             .container_runtime_endpoint
             .clone()
@@ -622,7 +743,7 @@ fn resolve_memory_manager(
             .or(c.memory_manager_policy.clone())
             .unwrap_or_else(|| crate::cm::memorymanager::POLICY_NONE.into()),
         reserved_memory,
-        ..Default::default()
+        sysfs_root: args.sysfs_root.clone(),
     })
 }
 
@@ -739,6 +860,50 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
     })
 }
 
+/// The topology manager and the CPU manager (upstream's NewContainerManager and Start):
+/// the CPU topology from sysfs, the CPU manager's state file checked against its policy, and
+/// the CPU and device managers registered as hint providers.
+fn start_resource_managers(
+    rm: &ResourceManagers,
+    devices: &Arc<crate::cm::devicemanager::DeviceManager>,
+    memory: &Arc<crate::cm::memorymanager::MemoryManager>,
+) -> Result<
+    (
+        Arc<crate::cm::topologymanager::TopologyManager>,
+        Arc<crate::cm::cpumanager::CpuManager>,
+    ),
+    RunError,
+> {
+    use crate::cm::manager::CmError;
+    let topology = crate::cm::topology::CpuTopology::discover(&rm.sysfs)
+        .map_err(|e| CmError::CpuManagerInit(e.to_string()))?;
+    let tm = Arc::new(
+        crate::cm::topologymanager::TopologyManager::new(
+            &rm.sysfs,
+            &rm.topology_policy,
+            &rm.topology_scope,
+            &rm.topology_options,
+        )
+        .map_err(CmError::TopologyManagerInit)?,
+    );
+    devices.set_numa_nodes(topology.numa_nodes());
+    devices.set_affinity(Arc::clone(&tm) as _);
+    let cpus = crate::cm::cpumanager::CpuManager::new(&rm.cpu, topology).map_err(|e| {
+        if e.at_start() {
+            CmError::CpuManagerStart(e.to_string())
+        } else {
+            CmError::CpuManagerInit(e.to_string())
+        }
+    })?;
+    let cpus = Arc::new(cpus);
+    cpus.set_affinity(Arc::clone(&tm) as _);
+    tm.add_hint_provider(Arc::clone(&cpus) as _);
+    memory.set_affinity(Arc::clone(&tm) as _);
+    tm.add_hint_provider(Arc::clone(memory) as _);
+    tm.add_hint_provider(Arc::clone(devices) as _);
+    Ok((tm, cpus))
+}
+
 /// upstream's ActivePodsFunc over the pod manager, the core and the workers.
 fn active_pods_func(
     core: &Arc<crate::kubelet::Core>,
@@ -747,24 +912,6 @@ fn active_pods_func(
 ) -> Box<dyn Fn() -> Vec<k8s_openapi::api::core::v1::Pod> + Send + Sync> {
     let (c, p, w) = (Arc::clone(core), pods.clone(), workers.clone());
     Box::new(move || crate::kubelet::active_pods(&p, &c, &w))
-}
-
-/// Whether a pod some source wants has not reached admission yet (after a restart the pods
-/// come in one at a time): the managers keep what it was given.
-fn pending_admission(
-    cfg: &PodConfig,
-    sources: &[&'static str],
-    known: &PodManager,
-) -> crate::cm::devicemanager::PendingFunc {
-    let (cfg, srcs, known) = (cfg.clone(), sources.to_vec(), known.clone());
-    Box::new(move |uid| {
-        known.get(uid).is_none()
-            && (!cfg.seen_all_sources(&srcs)
-                || cfg
-                    .pods()
-                    .iter()
-                    .any(|p| p.metadata.uid.as_deref() == Some(uid)))
-    })
 }
 
 /// Resolves once the pod's worker is no longer running or stopping it.
@@ -1133,6 +1280,10 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             .map_err(|e| RunError::Flag(e.to_string()))?,
     );
     let _ = cm.devices.set(Arc::clone(&devices));
+    let (topology_manager, cpus) =
+        start_resource_managers(&r.resource_managers, &devices, &memory)?;
+    let _ = cm.cpus.set(Arc::clone(&cpus));
+    tokio::spawn(Arc::clone(&cpus).reconcile_loop(rt.runtime.clone()));
     {
         let dm = Arc::clone(&devices);
         tokio::spawn(async move {
@@ -1476,10 +1627,24 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     admit_handlers.add(Arc::new(crate::cm::admission::PredicateAdmitHandler {
         cm: Arc::clone(&cm),
     }));
-    admit_handlers.add(Arc::clone(&memory) as _);
+    admit_handlers.add(Arc::clone(&topology_manager) as _);
     admit_handlers.add(Arc::clone(&devices) as _);
-    devices.set_pending(pending_admission(&pod_config, &sources, &pods));
-    memory.set_pending(pending_admission(&pod_config, &sources, &pods));
+    {
+        let pending = || -> crate::cm::devicemanager::PendingFunc {
+            let (cfg, srcs, known) = (pod_config.clone(), sources.clone(), pods.clone());
+            Box::new(move |uid| {
+                known.get(uid).is_none()
+                    && (!cfg.seen_all_sources(&srcs)
+                        || cfg
+                            .pods()
+                            .iter()
+                            .any(|p| p.metadata.uid.as_deref() == Some(uid)))
+            })
+        };
+        devices.set_pending(pending());
+        cpus.set_active_pods(active_pods_func(&core, &pods, &workers), pending());
+        memory.set_active_pods(active_pods_func(&core, &pods, &workers), pending());
+    }
     {
         let server = crate::podresources::Server {
             devices: Arc::clone(&devices),

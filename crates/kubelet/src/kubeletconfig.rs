@@ -51,6 +51,14 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<String>,
+    pub cpu_manager_policy: Option<String>,
+    pub cpu_manager_policy_options: Option<BTreeMap<String, String>>,
+    pub cpu_manager_reconcile_period: Option<String>,
+    #[serde(rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: Option<String>,
+    pub topology_manager_policy: Option<String>,
+    pub topology_manager_scope: Option<String>,
+    pub topology_manager_policy_options: Option<BTreeMap<String, String>>,
     /// MemoryQoS: how far between request and limit a container's `memory.high` sits.
     pub memory_throttling_factor: Option<f64>,
     /// The memory manager's policy: `None` or `Static`.
@@ -176,6 +184,10 @@ impl KubeletConfiguration {
         }
         for (name, v) in [
             ("cpuCFSQuotaPeriod", &cfg.cpu_cfs_quota_period),
+            (
+                "cpuManagerReconcilePeriod",
+                &cfg.cpu_manager_reconcile_period,
+            ),
             (
                 "evictionPressureTransitionPeriod",
                 &cfg.eviction_pressure_transition_period,

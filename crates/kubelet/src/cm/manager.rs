@@ -23,6 +23,12 @@ pub enum CmError {
     },
     #[error("{0}")]
     Cgroup(#[from] nodus_cgroups::CgroupError),
+    #[error("failed to initialize cpu manager: {0}")]
+    CpuManagerInit(String),
+    #[error("start cpu manager error: {0}")]
+    CpuManagerStart(String),
+    #[error("failed to initialize topology manager: {0}")]
+    TopologyManagerInit(String),
     #[error(transparent)]
     MemoryManager(#[from] super::memorymanager::Error),
 }
@@ -38,6 +44,8 @@ pub struct ContainerManager {
     system: NodeResources,
     /// The device manager, set once at start (upstream's container manager owns it too).
     pub devices: std::sync::OnceLock<Arc<super::devicemanager::DeviceManager>>,
+    /// The CPU manager, set once at start.
+    pub cpus: std::sync::OnceLock<Arc<super::cpumanager::CpuManager>>,
     /// The memory manager, set once at start.
     pub memory: std::sync::OnceLock<Arc<super::memorymanager::MemoryManager>>,
 }
@@ -112,6 +120,7 @@ impl ContainerManager {
             kube,
             system,
             devices: std::sync::OnceLock::new(),
+            cpus: std::sync::OnceLock::new(),
             memory: std::sync::OnceLock::new(),
         })
     }

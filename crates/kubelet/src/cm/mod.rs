@@ -10,6 +10,7 @@ pub mod admission;
 pub mod allocatable;
 pub mod cgroup_driver;
 pub mod checksum;
+pub mod cpumanager;
 pub mod cpuset;
 pub mod devicemanager;
 pub mod manager;
@@ -45,4 +46,13 @@ pub struct Config {
     pub memory_throttling_factor: f64,
     /// The `KubeletPSI` feature gate: pressure (PSI) figures in the Summary API.
     pub kubelet_psi: bool,
+}
+
+/// Go's strconv.ParseBool, which the resource managers' policy options are read with.
+pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
 }

@@ -694,6 +694,19 @@ impl KubeRuntime {
                 Err(e) => return fail("CreateContainerConfigError", e),
             }
         }
+        // upstream's PreCreateContainer: exclusive CPUs or the shared pool.
+        if let Some(cpus) = self
+            .cm
+            .cpus
+            .get()
+            .and_then(|m| m.container_cpuset(&uid, &c.name))
+        {
+            let linux = config.linux.get_or_insert_with(Default::default);
+            linux
+                .resources
+                .get_or_insert_with(Default::default)
+                .cpuset_cpus = cpus;
+        }
         // upstream's PreCreateContainer: the memory manager's NUMA nodes as cpuset.mems.
         if let Some(mems) = self
             .cm

@@ -14,6 +14,7 @@
 pub mod checkpoint;
 pub mod endpoint;
 pub mod registration;
+pub mod topology_hints;
 
 use crate::admission::{PodAdmitAttributes, PodAdmitHandler, PodAdmitResult, Reason, Rejection};
 use cri::deviceplugin::v1beta1 as pb;
@@ -103,6 +104,10 @@ pub struct DeviceManager {
     state: Mutex<State>,
     /// Wakes the node status loop when capacity or allocatable changed.
     changed: tokio::sync::Notify,
+    /// The machine's NUMA nodes, for topology hints.
+    numa_nodes: std::sync::OnceLock<Vec<usize>>,
+    /// The topology manager's merged hints, which allocations prefer.
+    affinity: std::sync::OnceLock<std::sync::Arc<dyn crate::cm::topologymanager::Store>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +134,8 @@ impl DeviceManager {
             pending: std::sync::OnceLock::new(),
             state: Mutex::new(State::default()),
             changed: tokio::sync::Notify::new(),
+            numa_nodes: std::sync::OnceLock::new(),
+            affinity: std::sync::OnceLock::new(),
         };
         m.restore();
         Ok(m)
@@ -458,7 +465,8 @@ impl DeviceManager {
                     available.len()
                 ));
             }
-            (available, reusable, r.client.clone(), r.options)
+            let ordered = self.aligned_first(&s, uid, container, resource, &available);
+            (ordered, reusable, r.client.clone(), r.options)
         };
         let Some(client) = client else {
             return Err(format!("cannot allocate unregistered device {resource}"));
@@ -467,7 +475,7 @@ impl DeviceManager {
         let mut chosen: Option<Vec<String>> = None;
         if options.get_preferred_allocation_available {
             match client
-                .preferred(available.iter().cloned().collect(), must.clone(), needed)
+                .preferred(available.to_vec(), must.clone(), needed)
                 .await
             {
                 Ok(ids)

@@ -4,19 +4,19 @@
 //! `None` (the default) does nothing. The machine's memory per NUMA node comes from sysfs
 //! ([`machine`]), what is held back per node from `--reserved-memory` ([`reserved`]), and
 //! the assignments live in `<root-dir>/memory_manager_state` ([`state`]), checked against
-//! the policy at start. A pod that cannot be placed is refused at admission with
-//! `UnexpectedAdmissionError`; a pod's memory goes back when the pod is removed or, as
-//! upstream's removeStaleState, when it is no longer active at the next admission.
+//! the policy at start. The manager is one of the topology manager's hint providers: it
+//! gives hints and places each container on the merged hint at admission; a pod that
+//! cannot be placed is refused with `UnexpectedAdmissionError`. A pod's memory goes back
+//! when the pod is removed or, as upstream's removeStaleState, when it is no longer active
+//! at the next admission.
 
 pub mod machine;
 pub mod policy_static;
 pub mod reserved;
 pub mod state;
 
-use crate::admission::{PodAdmitAttributes, PodAdmitHandler, PodAdmitResult, Reason, Rejection};
 use crate::cm::devicemanager::PendingFunc;
 use crate::cm::topologymanager::{HintProvider, Store, TopologyHint};
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use nodus_k8s::quantity::{Format, ParsedQuantity};
 use policy_static::StaticPolicy;
@@ -76,8 +76,12 @@ struct Inner {
     state: state::State,
 }
 
+/// upstream's ActivePodsFunc.
+pub type ActivePodsFunc = Box<dyn Fn() -> Vec<Pod> + Send + Sync>;
+
 pub struct MemoryManager {
     inner: Mutex<Inner>,
+    active_pods: OnceLock<ActivePodsFunc>,
     pending: OnceLock<PendingFunc>,
     /// The topology manager's merged hints, read at Allocate (upstream's affinity Store).
     affinity: OnceLock<Arc<dyn Store>>,
@@ -164,15 +168,17 @@ impl MemoryManager {
         }
         Ok(MemoryManager {
             inner: Mutex::new(Inner { policy, state }),
+            active_pods: OnceLock::new(),
             pending: OnceLock::new(),
             affinity: OnceLock::new(),
         })
     }
 
-    /// Sets how to tell pods still on their way to admission after a restart: their
-    /// memory is not given back as stale.
-    pub fn set_pending(&self, f: PendingFunc) {
-        let _ = self.pending.set(f);
+    /// How the manager learns which pods still hold memory: the active pods, and pods
+    /// still on their way to admission after a restart (their memory is not stale).
+    pub fn set_active_pods(&self, active: ActivePodsFunc, pending: PendingFunc) {
+        let _ = self.active_pods.set(active);
+        let _ = self.pending.set(pending);
     }
 
     /// Sets the topology manager whose merged hint Allocate follows.
@@ -192,11 +198,24 @@ impl MemoryManager {
         container: &Container,
         hint: Option<TopologyHint>,
     ) -> Result<(), String> {
+        self.allocate_inner(pod, container, hint, None)
+    }
+
+    /// Allocate after giving back the memory of pods not in `live` (when given); the state
+    /// file is written once, when anything changed.
+    fn allocate_inner(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        hint: Option<TopologyHint>,
+        live: Option<HashSet<String>>,
+    ) -> Result<(), String> {
         let mut i = self.inner.lock().map_err(|_| "memory manager poisoned")?;
         let Inner { policy, state } = &mut *i;
         let Policy::Static(p) = policy else {
             return Ok(());
         };
+        let mut changed = live.is_some_and(|l| self.release_stale(p, state, &l));
         let hint = match hint {
             Some(h) if h.numa_node_affinity.is_some() => h,
             _ => TopologyHint {
@@ -204,27 +223,14 @@ impl MemoryManager {
                 preferred: false,
             },
         };
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let had = state.memory_blocks(uid, &container.name).is_some();
         let r = p.allocate(state, pod, container, hint);
-        state.store_or_log();
-        r
-    }
-
-    /// Every container of `pod`, init containers first (upstream's topology manager with
-    /// the `none` policy calls Allocate this way); on a refusal the pod keeps nothing.
-    pub fn allocate_pod(&self, pod: &Pod) -> Result<(), String> {
-        let spec = pod.spec.clone().unwrap_or_default();
-        for c in spec
-            .init_containers
-            .iter()
-            .flatten()
-            .chain(&spec.containers)
-        {
-            if let Err(e) = self.allocate_container(pod, c, None) {
-                self.remove_pod(pod.metadata.uid.as_deref().unwrap_or_default());
-                return Err(e);
-            }
+        changed |= !had && state.memory_blocks(uid, &container.name).is_some();
+        if changed {
+            state.store_or_log();
         }
-        Ok(())
+        r
     }
 
     /// upstream's GetTopologyHints (None: no preference).
@@ -273,40 +279,73 @@ impl MemoryManager {
         let Ok(mut i) = self.inner.lock() else { return };
         let Inner { policy, state } = &mut *i;
         let Policy::Static(p) = policy else { return };
-        let containers: Vec<String> = state
-            .assignments
-            .get(pod_uid)
-            .map(|c| c.keys().cloned().collect())
-            .unwrap_or_default();
-        if containers.is_empty() {
-            return;
+        if release(p, state, pod_uid) {
+            state.store_or_log();
         }
-        for c in &containers {
-            p.remove_container(state, pod_uid, c);
-        }
-        tracing::info!(pod_uid, "memory manager: released the pod's memory");
-        state.store_or_log();
     }
 
-    /// upstream's removeStaleState: pods neither active nor waiting for admission give
-    /// their memory back.
-    fn remove_stale_state(&self, active: &HashSet<String>) {
+    /// The pods whose memory is not stale: the active ones and `keep`, the pod being
+    /// admitted; None when the manager does not know the active pods.
+    fn live_pods(&self, keep: &Pod) -> Option<HashSet<String>> {
+        let active_pods = self.active_pods.get()?;
+        let mut live: HashSet<String> = active_pods()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        live.extend(keep.metadata.uid.clone());
+        Some(live)
+    }
+
+    /// upstream's removeStaleState: pods neither live nor waiting for admission give their
+    /// memory back. Whether anything changed.
+    fn release_stale(
+        &self,
+        p: &mut StaticPolicy,
+        state: &mut state::State,
+        live: &HashSet<String>,
+    ) -> bool {
         let pending = self.pending.get();
-        let stale: Vec<String> = match self.inner.lock() {
-            Ok(i) => i
-                .state
-                .assignments
-                .keys()
-                .filter(|u| !active.contains(*u) && !pending.is_some_and(|f| f(u)))
-                .cloned()
-                .collect(),
-            Err(_) => return,
-        };
-        for u in stale {
+        let stale: Vec<String> = state
+            .assignments
+            .keys()
+            .filter(|u| !live.contains(*u) && !pending.is_some_and(|f| f(u)))
+            .cloned()
+            .collect();
+        for u in &stale {
             tracing::info!(pod_uid = %u, "RemoveStaleState removing state");
-            self.remove_pod(&u);
+            release(p, state, u);
+        }
+        !stale.is_empty()
+    }
+
+    /// [`Self::release_stale`] on its own (before hints), writing the state when it changed.
+    fn remove_stale_state(&self, keep: &Pod) {
+        let Some(live) = self.live_pods(keep) else {
+            return;
+        };
+        let Ok(mut i) = self.inner.lock() else { return };
+        let Inner { policy, state } = &mut *i;
+        let Policy::Static(p) = policy else { return };
+        if self.release_stale(p, state, &live) {
+            state.store_or_log();
         }
     }
+}
+
+/// Every container of the pod gives its memory back; whether it had any.
+fn release(p: &mut StaticPolicy, state: &mut state::State, pod_uid: &str) -> bool {
+    let containers: Vec<String> = state
+        .assignments
+        .get(pod_uid)
+        .map(|c| c.keys().cloned().collect())
+        .unwrap_or_default();
+    for c in &containers {
+        p.remove_container(state, pod_uid, c);
+    }
+    if !containers.is_empty() {
+        tracing::info!(pod_uid, "memory manager: released the pod's memory");
+    }
+    !containers.is_empty()
 }
 
 /// The memory manager as the topology manager's hint provider.
@@ -316,12 +355,14 @@ impl HintProvider for MemoryManager {
         pod: &Pod,
         container: &Container,
     ) -> HashMap<String, Vec<TopologyHint>> {
+        self.remove_stale_state(pod);
         self.topology_hints(pod, container)
             .map(|h| h.into_iter().collect())
             .unwrap_or_default()
     }
 
     fn get_pod_topology_hints(&self, pod: &Pod) -> HashMap<String, Vec<TopologyHint>> {
+        self.remove_stale_state(pod);
         self.pod_topology_hints(pod)
             .map(|h| h.into_iter().collect())
             .unwrap_or_default()
@@ -334,29 +375,7 @@ impl HintProvider for MemoryManager {
                 &container.name,
             )
         });
-        self.allocate_container(pod, container, hint)
-    }
-}
-
-/// Without the topology manager in the admission chain, the memory manager admits pods
-/// itself, as upstream's topology manager does under its `none` policy.
-impl PodAdmitHandler for MemoryManager {
-    fn admit<'a>(&'a self, attrs: &'a PodAdmitAttributes<'a>) -> BoxFuture<'a, PodAdmitResult> {
-        let active: HashSet<String> = attrs
-            .other_pods
-            .iter()
-            .chain(std::iter::once(attrs.pod))
-            .filter_map(|p| p.metadata.uid.clone())
-            .collect();
-        self.remove_stale_state(&active);
-        let r = self
-            .allocate_pod(attrs.pod)
-            .map_err(|e| Rejection {
-                reason: Reason::UnexpectedAdmissionError,
-                message: format!("Allocate failed due to {e}, which is unexpected"),
-            })
-            .into();
-        Box::pin(async move { r })
+        self.allocate_inner(pod, container, hint, self.live_pods(pod))
     }
 }
 

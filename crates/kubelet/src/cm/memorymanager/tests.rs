@@ -4,7 +4,10 @@
 
 use super::machine::fake;
 use super::*;
+use crate::admission::{PodAdmitAttributes, PodAdmitHandler, PodAdmitResult, Reason};
+use crate::cm::topologymanager::TopologyManager;
 use crate::cm::topologymanager::{BitMask, HintProvider, TopologyHint};
+use std::sync::Mutex;
 
 const GI: u64 = 1 << 30;
 const MI: u64 = 1 << 20;
@@ -61,10 +64,37 @@ impl Fixture {
         }
     }
 
-    /// Static, 512Mi system-reserved + 100Mi eviction, reserved on nodes 0 and 1.
-    fn start(&self) -> MemoryManager {
-        self.start_with("Static", "512Mi", "0:memory=512Mi;1:memory=100Mi")
-            .unwrap()
+    /// Static, 512Mi system-reserved + 100Mi eviction, reserved on nodes 0 and 1; the
+    /// only hint provider of a topology manager with the `none` policy, as the kubelet wires
+    /// it.
+    fn start(&self) -> Node {
+        self.start_under("none")
+    }
+
+    /// [`Fixture::start`] under the topology manager policy `policy`.
+    fn start_under(&self, policy: &str) -> Node {
+        let m = Arc::new(
+            self.start_with("Static", "512Mi", "0:memory=512Mi;1:memory=100Mi")
+                .unwrap(),
+        );
+        let tm = Arc::new(
+            TopologyManager::new(self.sysfs.path(), policy, "container", &BTreeMap::new()).unwrap(),
+        );
+        m.set_affinity(Arc::clone(&tm) as _);
+        tm.add_hint_provider(Arc::clone(&m) as _);
+        let active: Arc<Mutex<Vec<Pod>>> = Arc::default();
+        let pending: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (a, p) = (Arc::clone(&active), Arc::clone(&pending));
+        m.set_active_pods(
+            Box::new(move || a.lock().unwrap().clone()),
+            Box::new(move |uid| p.lock().unwrap().iter().any(|u| u == uid)),
+        );
+        Node {
+            m,
+            tm,
+            active,
+            pending,
+        }
     }
 
     fn start_with(
@@ -107,8 +137,27 @@ fn guaranteed(uid: &str, memory: &str, hugepages_1gi: Option<&str>) -> Pod {
     )
 }
 
-async fn admit(m: &MemoryManager, pod: &Pod, others: &[Pod]) -> PodAdmitResult {
-    m.admit(&PodAdmitAttributes {
+/// The memory manager behind the topology manager, with the kubelet's active pods.
+struct Node {
+    m: Arc<MemoryManager>,
+    tm: Arc<TopologyManager>,
+    active: Arc<Mutex<Vec<Pod>>>,
+    /// Pods still on their way to admission after a restart.
+    pending: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::ops::Deref for Node {
+    type Target = MemoryManager;
+    fn deref(&self) -> &MemoryManager {
+        &self.m
+    }
+}
+
+/// Admission as the kubelet's chain runs it (the topology manager calls Allocate) with
+/// `others` the active pods.
+async fn admit(n: &Node, pod: &Pod, others: &[Pod]) -> PodAdmitResult {
+    *n.active.lock().unwrap() = others.to_vec();
+    n.tm.admit(&PodAdmitAttributes {
         pod,
         other_pods: others,
     })
@@ -254,7 +303,7 @@ async fn stale_pods_give_their_memory_back_at_the_next_admission() {
     assert_eq!(m.cpuset_mems("gone", "c"), None);
     assert_eq!(m.cpuset_mems("next", "c").as_deref(), Some("0"));
     // ...unless it is still waiting for its turn at admission after a restart.
-    m.set_pending(Box::new(|uid| uid == "next"));
+    m.pending.lock().unwrap().push("next".into());
     assert!(
         admit(&m, &guaranteed("third", "1Gi", None), &[])
             .await
@@ -424,7 +473,8 @@ fn bad_configurations_are_refused_as_upstream() {
     // The None policy ignores the reservations and still keeps a state file.
     let m = f.start_with("None", "512Mi", "").unwrap();
     assert_eq!(m.policy_name(), "None");
-    assert!(m.allocate_pod(&guaranteed("g", "1Gi", None)).is_ok());
+    let g = guaranteed("g", "1Gi", None);
+    assert!(HintProvider::allocate(&m, &g, &g.spec.as_ref().unwrap().containers[0]).is_ok());
     assert_eq!(m.cpuset_mems("g", "c"), None);
     assert_eq!(f.state_file()["policyName"], "None");
 }
@@ -440,7 +490,9 @@ impl crate::cm::topologymanager::Store for FixedAffinity {
 #[test]
 fn as_a_hint_provider_it_follows_the_merged_hint() {
     let f = Fixture::new(0);
-    let m = f.start();
+    let m = f
+        .start_with("Static", "512Mi", "0:memory=512Mi;1:memory=100Mi")
+        .unwrap();
     m.set_affinity(std::sync::Arc::new(FixedAffinity(TopologyHint {
         numa_node_affinity: BitMask::new(&[2]),
         preferred: true,
@@ -463,4 +515,28 @@ fn as_a_hint_provider_it_follows_the_merged_hint() {
     assert!(HintProvider::get_topology_hints(&m, &b, &bc).is_empty());
     HintProvider::allocate(&m, &b, &bc).unwrap();
     assert_eq!(m.cpuset_mems("b", "c"), None);
+}
+
+#[tokio::test]
+async fn under_single_numa_node_a_pod_spanning_nodes_is_a_topology_affinity_error() {
+    let f = Fixture::new(0);
+    let m = f.start_under("single-numa-node");
+    let small = guaranteed("small", "6Gi", None);
+    assert!(admit(&m, &small, &[]).await.admit);
+    assert_eq!(m.cpuset_mems("small", "c").as_deref(), Some("0"));
+    // 10Gi fits only two nodes together: the policy refuses it, nothing is placed.
+    let big = guaranteed("big", "10Gi", None);
+    let r = admit(&m, &big, std::slice::from_ref(&small)).await;
+    assert!(!r.admit);
+    assert_eq!(r.reason, Some(Reason::TopologyAffinityError));
+    assert_eq!(
+        r.message,
+        "Resources cannot be allocated with Topology locality"
+    );
+    assert_eq!(m.cpuset_mems("big", "c"), None);
+    // Under best-effort the same pod is admitted across two nodes.
+    let f = Fixture::new(0);
+    let m = f.start_under("best-effort");
+    assert!(admit(&m, &big, &[]).await.admit);
+    assert_eq!(m.cpuset_mems("big", "c").as_deref(), Some("0,1"));
 }
