@@ -112,6 +112,14 @@ pub struct KubeletArgs {
     /// The cgroup of the OS daemons, to enforce system-reserved on.
     #[arg(long)]
     pub system_reserved_cgroup: Option<String>,
+    /// Memory Manager policy to use: None or Static [default: None].
+    #[arg(long)]
+    pub memory_manager_policy: Option<String>,
+    /// Memory reserved per NUMA node, e.g. `0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi`
+    /// (repeatable); per memory type the sum must equal kube-reserved + system-reserved +
+    /// the hard eviction threshold.
+    #[arg(long)]
+    pub reserved_memory: Vec<String>,
     /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%].
     #[arg(long)]
     pub eviction_hard: Option<String>,
@@ -389,6 +397,7 @@ struct Resolved {
     read_only: SocketAddr,
     evented_pleg: bool,
     cm: crate::cm::Config,
+    memory_manager: crate::cm::memorymanager::Config,
     node: NodeSettings,
     eviction: crate::eviction::Config,
     /// `userNamespaces.idsPerPod`.
@@ -573,6 +582,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
     cm.kubelet_psi = feature(&gates, "KubeletPSI")?;
     let resource_managers = resolve_resource_managers(args, &c, &mut cm)?;
     let node = resolve_node(args, &c)?;
+    let memory_manager = resolve_memory_manager(args, &c)?;
     let eviction = resolve_eviction(args, &c, &cm)?;
     let shutdown = resolve_shutdown(&c, &gates)?;
     let ids_per_pod = c.ids_per_pod();
@@ -641,6 +651,7 @@ fn resolve(args: &KubeletArgs) -> Result<Resolved, RunError> {
         ),
         evented_pleg: feature(&gates, "EventedPLEG")?,
         cm,
+        memory_manager,
         node,
         eviction,
     })
@@ -702,6 +713,37 @@ fn resolve_eviction(
                 .unwrap_or(0),
         ),
         monitoring_interval,
+    })
+}
+
+/// The memory manager's policy and per-NUMA reservations, flags over the config file.
+fn resolve_memory_manager(
+    args: &KubeletArgs,
+    c: &KubeletConfiguration,
+) -> Result<crate::cm::memorymanager::Config, RunError> {
+    let reserved_memory = if args.reserved_memory.is_empty() {
+        c.reserved_memory.clone().unwrap_or_default()
+    } else {
+        let mut out = Vec::new();
+        for v in &args.reserved_memory {
+            out.extend(
+                crate::cm::memorymanager::reserved::parse_flag(v).map_err(|e| {
+                    RunError::Flag(format!(
+                        "invalid argument {v:?} for \"--reserved-memory\" flag: {e}"
+                    ))
+                })?,
+            );
+        }
+        out
+    };
+    Ok(crate::cm::memorymanager::Config {
+        policy: args
+            .memory_manager_policy
+            .clone()
+            .or(c.memory_manager_policy.clone())
+            .unwrap_or_else(|| crate::cm::memorymanager::POLICY_NONE.into()),
+        reserved_memory,
+        sysfs_root: args.sysfs_root.clone(),
     })
 }
 
@@ -824,6 +866,7 @@ fn resolve_cm(args: &KubeletArgs, c: &KubeletConfiguration) -> Result<crate::cm:
 fn start_resource_managers(
     rm: &ResourceManagers,
     devices: &Arc<crate::cm::devicemanager::DeviceManager>,
+    memory: &Arc<crate::cm::memorymanager::MemoryManager>,
 ) -> Result<
     (
         Arc<crate::cm::topologymanager::TopologyManager>,
@@ -855,6 +898,8 @@ fn start_resource_managers(
     let cpus = Arc::new(cpus);
     cpus.set_affinity(Arc::clone(&tm) as _);
     tm.add_hint_provider(Arc::clone(&cpus) as _);
+    memory.set_affinity(Arc::clone(&tm) as _);
+    tm.add_hint_provider(Arc::clone(memory) as _);
     tm.add_hint_provider(Arc::clone(devices) as _);
     Ok((tm, cpus))
 }
@@ -1219,13 +1264,24 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         r.cm.clone(),
         &args.root_dir,
     )?);
+    let memory = Arc::new(
+        crate::cm::memorymanager::MemoryManager::start(
+            &r.memory_manager,
+            &r.cm,
+            cm.capacity.memory_bytes,
+            &args.root_dir,
+        )
+        .map_err(crate::cm::manager::CmError::from)?,
+    );
+    let _ = cm.memory.set(Arc::clone(&memory));
     cm.start()?;
     let devices = Arc::new(
         crate::cm::devicemanager::DeviceManager::new(&args.root_dir)
             .map_err(|e| RunError::Flag(e.to_string()))?,
     );
     let _ = cm.devices.set(Arc::clone(&devices));
-    let (topology_manager, cpus) = start_resource_managers(&r.resource_managers, &devices)?;
+    let (topology_manager, cpus) =
+        start_resource_managers(&r.resource_managers, &devices, &memory)?;
     let _ = cm.cpus.set(Arc::clone(&cpus));
     tokio::spawn(Arc::clone(&cpus).reconcile_loop(rt.runtime.clone()));
     {
@@ -1587,6 +1643,7 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         };
         devices.set_pending(pending());
         cpus.set_active_pods(active_pods_func(&core, &pods, &workers), pending());
+        memory.set_active_pods(active_pods_func(&core, &pods, &workers), pending());
     }
     {
         let server = crate::podresources::Server {
@@ -1763,6 +1820,42 @@ mod tests {
             "invalid configuration: memoryThrottlingFactor 1.5 must be greater than 0 and less than or equal to 1.0"
         );
         assert!(resolve_cm(&a, &file("0")).is_err());
+    }
+
+    #[test]
+    fn memory_manager_settings_from_flags_and_file() {
+        let c = KubeletConfiguration::default();
+        let m = resolve_memory_manager(&args(&[]), &c).unwrap();
+        assert_eq!(m.policy, "None");
+        assert!(m.reserved_memory.is_empty());
+        let a = args(&[
+            "--memory-manager-policy",
+            "Static",
+            "--reserved-memory",
+            "0:memory=1Gi;1:memory=2Gi",
+            "--reserved-memory",
+            "2:hugepages-1Gi=1Gi",
+        ]);
+        let m = resolve_memory_manager(&a, &c).unwrap();
+        assert_eq!(m.policy, "Static");
+        let nodes: Vec<i32> = m.reserved_memory.iter().map(|r| r.numa_node).collect();
+        assert_eq!(nodes, [0, 1, 2]);
+        let e = resolve_memory_manager(&args(&["--reserved-memory", "0:cpu=1"]), &c)
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid argument \"0:cpu=1\" for \"--reserved-memory\" flag: memory type conversion error, unknown type: \"cpu\""
+        );
+        let file = KubeletConfiguration::parse(
+            std::path::Path::new("k.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits: {memory: 1100Mi}\n",
+        )
+        .unwrap();
+        let m = resolve_memory_manager(&args(&[]), &file).unwrap();
+        assert_eq!(m.policy, "Static");
+        assert_eq!(m.reserved_memory[0].limits["memory"], "1100Mi");
     }
 
     #[test]

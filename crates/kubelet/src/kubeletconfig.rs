@@ -61,6 +61,10 @@ pub struct KubeletConfiguration {
     pub topology_manager_policy_options: Option<BTreeMap<String, String>>,
     /// MemoryQoS: how far between request and limit a container's `memory.high` sits.
     pub memory_throttling_factor: Option<f64>,
+    /// The memory manager's policy: `None` or `Static`.
+    pub memory_manager_policy: Option<String>,
+    /// Memory held back per NUMA node for the Static memory manager policy.
+    pub reserved_memory: Option<Vec<crate::cm::memorymanager::reserved::MemoryReservation>>,
     pub register_node: Option<bool>,
     pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
     pub node_status_update_frequency: Option<String>,

@@ -47,12 +47,7 @@ pub fn machine_capacity(root_dir: &Path, max_pods: i64) -> NodeResources {
                     .ok()
                     .and_then(|s| s.trim().parse().ok())
                     .unwrap_or(0);
-                let size = if kbs % (1024 * 1024) == 0 {
-                    format!("hugepages-{}Gi", kbs / (1024 * 1024))
-                } else {
-                    format!("hugepages-{}Mi", kbs / 1024)
-                };
-                hugepages.push((size, count * kbs * 1024));
+                hugepages.push((hugepage_resource_name(kbs * 1024), count * kbs * 1024));
             }
         }
     }
@@ -64,6 +59,14 @@ pub fn machine_capacity(root_dir: &Path, max_pods: i64) -> NodeResources {
         pods: max_pods,
         hugepages,
     }
+}
+
+/// The resource name of a hugepage size (upstream's HugePageResourceName):
+/// 2097152 → `hugepages-2Mi`, 1073741824 → `hugepages-1Gi`.
+pub fn hugepage_resource_name(page_bytes: i64) -> String {
+    use nodus_k8s::quantity::{Format, ParsedQuantity};
+    let q = ParsedQuantity::from_nanos(i128::from(page_bytes) * 1_000_000_000, Format::BinarySI);
+    format!("hugepages-{}", q.canonical())
 }
 
 /// kubeReserved / systemReserved as given (`{cpu: 100m, memory: 100Mi, …}`), parsed.
@@ -104,7 +107,7 @@ pub fn default_eviction_hard() -> BTreeMap<String, String> {
 }
 
 /// A threshold in absolute terms: `100Mi` or `10%` of `capacity`.
-fn threshold(field: &str, key: &str, v: &str, capacity: i64) -> Result<i64, String> {
+pub(crate) fn threshold(field: &str, key: &str, v: &str, capacity: i64) -> Result<i64, String> {
     if let Some(p) = v.strip_suffix('%') {
         let pct: f64 = p
             .parse()

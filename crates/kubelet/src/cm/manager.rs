@@ -29,6 +29,8 @@ pub enum CmError {
     CpuManagerStart(String),
     #[error("failed to initialize topology manager: {0}")]
     TopologyManagerInit(String),
+    #[error(transparent)]
+    MemoryManager(#[from] super::memorymanager::Error),
 }
 
 pub struct ContainerManager {
@@ -44,6 +46,8 @@ pub struct ContainerManager {
     pub devices: std::sync::OnceLock<Arc<super::devicemanager::DeviceManager>>,
     /// The CPU manager, set once at start.
     pub cpus: std::sync::OnceLock<Arc<super::cpumanager::CpuManager>>,
+    /// The memory manager, set once at start.
+    pub memory: std::sync::OnceLock<Arc<super::memorymanager::MemoryManager>>,
 }
 
 fn to_resources(v: &CgroupValues) -> Resources {
@@ -117,6 +121,7 @@ impl ContainerManager {
             system,
             devices: std::sync::OnceLock::new(),
             cpus: std::sync::OnceLock::new(),
+            memory: std::sync::OnceLock::new(),
         })
     }
 
@@ -265,8 +270,12 @@ impl ContainerManager {
         .find(|p| self.cgroups.exists(p))
     }
 
-    /// Removes a pod's cgroup wherever its tier put it (the pod's spec may be unknown).
+    /// Removes a pod's cgroup wherever its tier put it (the pod's spec may be unknown); its
+    /// pinned memory goes back to the memory manager.
     pub fn remove_pod(&self, uid: &str) {
+        if let Some(m) = self.memory.get() {
+            m.remove_pod(uid);
+        }
         let _g = self.lock.lock();
         for qos in [
             QosClass::Guaranteed,

@@ -2,8 +2,9 @@
 //! cgroup root (`kubepods`, `kubepods/burstable`, `kubepods/besteffort`, `pod<uid>`), pod
 //! cgroup values from the containers' requests and limits, node allocatable (capacity minus
 //! kube-reserved, system-reserved and the hard eviction thresholds) enforced on `kubepods`,
-//! admission of pods against what is left of Allocatable, and the device manager that turns
-//! device plugins' devices into extended resources.
+//! admission of pods against what is left of Allocatable, the device manager that turns
+//! device plugins' devices into extended resources, and the memory manager that pins
+//! Guaranteed pods' memory to NUMA nodes.
 
 pub mod admission;
 pub mod allocatable;
@@ -14,6 +15,7 @@ pub mod cpuset;
 pub mod devicemanager;
 pub mod manager;
 pub mod memory_qos;
+pub mod memorymanager;
 pub mod qos;
 pub mod resources;
 pub mod topology;

@@ -558,6 +558,16 @@ impl KubeRuntime {
                 .get_or_insert_with(Default::default)
                 .cpuset_cpus = cpus;
         }
+        // upstream's PreCreateContainer: the memory manager's NUMA nodes as cpuset.mems.
+        if let Some(mems) = self
+            .cm
+            .memory
+            .get()
+            .and_then(|m| m.cpuset_mems(&uid, &c.name))
+            && let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut())
+        {
+            r.cpuset_mems = mems;
+        }
         let mut client = self.rt.runtime.clone();
         let id = match client
             .create_container(pb::CreateContainerRequest {

@@ -71,15 +71,21 @@ fn checksum(data: &CheckpointData) -> Result<u64, serde_json::Error> {
     crate::cm::checksum::of_json(data)
 }
 
-/// Writes atomically (a temporary file renamed over the old one).
+/// Writes `bytes` to `dir/name` atomically (a temporary file renamed over the old one), as
+/// every checkpoint of the kubelet is written.
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, dir.join(name))
+}
+
+/// Writes the checkpoint atomically.
 pub fn write(dir: &Path, data: &CheckpointData) -> Result<(), CheckpointError> {
     let file = File {
         checksum: checksum(data)?,
         data: data.clone(),
     };
-    let tmp = dir.join(format!(".{FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec(&file)?)?;
-    std::fs::rename(&tmp, dir.join(FILE))?;
+    write_atomic(dir, FILE, &serde_json::to_vec(&file)?)?;
     Ok(())
 }
 
