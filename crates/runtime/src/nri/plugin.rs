@@ -80,7 +80,7 @@ pub(crate) enum Origin {
         idx: String,
         base: String,
         config: String,
-        child: tokio::process::Child,
+        child: Box<tokio::process::Child>,
     },
 }
 
@@ -252,7 +252,7 @@ pub(crate) async fn connect<R: RuntimeService>(
             base,
             config,
             child,
-        } => (idx, base, config, Some(child)),
+        } => (idx, base, config, Some(*child)),
     };
     *name_slot.lock().unwrap_or_else(|p| p.into_inner()) = format!("{idx}-{base}");
     let configure = api::ConfigureRequest {
@@ -290,25 +290,6 @@ pub(crate) async fn connect<R: RuntimeService>(
         }
     };
     Ok(Plugin { events, ..plugin })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_indices_and_event_bits_as_upstream() {
-        assert!(check_index("05").is_ok());
-        assert_eq!(
-            check_index("5").unwrap_err(),
-            "invalid plugin index \"5\", must be 2 digits"
-        );
-        assert!(check_name("my-plugin_1.0+x").is_ok());
-        assert!(check_name("bad/name").unwrap_err().contains("'/'"));
-        assert_eq!(bit(api::Event::RunPodSandbox), 1);
-        assert_eq!(bit(api::Event::CreateContainer), 1 << 3);
-        assert_eq!(VALID_EVENTS, 0x3fff);
-    }
 }
 
 /// A runtime service that refuses plugins' updates (for [`measure_round_trips`]).
@@ -352,4 +333,23 @@ pub async fn measure_round_trips(
     }
     p.stop().await;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_indices_and_event_bits_as_upstream() {
+        assert!(check_index("05").is_ok());
+        assert_eq!(
+            check_index("5").unwrap_err(),
+            "invalid plugin index \"5\", must be 2 digits"
+        );
+        assert!(check_name("my-plugin_1.0+x").is_ok());
+        assert!(check_name("bad/name").unwrap_err().contains("'/'"));
+        assert_eq!(bit(api::Event::RunPodSandbox), 1);
+        assert_eq!(bit(api::Event::CreateContainer), 1 << 3);
+        assert_eq!(VALID_EVENTS, 0x3fff);
+    }
 }
