@@ -44,12 +44,12 @@ fn plugin(bin: &Path, socket: &Path, log: &Path) -> Result<testkit::daemon::Daem
     .arg(socket)
     .arg("--event-log")
     .arg(log);
-    Ok(testkit::daemon::Daemon::spawn(
+    testkit::daemon::Daemon::spawn(
         "nri-plugin",
         cmd,
         &log.with_extension("out"),
         Duration::from_secs(5),
-    )?)
+    )
 }
 
 async fn raw(bin: &Path, dir: &Path) -> Result<Vec<f64>> {

@@ -199,7 +199,7 @@ impl Plugin {
             }),
             Request::Synchronize(_) => Reply::Synchronize(Default::default()),
             Request::Container(api::Event::CreateContainer, _) => {
-                Reply::CreateContainer(api::CreateContainerResponse {
+                Reply::CreateContainer(Box::new(api::CreateContainerResponse {
                     adjust: Some(api::ContainerAdjustment {
                         annotations: self.annotations.clone(),
                         env: self.env.clone(),
@@ -211,7 +211,7 @@ impl Plugin {
                         ..Default::default()
                     }),
                     ..Default::default()
-                })
+                }))
             }
             Request::Container(api::Event::PostStartContainer, r) => {
                 self.after_start(r.container.unwrap_or_default());

@@ -183,7 +183,7 @@ impl Nri {
                 idx: idx.to_string(),
                 base: base.to_string(),
                 config,
-                child,
+                child: Box::new(child),
             },
             &self.opts,
             Arc::downgrade(self),

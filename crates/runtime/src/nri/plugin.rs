@@ -80,7 +80,7 @@ pub(crate) enum Origin {
         idx: String,
         base: String,
         config: String,
-        child: tokio::process::Child,
+        child: Box<tokio::process::Child>,
     },
 }
 
@@ -252,7 +252,7 @@ pub(crate) async fn connect<R: RuntimeService>(
             base,
             config,
             child,
-        } => (idx, base, config, Some(child)),
+        } => (idx, base, config, Some(*child)),
     };
     *name_slot.lock().unwrap_or_else(|p| p.into_inner()) = format!("{idx}-{base}");
     let configure = api::ConfigureRequest {
@@ -290,25 +290,6 @@ pub(crate) async fn connect<R: RuntimeService>(
         }
     };
     Ok(Plugin { events, ..plugin })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_indices_and_event_bits_as_upstream() {
-        assert!(check_index("05").is_ok());
-        assert_eq!(
-            check_index("5").unwrap_err(),
-            "invalid plugin index \"5\", must be 2 digits"
-        );
-        assert!(check_name("my-plugin_1.0+x").is_ok());
-        assert!(check_name("bad/name").unwrap_err().contains("'/'"));
-        assert_eq!(bit(api::Event::RunPodSandbox), 1);
-        assert_eq!(bit(api::Event::CreateContainer), 1 << 3);
-        assert_eq!(VALID_EVENTS, 0x3fff);
-    }
 }
 
 /// A runtime service that refuses plugins' updates (for [`measure_round_trips`]).
@@ -352,4 +333,105 @@ pub async fn measure_round_trips(
     }
     p.stop().await;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(registration: Duration) -> NriOptions {
+        NriOptions {
+            socket: "/nonexistent".into(),
+            plugin_path: "/nonexistent".into(),
+            plugin_config_path: "/nonexistent".into(),
+            registration_timeout: registration,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// A stub plugin answering Configure with `events` and every event with an empty reply.
+    fn stub_handler(events: i32) -> super::super::stub::Handler {
+        use super::super::stub::{Reply, Request};
+        Arc::new(move |req| {
+            Box::pin(async move {
+                Ok(match req {
+                    Request::Configure(_) => Reply::Configure(api::ConfigureResponse { events }),
+                    _ => Reply::Empty,
+                })
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn a_stub_plugin_registers_is_configured_and_answers_events() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let keep = Arc::new(NoUpdates);
+        let o = opts(Duration::from_secs(5));
+        let mask = bit(api::Event::CreateContainer) | bit(api::Event::StartContainer);
+        let (p, stub) = tokio::join!(
+            connect(ours, Origin::External, &o, Arc::downgrade(&keep)),
+            super::super::stub::Stub::start(theirs, "demo", "07", stub_handler(mask))
+        );
+        let (p, _stub) = (p.unwrap(), stub.unwrap());
+        assert_eq!(p.name(), "07-demo");
+        assert!(p.subscribed(api::Event::CreateContainer));
+        assert!(!p.subscribed(api::Event::RunPodSandbox));
+        let _: api::Empty = p
+            .call(
+                "PostCreateContainer",
+                &api::ContainerRequest::default(),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        // The runtime disconnecting ends the plugin's side too.
+        p.stop().await;
+        tokio::time::timeout(Duration::from_secs(5), _stub.closed())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn bad_event_masks_names_and_silent_plugins_are_refused() {
+        let keep = Arc::new(NoUpdates);
+        let o = opts(Duration::from_secs(5));
+        // Events beyond the valid ones.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let (p, _s) = tokio::join!(
+            connect(ours, Origin::External, &o, Arc::downgrade(&keep)),
+            super::super::stub::Stub::start(theirs, "demo", "07", stub_handler(1 << 20))
+        );
+        assert_eq!(p.err().unwrap(), "invalid plugin events: 0x100000");
+        // An index that is not two digits.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let (p, _s) = tokio::join!(
+            connect(ours, Origin::External, &o, Arc::downgrade(&keep)),
+            super::super::stub::Stub::start(theirs, "demo", "7", stub_handler(0))
+        );
+        assert!(p.err().unwrap().contains("invalid plugin index \"7\""));
+        // A peer that never registers.
+        let (ours, _silent) = UnixStream::pair().unwrap();
+        let p = connect(
+            ours,
+            Origin::External,
+            &opts(Duration::from_millis(100)),
+            Arc::downgrade(&keep),
+        )
+        .await;
+        assert_eq!(p.err().unwrap(), "plugin registration timed out");
+    }
+
+    #[test]
+    fn names_indices_and_event_bits_as_upstream() {
+        assert!(check_index("05").is_ok());
+        assert_eq!(
+            check_index("5").unwrap_err(),
+            "invalid plugin index \"5\", must be 2 digits"
+        );
+        assert!(check_name("my-plugin_1.0+x").is_ok());
+        assert!(check_name("bad/name").unwrap_err().contains("'/'"));
+        assert_eq!(bit(api::Event::RunPodSandbox), 1);
+        assert_eq!(bit(api::Event::CreateContainer), 1 << 3);
+        assert_eq!(VALID_EVENTS, 0x3fff);
+    }
 }

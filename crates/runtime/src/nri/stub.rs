@@ -20,12 +20,12 @@ pub use super::plugin::{bit, method};
 #[derive(Debug)]
 pub enum Request {
     Configure(api::ConfigureRequest),
-    Synchronize(api::SynchronizeRequest),
+    Synchronize(Box<api::SynchronizeRequest>),
     /// RunPodSandbox, StopPodSandbox, RemovePodSandbox.
-    Pod(api::Event, api::PodSandbox),
+    Pod(api::Event, Box<api::PodSandbox>),
     /// The container events other than UpdateContainer.
-    Container(api::Event, api::ContainerRequest),
-    UpdateContainer(api::UpdateContainerRequest),
+    Container(api::Event, Box<api::ContainerRequest>),
+    UpdateContainer(Box<api::UpdateContainerRequest>),
     Shutdown,
 }
 
@@ -34,7 +34,7 @@ pub enum Request {
 pub enum Reply {
     Configure(api::ConfigureResponse),
     Synchronize(api::SynchronizeResponse),
-    CreateContainer(api::CreateContainerResponse),
+    CreateContainer(Box<api::CreateContainerResponse>),
     UpdateContainer(api::UpdateContainerResponse),
     StopContainer(api::StopContainerResponse),
     Empty,
@@ -93,9 +93,11 @@ impl Stub {
                 }
                 let req = match method.as_str() {
                     "Configure" => Request::Configure(ttrpc::decode(payload)?),
-                    "Synchronize" => Request::Synchronize(ttrpc::decode(payload)?),
+                    "Synchronize" => Request::Synchronize(Box::new(ttrpc::decode(payload)?)),
                     "Shutdown" => Request::Shutdown,
-                    "UpdateContainer" => Request::UpdateContainer(ttrpc::decode(payload)?),
+                    "UpdateContainer" => {
+                        Request::UpdateContainer(Box::new(ttrpc::decode(payload)?))
+                    }
                     m => match event_of(m) {
                         Some(
                             e @ (api::Event::RunPodSandbox
@@ -103,9 +105,9 @@ impl Stub {
                             | api::Event::RemovePodSandbox),
                         ) => {
                             let r: api::PodSandboxRequest = ttrpc::decode(payload)?;
-                            Request::Pod(e, r.pod.unwrap_or_default())
+                            Request::Pod(e, Box::new(r.pod.unwrap_or_default()))
                         }
-                        Some(e) => Request::Container(e, ttrpc::decode(payload)?),
+                        Some(e) => Request::Container(e, Box::new(ttrpc::decode(payload)?)),
                         None => {
                             return Err((
                                 tonic::Code::Unimplemented,

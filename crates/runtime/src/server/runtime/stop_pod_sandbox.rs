@@ -36,10 +36,11 @@ pub(crate) async fn stop(inner: &Inner, id: &str) -> Result<(), Status> {
     rec.state = SandboxState::NotReady;
     inner.save_sandbox(&rec)?;
     // Once per stop, as the kubelet may stop a pod many times.
-    if was_ready && let Some(nri) = inner.nri() {
-        if let Err(e) = nri.stop_pod_sandbox(crate::nri::objects::pod(&rec)).await {
-            tracing::error!(sandbox = %rec.id, error = %e.message(), "NRI: StopPodSandbox notification failed");
-        }
+    if was_ready
+        && let Some(nri) = inner.nri()
+        && let Err(e) = nri.stop_pod_sandbox(crate::nri::objects::pod(&rec)).await
+    {
+        tracing::error!(sandbox = %rec.id, error = %e.message(), "NRI: StopPodSandbox notification failed");
     }
     Ok(())
 }
