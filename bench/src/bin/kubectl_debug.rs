@@ -125,7 +125,9 @@ async fn main() -> Result<()> {
             containerd().await?
         };
         eprintln!("measuring kubectl debug on {}", t.name);
-        let c = cluster::start(&bin, &t, &[])?;
+        // The API server reaches the kubelet (attach, logs) at the node's address; the
+        // runtime's network namespace has only loopback.
+        let c = cluster::start(&bin, &t, &["--node-ip", "127.0.0.1"])?;
         start_pod_in(t.netns.path(), &c.admin).with_context(|| format!("on {}", t.name))?;
         let home = tempfile::tempdir()?;
         // The first debugger warms kubectl's discovery cache; it is not counted.

@@ -148,6 +148,48 @@ fn kubectl_debug_shares_the_target_containers_processes() {
         "kubectl debug -i output:\n{out}{err}"
     );
 
+    // Attach for real: the debugger blocks reading its stdin, which only an attached
+    // kubectl can feed (a fallback to the log would never see the line).
+    let mut cmd = up.netns.command("timeout").expect("timeout in netns");
+    cmd.arg("60")
+        .arg("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "debug",
+            "-i",
+            "web",
+            "--image=busybox:stable",
+            "--target=app",
+            "-c",
+            "reader",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo got $line",
+        ])
+        .env("HOME", up.d())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn kubectl debug -i");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"hello-from-stdin\n").expect("write stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl debug -i output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("got hello-from-stdin"),
+        "kubectl debug -i with stdin: {}\n{stdout}{stderr}\n{}",
+        out.status,
+        up.log()
+    );
+
     // A target that is not a container of the pod: refused by the API server.
     let (ok, out, err) = up.k(&[
         "debug",
@@ -161,7 +203,7 @@ fn kubectl_debug_shares_the_target_containers_processes() {
     ]);
     assert!(!ok, "{out}");
     assert!(
-        err.contains(r#"spec.ephemeralContainers[2].targetContainerName: Not found: "nope""#),
+        err.contains(r#"spec.ephemeralContainers[3].targetContainerName: Not found: "nope""#),
         "{err}"
     );
 
@@ -199,7 +241,7 @@ fn kubectl_debug_shares_the_target_containers_processes() {
     assert!(!ok, "{out}");
     assert!(
         err.contains(
-            "spec.ephemeralContainers[2].ports: Forbidden: cannot be set for an Ephemeral Container"
+            "spec.ephemeralContainers[3].ports: Forbidden: cannot be set for an Ephemeral Container"
         ),
         "{err}"
     );
@@ -232,7 +274,7 @@ fn kubectl_debug_shares_the_target_containers_processes() {
         .flatten()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names, ["debugger", "shell"], "{}", pod["spec"]);
+    assert_eq!(names, ["debugger", "shell", "reader"], "{}", pod["spec"]);
     assert_eq!(
         ephemeral_status(&pod, "debugger").map(|s| s["restartCount"].clone()),
         Some(0.into())
