@@ -34,13 +34,13 @@ impl InFlight {
 
 /// Which pool a request draws from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     LongRunning,
     ReadOnly,
     Mutating,
 }
 
-fn kind(req: &Request) -> Kind {
+pub(crate) fn kind(req: &Request) -> Kind {
     // The verb is read as the request-info filter reads it, so `watch=True` is a watch
     // here exactly when the handler treats it as one.
     let watch_query = nodus_serving::query::bool_value(
