@@ -60,8 +60,9 @@ fn cm_config(root: String) -> Config {
     }
 }
 
-/// (BestEffort p50, p99, Guaranteed p50, p99) in µs.
-async fn admission(sysfs: &Path, tm_policy: &str, cpus: &str) -> Result<[f64; 4]> {
+/// p50 and p99 in µs of: a BestEffort pod through the chain without the CPU and topology
+/// managers, a BestEffort pod and a Guaranteed pod through the chain with them.
+async fn admission(sysfs: &Path, tm_policy: &str, cpus: &str) -> Result<[f64; 6]> {
     let parent = testkit::CgroupParent::new("nodus-rmbench");
     parent.create();
     let root = tempfile::tempdir()?;
@@ -89,23 +90,26 @@ async fn admission(sysfs: &Path, tm_policy: &str, cpus: &str) -> Result<[f64; 4]
     // No other active pods: the previous pod's CPUs go back first, as for a pod that finished.
     cpu.set_active_pods(Box::new(Vec::new), Box::new(|_| false));
     tm.add_hint_provider(Arc::clone(&cpu) as _);
-    let mut chain = Handlers::default();
-    chain.add(Arc::new(nodus_kubelet::nodeshutdown::State::default()));
-    chain.add(Arc::new(nodus_kubelet::eviction::admission::AdmitHandler {
+    let mut baseline = Handlers::default();
+    baseline.add(Arc::new(nodus_kubelet::nodeshutdown::State::default()));
+    baseline.add(Arc::new(nodus_kubelet::eviction::admission::AdmitHandler {
         pressure: Arc::default(),
     }));
-    chain.add(Arc::new(
+    baseline.add(Arc::new(
         nodus_kubelet::cm::admission::PredicateAdmitHandler {
             cm: Arc::clone(&cm),
         },
     ));
+    let mut chain = baseline.clone();
     chain.add(Arc::clone(&tm) as _);
-    let (mut best_effort, mut guaranteed) = (Vec::new(), Vec::new());
+    let (mut base, mut best_effort, mut guaranteed) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..ROUNDS {
-        for (g, out) in [(false, &mut best_effort), (true, &mut guaranteed)] {
-            let p = pod(i * 2 + usize::from(g), g.then_some(cpus));
+        for (kind, out) in [(0, &mut base), (1, &mut best_effort), (2, &mut guaranteed)] {
+            let g = kind == 2;
+            let p = pod(i * 3 + kind, g.then_some(cpus));
+            let handlers = if kind == 0 { &baseline } else { &chain };
             let t = Instant::now();
-            let r = chain
+            let r = handlers
                 .admit(&PodAdmitAttributes {
                     pod: &p,
                     other_pods: &[],
@@ -129,6 +133,8 @@ async fn admission(sysfs: &Path, tm_policy: &str, cpus: &str) -> Result<[f64; 4]
         }
     }
     Ok([
+        pct(&mut base, 50.0),
+        pct(&mut base, 99.0),
         pct(&mut best_effort, 50.0),
         pct(&mut best_effort, 99.0),
         pct(&mut guaranteed, 50.0),
@@ -143,28 +149,31 @@ async fn main() -> Result<()> {
     let fake = tempfile::tempdir()?;
     nodus_kubelet::cm::topology::fake_sysfs(fake.path(), 2, 2, 2, 2);
     let numa = admission(fake.path(), "single-numa-node", "2").await?;
-    let row = |name: &str, v: [f64; 4]| {
+    let row = |name: &str, v: [f64; 6]| {
         format!(
-            "| {name} | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs |\n",
+            "| {name} | {:.0} / {:.0} µs | {:.0} / {:.0} µs | {:.0} / {:.0} µs | {:.0} / {:.0} µs |\n",
             v[0],
             v[1],
             v[2],
             v[3],
-            v[2] - v[0],
-            v[3] - v[1]
+            v[4],
+            v[5],
+            v[4] - v[0],
+            v[5] - v[1]
         )
     };
     let body = format!(
         "The kubelet's admit chain (node shutdown, eviction, node resources, topology manager \
          calling the CPU manager) run in-process with the `static` CPU policy: {ROUNDS} \
-         BestEffort pods and {ROUNDS} Guaranteed pods with whole CPUs, alternating (each \
-         Guaranteed pod's CPUs taken by takeByTopology, the previous one's given back, and \
-         `cpu_manager_state` written). On this machine's CPUs (`--reserved-cpus 0`, one CPU \
+         BestEffort pods through the chain without the CPU and topology managers, {ROUNDS} \
+         through the chain with them and {ROUNDS} Guaranteed pods with whole CPUs, in turn \
+         (each Guaranteed pod's CPUs taken by takeByTopology; the next pod's admission gives \
+         them back, as for a pod that finished; each change written to `cpu_manager_state`). On this machine's CPUs (`--reserved-cpus 0`, one CPU \
          per pod, topology policy `none`) and on a fake 2-socket × 2-NUMA-node × 2-core × \
          2-thread sysfs (16 CPUs, two CPUs per pod, `single-numa-node`: hints over 4 NUMA \
          nodes merged for every pod). {} cores, {} build.\n\n\
-         | machine | BestEffort p50 | p99 | Guaranteed p50 | p99 | managers' cost p50 | p99 |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n{}{}\n\
+         | machine | BestEffort, no managers p50 / p99 | BestEffort, managers | Guaranteed, exclusive CPUs | managers' cost (Guaranteed − no managers) |\n\
+         | --- | --- | --- | --- | --- |\n{}{}\n\
          Goal: the managers add under 1 ms per pod.\n",
         std::thread::available_parallelism()
             .map(|n| n.get())

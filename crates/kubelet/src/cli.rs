@@ -1648,6 +1648,7 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     {
         let server = crate::podresources::Server {
             devices: Arc::clone(&devices),
+            cpus: Some(Arc::clone(&cpus)),
             active_pods: active_pods_func(&core, &pods, &workers),
         };
         let dir = args.root_dir.join("pod-resources");

@@ -15,6 +15,8 @@ pub const SOCKET: &str = "kubelet.sock";
 
 pub struct Server {
     pub devices: Arc<DeviceManager>,
+    /// The CPU manager: exclusive CPUs per container, allocatable CPUs.
+    pub cpus: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     /// The pods admitted and not finished.
     pub active_pods: Box<dyn Fn() -> Vec<Pod> + Send + Sync>,
 }
@@ -47,6 +49,11 @@ impl Server {
                         topology: topology(&numa),
                     })
                     .collect(),
+                cpu_ids: self
+                    .cpus
+                    .as_ref()
+                    .map(|m| m.exclusive_cpus(&uid, &c.name))
+                    .unwrap_or_default(),
                 ..Default::default()
             })
             .collect();
@@ -94,6 +101,11 @@ impl PodResourcesLister for Server {
         }
         Ok(Response::new(pb::AllocatableResourcesResponse {
             devices,
+            cpu_ids: self
+                .cpus
+                .as_ref()
+                .map(|m| m.allocatable_cpus())
+                .unwrap_or_default(),
             ..Default::default()
         }))
     }

@@ -253,6 +253,39 @@ impl CpuManager {
         Some(set.to_string())
     }
 
+    /// The container's exclusive CPUs (the pod-resources API's `cpu_ids`).
+    pub fn exclusive_cpus(&self, uid: &str, container: &str) -> Vec<i64> {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|i| {
+                i.state
+                    .get(uid, container)
+                    .map(|s| s.iter().map(|c| c as i64).collect())
+            })
+            .unwrap_or_default()
+    }
+
+    /// The CPUs exclusive allocations may come from (upstream's GetAllocatableCPUs: every
+    /// CPU but the reserved ones with `static`, none with `none`).
+    pub fn allocatable_cpus(&self) -> Vec<i64> {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|i| {
+                let p = i.policy.as_ref()?;
+                Some(
+                    p.topology
+                        .cpus()
+                        .difference(&p.reserved)
+                        .iter()
+                        .map(|c| c as i64)
+                        .collect(),
+                )
+            })
+            .unwrap_or_default()
+    }
+
     /// upstream's reconcileState, once: stale CPUs are returned, and every running
     /// container of an active pod whose cpuset changed gets UpdateContainerResources.
     pub async fn reconcile(&self, runtime: &mut crate::cri::RuntimeClient) {

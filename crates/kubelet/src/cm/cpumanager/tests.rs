@@ -117,6 +117,10 @@ fn guaranteed_containers_get_exclusive_cpus_and_the_rest_share_the_pool() {
     // CPU 0 is reserved, so the first whole core is 1 and its sibling 9.
     assert_eq!(n.cpus("g1", "app"), "1,9");
     assert_eq!(n.cpus("be", "app"), "0,2-8,10-15");
+    // The pod-resources API's view: exclusive CPUs only, and every CPU but the reserved.
+    assert_eq!(n.cpu.exclusive_cpus("g1", "app"), vec![1, 9]);
+    assert!(n.cpu.exclusive_cpus("be", "app").is_empty());
+    assert_eq!(n.cpu.allocatable_cpus(), (1..16).collect::<Vec<i64>>());
     // A fractional request shares the pool; so does a Burstable or BestEffort pod.
     assert!(n.admit(pod("g2", "1500m", None)).admit);
     assert_eq!(n.cpus("g2", "app"), "0,2-8,10-15");
