@@ -33,8 +33,18 @@ struct Accumulator<'a> {
 }
 
 fn ids(details: &CpuDetails, f: impl Fn(&crate::cm::topology::CpuInfo) -> usize) -> Vec<usize> {
+    ids_where(details, |_| true, f)
+}
+
+/// The distinct ids `f` gives the CPUs `inside` keeps (the cores of one socket, say).
+fn ids_where(
+    details: &CpuDetails,
+    inside: impl Fn(&crate::cm::topology::CpuInfo) -> bool,
+    f: impl Fn(&crate::cm::topology::CpuInfo) -> usize,
+) -> Vec<usize> {
     details
         .values()
+        .filter(|i| inside(i))
         .map(f)
         .collect::<BTreeSet<_>>()
         .into_iter()
@@ -86,14 +96,7 @@ impl<'a> Accumulator<'a> {
         }
         let mut out = Vec::new();
         for s in self.sorted_sockets() {
-            let numas = ids(&self.details, |i| i.numa_node_id)
-                .into_iter()
-                .filter(|&n| {
-                    self.details
-                        .values()
-                        .any(|i| i.socket_id == s && i.numa_node_id == n)
-                })
-                .collect();
+            let numas = ids_where(&self.details, |i| i.socket_id == s, |i| i.numa_node_id);
             out.extend(self.sort(numas, |n| self.avail_in_numa(n)));
         }
         out
@@ -107,13 +110,8 @@ impl<'a> Accumulator<'a> {
         }
         let mut out: Vec<usize> = Vec::new();
         for n in self.sorted_numa_nodes() {
-            let sockets = ids(&self.details, |i| i.socket_id)
+            let sockets = ids_where(&self.details, |i| i.numa_node_id == n, |i| i.socket_id)
                 .into_iter()
-                .filter(|&s| {
-                    self.details
-                        .values()
-                        .any(|i| i.socket_id == s && i.numa_node_id == n)
-                })
                 .filter(|s| !out.contains(s))
                 .collect();
             out.extend(self.sort(sockets, |s| self.avail_in_socket(s)));
@@ -121,32 +119,31 @@ impl<'a> Accumulator<'a> {
         out
     }
 
+    /// Cores grouped by the outer unit (sockets when NUMA nodes are the larger unit, else
+    /// NUMA nodes), each group sorted by its free CPUs.
     fn sorted_cores(&self) -> Vec<usize> {
         let mut out = Vec::new();
-        if self.numa_first {
-            for s in self.sorted_sockets() {
-                let cores = ids(&self.details, |i| i.core_id)
-                    .into_iter()
-                    .filter(|&c| {
-                        self.details
-                            .values()
-                            .any(|i| i.core_id == c && i.socket_id == s)
-                    })
-                    .collect();
-                out.extend(self.sort(cores, |c| self.avail_in_core(c)));
-            }
+        let groups: Vec<(usize, bool)> = if self.numa_first {
+            self.sorted_sockets()
+                .into_iter()
+                .map(|s| (s, true))
+                .collect()
         } else {
-            for n in self.sorted_numa_nodes() {
-                let cores = ids(&self.details, |i| i.core_id)
-                    .into_iter()
-                    .filter(|&c| {
-                        self.details
-                            .values()
-                            .any(|i| i.core_id == c && i.numa_node_id == n)
-                    })
-                    .collect();
-                out.extend(self.sort(cores, |c| self.avail_in_core(c)));
-            }
+            self.sorted_numa_nodes()
+                .into_iter()
+                .map(|n| (n, false))
+                .collect()
+        };
+        for (g, socket) in groups {
+            let inside = |i: &crate::cm::topology::CpuInfo| {
+                if socket {
+                    i.socket_id == g
+                } else {
+                    i.numa_node_id == g
+                }
+            };
+            let cores = ids_where(&self.details, inside, |i| i.core_id);
+            out.extend(self.sort(cores, |c| self.avail_in_core(c)));
         }
         out
     }
