@@ -4,10 +4,10 @@
 //!
 //! The chain is built in [`crate::cli`]: node shutdown ([`crate::nodeshutdown`]), eviction
 //! ([`crate::eviction::admission`]), node resources ([`crate::cm::admission`], upstream's
-//! predicate handler), the memory manager's NUMA placement ([`crate::cm::memorymanager`]),
-//! then the device manager's allocation ([`crate::cm::devicemanager`]) last, so devices are
-//! only allocated to a pod every other handler accepted. A CPU or topology manager adds its
-//! handler here the same way.
+//! predicate handler), the topology manager ([`crate::cm::topologymanager`], which has the
+//! CPU and memory managers allocate on its merged hint), then the device manager's allocation
+//! ([`crate::cm::devicemanager`]) last, so devices are only allocated to a pod every other
+//! handler accepted.
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;

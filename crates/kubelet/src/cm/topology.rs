@@ -181,8 +181,8 @@ impl CpuTopology {
 
 /// Writes a fake sysfs tree for tests: `sockets` × `numa_per_socket` NUMA nodes ×
 /// `cores_per_numa` cores × `threads` threads, numbered as Linux numbers them (the first
-/// thread of every core first, siblings after).
-#[cfg(test)]
+/// thread of every core first, siblings after). For tests and benchmarks.
+#[doc(hidden)]
 pub fn fake_sysfs(
     root: &Path,
     sockets: usize,
@@ -193,23 +193,27 @@ pub fn fake_sysfs(
     let cores = sockets * numa_per_socket * cores_per_numa;
     let ncpu = cores * threads;
     let cpu_dir = root.join("devices/system/cpu");
-    std::fs::create_dir_all(&cpu_dir).unwrap();
-    std::fs::write(cpu_dir.join("online"), format!("0-{}\n", ncpu - 1)).unwrap();
+    let write = |p: &Path, text: String| {
+        std::fs::create_dir_all(p.parent().unwrap_or(root)).expect("fake sysfs directory");
+        std::fs::write(p, text).expect("fake sysfs file");
+    };
+    write(&cpu_dir.join("online"), format!("0-{}\n", ncpu - 1));
     let mut nodes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for cpu in 0..ncpu {
         let core = cpu % cores;
         let numa = core / cores_per_numa;
         let socket = numa / numa_per_socket;
         let t = cpu_dir.join(format!("cpu{cpu}/topology"));
-        std::fs::create_dir_all(&t).unwrap();
-        std::fs::write(t.join("physical_package_id"), format!("{socket}\n")).unwrap();
-        std::fs::write(t.join("core_id"), format!("{}\n", core % (cores / sockets))).unwrap();
+        write(&t.join("physical_package_id"), format!("{socket}\n"));
+        write(
+            &t.join("core_id"),
+            format!("{}\n", core % (cores / sockets)),
+        );
         nodes.entry(numa).or_default().push(cpu);
     }
     for (n, cpus) in nodes {
         let d = root.join(format!("devices/system/node/node{n}"));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("cpulist"), format!("{}\n", CpuSet::new(cpus))).unwrap();
+        write(&d.join("cpulist"), format!("{}\n", CpuSet::new(cpus)));
     }
 }
 
