@@ -53,9 +53,22 @@ pub fn start(bin: &Path, t: &Target, kubelet_extra: &[&str]) -> Result<Cluster> 
         NODE,
         &format!("https://127.0.0.1:{API_PORT}"),
     )?;
+    // A serving certificate from the cluster CA, so the API server can proxy logs, exec and
+    // attach to the kubelet (at --node-ip 127.0.0.1, which the benchmarks that do pass).
+    let (serving_crt, serving_key) = nodus_control_plane::pki::issue_kubelet_serving_cert(
+        &data,
+        NODE,
+        &[std::net::IpAddr::from([127, 0, 0, 1])],
+    )?;
     t.cgroup.create();
     let mut cmd = t.netns.command(bin)?;
     cmd.arg("kubelet")
+        .arg("--tls-cert-file")
+        .arg(&serving_crt)
+        .arg("--tls-private-key-file")
+        .arg(&serving_key)
+        .arg("--client-ca-file")
+        .arg(data.join("pki/ca.crt"))
         .arg("--container-runtime-endpoint")
         .arg(&t.endpoint)
         .arg("--root-dir")

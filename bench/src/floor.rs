@@ -40,13 +40,18 @@ fn children_cpu() -> f64 {
 
 /// Times `runs` rounds of each part, in a private network namespace and cgroup parent.
 pub fn measure(runs: usize) -> Result<Floors> {
+    measure_with(runs, crate::targets::Masq::Bridge)
+}
+
+/// [`measure`] with the CNI chain masquerading as `masq` says.
+pub fn measure_with(runs: usize, masq: crate::targets::Masq) -> Result<Floors> {
     let node = Netns::new("floor")?;
     let cg = CgroupParent::new("floor");
     cg.create();
     let dir = tempfile::Builder::new().prefix("bench-floor-").tempdir()?;
     let mut f = Floors::default();
     runc(&node, &cg, dir.path(), runs, &mut f)?;
-    cni(&node, dir.path(), runs, &mut f)?;
+    cni(&node, dir.path(), runs, masq, &mut f)?;
     Ok(f)
 }
 
@@ -187,12 +192,18 @@ pub fn oci_run_detach(program: &str, runs: usize) -> Result<(Vec<f64>, Vec<f64>)
     Ok((wall, cpu))
 }
 
-fn cni(node: &Netns, dir: &Path, runs: usize, f: &mut Floors) -> Result<()> {
+fn cni(
+    node: &Netns,
+    dir: &Path,
+    runs: usize,
+    masq: crate::targets::Masq,
+    f: &mut Floors,
+) -> Result<()> {
     let conf = dir.join("net.d");
     std::fs::create_dir_all(&conf)?;
     std::fs::write(
         conf.join("10-bench.conflist"),
-        crate::targets::conflist(&dir.join("ipam")),
+        crate::targets::conflist_with(&dir.join("ipam"), masq),
     )?;
     let cfg = CniConfig::new(
         vec!["/usr/lib/cni".into(), "/opt/cni/bin".into()],

@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod controlplane;
 pub mod floor;
 pub mod targets;
+pub mod treecpu;
 
 use std::path::{Path, PathBuf};
 

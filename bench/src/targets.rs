@@ -10,9 +10,27 @@ use std::time::Duration;
 use testkit::daemon::Daemon;
 use testkit::{CgroupParent, Containerd, ContainerdOptions, Netns};
 
+/// The CRI benchmarks' network: bridge + host-local + portmap, masquerading as the bridge
+/// plugin's `ipMasq` does (containerd's and CRI-O's sample configuration).
 pub fn conflist(data_dir: &Path) -> String {
+    conflist_with(data_dir, Masq::Bridge)
+}
+
+/// Who masquerades pod traffic leaving the pod network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Masq {
+    /// The bridge plugin's `ipMasq`: one iptables chain per pod, added on every CNI ADD, so
+    /// an ADD costs more the more pods the node has.
+    Bridge,
+    /// `ipMasq` off, as `nodus up` and `nodus node` run: the pod network agent masquerades
+    /// with one rule for all pods.
+    Agent,
+}
+
+pub fn conflist_with(data_dir: &Path, masq: Masq) -> String {
     format!(
-        r#"{{"cniVersion":"1.0.0","name":"bench","plugins":[{{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":true,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.98.0.0/16"}}]],"dataDir":"{}"}}}},{{"type":"portmap","capabilities":{{"portMappings":true}}}}]}}"#,
+        r#"{{"cniVersion":"1.0.0","name":"bench","plugins":[{{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":{},"ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.98.0.0/16"}}]],"dataDir":"{}"}}}},{{"type":"portmap","capabilities":{{"portMappings":true}}}}]}}"#,
+        masq == Masq::Bridge,
         data_dir.display()
     )
 }
@@ -51,11 +69,19 @@ pub async fn nodus(bin: &Path) -> Result<Target> {
 /// [`nodus`] with `extra` appended to the runtime's TOML config (e.g.
 /// `default-runtime-handler = "crun"`).
 pub async fn nodus_with(bin: &Path, extra: &str) -> Result<Target> {
+    nodus_with_masq(bin, extra, Masq::Bridge).await
+}
+
+/// [`nodus_with`] on a network whose masquerading is `masq`'s.
+pub async fn nodus_with_masq(bin: &Path, extra: &str, masq: Masq) -> Result<Target> {
     let netns = std::sync::Arc::new(Netns::new("nodus-bench")?);
     let dir = tempfile::Builder::new().prefix("bench-nodus-").tempdir()?;
     let d = dir.path();
     std::fs::create_dir_all(d.join("net.d"))?;
-    std::fs::write(d.join("net.d/10-bench.conflist"), conflist(&d.join("ipam")))?;
+    std::fs::write(
+        d.join("net.d/10-bench.conflist"),
+        conflist_with(&d.join("ipam"), masq),
+    )?;
     std::fs::write(
         d.join("runtime.toml"),
         format!(

@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/runtime/v1/api.proto",
         "proto/deviceplugin/v1beta1/api.proto",
         "proto/podresources/v1/api.proto",
+        "proto/nri/api.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

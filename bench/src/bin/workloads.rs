@@ -16,7 +16,8 @@
 
 use anyhow::{Context, Result, bail};
 use nodus_bench::cluster::{self, NODE, cpu_ms};
-use nodus_bench::targets::{nodus, pct, rss_kib};
+use nodus_bench::targets::{Masq, nodus_with_masq, pct, rss_kib};
+use nodus_bench::treecpu::TreeCpu;
 use serde_json::Value;
 use std::process::Command;
 use std::sync::Arc;
@@ -71,11 +72,21 @@ impl Kubectl {
     }
 }
 
+/// What each phase reads: the control plane's process, the kubelet's process and the
+/// runtime's whole tree (the daemon, its shims, runc and the CNI plugins it ran).
+struct Meters {
+    cp_pid: u32,
+    kubelet_pid: u32,
+    runtime: TreeCpu,
+}
+
 /// One measured phase.
 struct Phase {
     what: String,
     wall: Duration,
     cp_cpu_ms: f64,
+    kubelet_cpu_ms: f64,
+    runtime_cpu_ms: f64,
     cp_rss_max_kib: u64,
     pods: usize,
 }
@@ -85,12 +96,15 @@ struct Phase {
 fn measure(
     what: &str,
     pods: usize,
-    cp_pid: u32,
+    m: &Meters,
     start: impl FnOnce() -> Result<()>,
     mut done: impl FnMut() -> Result<bool>,
     timeout: Duration,
 ) -> Result<Phase> {
+    let cp_pid = m.cp_pid;
     let cpu0 = cpu_ms(cp_pid);
+    let kubelet0 = cpu_ms(m.kubelet_pid);
+    let runtime0 = m.runtime.ms();
     let t0 = Instant::now();
     start()?;
     let mut rss_max = rss_kib(cp_pid);
@@ -110,6 +124,8 @@ fn measure(
         what: what.to_string(),
         wall,
         cp_cpu_ms: cpu_ms(cp_pid) - cpu0,
+        kubelet_cpu_ms: cpu_ms(m.kubelet_pid) - kubelet0,
+        runtime_cpu_ms: m.runtime.ms() - runtime0,
         cp_rss_max_kib: rss_max.max(rss_kib(cp_pid)),
         pods,
     })
@@ -216,7 +232,7 @@ fn rollout_complete(k: &Kubectl, image: &str) -> Result<bool> {
         && n("/status/availableReplicas") == REPLICAS)
 }
 
-fn run_phases(k: &Kubectl, cp_pid: u32) -> Result<Vec<Phase>> {
+fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
     let t0 = Instant::now();
     loop {
         let n = k.json(&["get", "node", NODE]);
@@ -234,7 +250,7 @@ fn run_phases(k: &Kubectl, cp_pid: u32) -> Result<Vec<Phase>> {
     phases.push(measure(
         &format!("{REPLICAS} bare pods (kubectl apply of a List) → all Ready"),
         REPLICAS,
-        cp_pid,
+        m,
         || k.run(&["apply", "-f", "-"], Some(&list)).map(drop),
         || Ok(ready_pods(k, "app=bare")?.0 == REPLICAS),
         long,
@@ -245,7 +261,7 @@ fn run_phases(k: &Kubectl, cp_pid: u32) -> Result<Vec<Phase>> {
     phases.push(measure(
         &format!("Deployment of {REPLICAS} replicas (kubectl apply) → all pods Ready"),
         REPLICAS,
-        cp_pid,
+        m,
         || k.run(&["apply", "-f", "-"], Some(&d)).map(drop),
         || Ok(ready_pods(k, "app=web")?.0 == REPLICAS),
         long,
@@ -255,7 +271,7 @@ fn run_phases(k: &Kubectl, cp_pid: u32) -> Result<Vec<Phase>> {
             "rolling update of the {REPLICAS} to a new image (kubectl set image) → rollout complete"
         ),
         REPLICAS,
-        cp_pid,
+        m,
         || {
             k.run(
                 &[
@@ -277,7 +293,7 @@ fn run_phases(k: &Kubectl, cp_pid: u32) -> Result<Vec<Phase>> {
     phases.push(measure(
         &format!("Job of {JOB_COMPLETIONS} completions, parallelism {JOB_PARALLELISM} → Complete"),
         JOB_COMPLETIONS,
-        cp_pid,
+        m,
         || k.run(&["apply", "-f", "-"], Some(&j)).map(drop),
         || {
             let j = k.json(&["get", "job", "batch"])?;
@@ -310,9 +326,13 @@ async fn main() -> Result<()> {
         .map(|n| n.get())
         .unwrap_or(1);
     eprintln!("timing the floor (runc run --detach, CNI ADD) alone");
-    let mut floor = nodus_bench::floor::measure(10)?;
+    // The pod network as `nodus up` runs it: the bridge plugin's ipMasq off (the pod network
+    // agent masquerades with one rule), so a CNI ADD does not grow with the node's pod count.
+    let mut floor = nodus_bench::floor::measure_with(10, Masq::Agent)?;
     let per_pod_floor_ms = pct(&mut floor.runc_run_cpu, 50.0) + pct(&mut floor.cni_add_cpu, 50.0);
-    let t = nodus(&bin).await?;
+    let t = nodus_with_masq(&bin, "", Masq::Agent).await?;
+    let runtime = TreeCpu::new("nodus-bench-runtime")?;
+    runtime.add(t.daemon_pid)?;
     // The rolling update's "new image": the same busybox under another name.
     let dir = tempfile::tempdir()?;
     let archive = dir.path().join("busybox-1.36.tar");
@@ -338,12 +358,19 @@ async fn main() -> Result<()> {
         netns: Arc::clone(&t.netns),
         kubeconfig: c.admin.clone(),
     };
-    let phases = run_phases(&k, c.control_plane.pid())?;
+    let meters = Meters {
+        cp_pid: c.control_plane.pid(),
+        kubelet_pid: c.kubelet.pid(),
+        runtime,
+    };
+    let phases = run_phases(&k, &meters)?;
     let floor_wall = |pods: usize| pods as f64 * per_pod_floor_ms / cores as f64 / 1e3;
     let mut body = format!(
         "One node: `nodus control-plane` and the nodus kubelet (`--kubeconfig`, EventedPLEG on, \
          `--max-pods 250`) on nodus's runtime, in the runtime's network namespace, driven by the \
-         real kubectl ({}); busybox `sleep 3600` (the Job: `true`), image present, \
+         real kubectl ({}); the CNI chain as `nodus up` configures it (bridge + host-local + \
+         portmap, the bridge plugin's `ipMasq` off because the pod network agent masquerades); \
+         busybox `sleep 3600` (the Job: `true`), image present, \
          terminationGracePeriodSeconds 1. Each phase is polled every 500 ms with `kubectl get`. \
          \"control plane CPU\" is the `nodus control-plane` process's user + system time over \
          the phase (API server, scheduler and every controller together); its RSS is the \
@@ -365,6 +392,29 @@ async fn main() -> Result<()> {
             p.cp_cpu_ms,
             p.cp_cpu_ms / p.pods as f64,
             p.cp_rss_max_kib as f64 / 1024.0,
+        ));
+    }
+    body.push_str(&format!(
+        "\nWhere the CPU went, per pod: the control plane; the kubelet; the runtime's whole \
+         process tree (the daemon, its shims, runc and the CNI plugins, read from a cgroup \
+         the runtime was started in); the floor's share of that ({per_pod_floor_ms:.1} ms); \
+         nodus's own CPU (all three minus the floor); and how busy the {cores} cores were \
+         with these processes over the phase's wall time.\n\n\
+         | phase | control plane | kubelet | runtime tree | floor (runc + CNI) | nodus's own | busy |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n"
+    ));
+    for p in &phases {
+        let per = |ms: f64| ms / p.pods as f64;
+        let all = p.cp_cpu_ms + p.kubelet_cpu_ms + p.runtime_cpu_ms;
+        body.push_str(&format!(
+            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} % |\n",
+            p.what,
+            per(p.cp_cpu_ms),
+            per(p.kubelet_cpu_ms),
+            per(p.runtime_cpu_ms),
+            per_pod_floor_ms,
+            per(all) - per_pod_floor_ms,
+            100.0 * all / (p.wall.as_secs_f64() * 1e3 * cores as f64),
         ));
     }
     let (base, deploy) = (&phases[0], &phases[1]);

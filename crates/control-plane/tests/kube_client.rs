@@ -262,3 +262,48 @@ async fn node_identity_is_limited_to_its_own_objects() {
     );
     c.handle.shutdown().await;
 }
+
+/// Booleans in the query are read as upstream reads them: Python's client sends
+/// `watch=True`, and an informer built on it must get a watch stream, not a list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_true_in_any_spelling_is_a_watch() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let list = api.list(&ListParams::default()).await.expect("list");
+    let rv = list.metadata.resource_version.clone().unwrap_or_default();
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/default/configmaps?watch=True&resourceVersion={rv}"
+    ))
+    .body(Vec::new())
+    .expect("request");
+    let mut events = client
+        .request_events::<ConfigMap>(req)
+        .await
+        .expect("watch=True opens a watch")
+        .boxed();
+    api.create(&PostParams::default(), &cm("seen"))
+        .await
+        .expect("create");
+    let ev = tokio::time::timeout(Duration::from_secs(20), events.next())
+        .await
+        .expect("an event within 20 s")
+        .expect("stream open")
+        .expect("event decodes");
+    match ev {
+        WatchEvent::Added(o) => assert_eq!(o.metadata.name.as_deref(), Some("seen")),
+        other => panic!("expected ADDED for the new ConfigMap, got {other:?}"),
+    }
+    // `watch=False` (any case) is an ordinary list.
+    let text = client
+        .request_text(
+            http::Request::get("/api/v1/namespaces/default/configmaps?watch=FALSE")
+                .body(Vec::new())
+                .expect("request"),
+        )
+        .await
+        .expect("list");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["kind"], "ConfigMapList", "{text}");
+    c.handle.shutdown().await;
+}

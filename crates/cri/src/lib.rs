@@ -4,6 +4,8 @@
 //!   between the kubelet and any container runtime (nodus's own, containerd, CRI-O).
 //! * [`deviceplugin::v1beta1`]: the device plugin registration and plugin services.
 //! * [`podresources::v1`]: the kubelet's pod resources lister.
+//! * [`nri`]: containerd/nri's Node Resource Interface messages (spoken over ttrpc, so only
+//!   the messages are generated; the runtime frames them itself).
 //!
 //! This crate owns only generated code; behaviour lives in the runtime and kubelet crates.
 
@@ -25,6 +27,10 @@ pub mod podresources {
     pub mod v1 {
         tonic::include_proto!("v1");
     }
+}
+
+pub mod nri {
+    tonic::include_proto!("nri.pkg.api.v1alpha1");
 }
 
 /// The encoded `FileDescriptorSet` of every proto above, for reflection (protobuf JSON output).

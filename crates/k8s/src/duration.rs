@@ -1,7 +1,21 @@
 //! Go's duration syntax (`20s`, `1m30s`, `500ms`, `1h`), as Kubernetes flags and config
-//! files write durations.
+//! files write durations, and Go's way of printing one.
 
 use std::time::Duration;
+
+/// Go's time.Duration.String, to the millisecond: `3m0s`, `3m2.5s`, `1.2s` (how
+/// metav1.Duration fields and upstream's messages print a duration).
+pub fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let (m, rest) = (ms / 60_000, ms % 60_000);
+    let secs = if rest % 1000 == 0 {
+        format!("{}s", rest / 1000)
+    } else {
+        let s = format!("{}.{:03}", rest / 1000, rest % 1000);
+        format!("{}s", s.trim_end_matches('0'))
+    };
+    if m > 0 { format!("{m}m{secs}") } else { secs }
+}
 
 /// Parses a Go duration (`20s`, `1m30s`, `500ms`, `1h`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

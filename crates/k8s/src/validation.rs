@@ -24,7 +24,9 @@ mod userns;
 mod workloads;
 
 pub use names::*;
-pub use object::{validate_object, validate_pod_spec_for_kubelet};
+pub use object::{
+    validate_object, validate_pod_ephemeral_containers_update, validate_pod_spec_for_kubelet,
+};
 
 /// Upstream's `field.ErrorType`.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,9 +5,9 @@
 //! The chain is built in [`crate::cli`]: node shutdown ([`crate::nodeshutdown`]), eviction
 //! ([`crate::eviction::admission`]), node resources ([`crate::cm::admission`], upstream's
 //! predicate handler), the topology manager ([`crate::cm::topologymanager`], which has the
-//! CPU and memory managers allocate on its merged hint), then the device manager's allocation
-//! ([`crate::cm::devicemanager`]) last, so devices are only allocated to a pod every other
-//! handler accepted.
+//! CPU and memory managers ([`crate::cm::memorymanager`]) allocate on its merged hint), then
+//! the device manager's allocation ([`crate::cm::devicemanager`]) last, so devices are only
+//! allocated to a pod every other handler accepted.
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod dns;
 mod join;
 mod node;
+mod nri_plugin;
 mod token;
 mod up;
 
@@ -41,6 +42,8 @@ enum Role {
     DevicePlugin(nodus_kubelet::deviceplugin::DevicePluginArgs),
     /// Run the CRI runtime server on a Unix socket (like containerd / CRI-O).
     Runtime(RuntimeCmd),
+    /// An example NRI plugin: injects env variables, devices, mounts into containers.
+    NriPlugin(nri_plugin::NriPluginArgs),
     /// Run kube-proxy alone (nftables or iptables mode).
     Proxy(nodus_proxy::ProxyArgs),
     /// Run cluster DNS alone (the records CoreDNS's kubernetes plugin serves).
@@ -228,6 +231,7 @@ fn main() -> ExitCode {
             Role::DevicePlugin(args) => nodus_kubelet::deviceplugin::run(args)
                 .await
                 .map_err(anyhow::Error::msg),
+            Role::NriPlugin(args) => nri_plugin::run(args).await,
             Role::Proxy(args) => nodus_proxy::run(args).await.map_err(Into::into),
             Role::Dns(config) => nodus_dns::run(config).await.map_err(Into::into),
             Role::ControlPlane(args) => nodus_control_plane::cli::run(args)

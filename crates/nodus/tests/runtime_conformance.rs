@@ -656,3 +656,134 @@ async fn a_log_path_out_of_the_sandbox_log_directory_is_refused() {
     n.wait_state(&id, pb::ContainerState::ContainerExited).await;
     n.stop_and_remove_sandbox(&sb).await;
 }
+
+/// A container config whose PID namespace is `pid` (with `target_id` for TARGET).
+fn with_pid(
+    mut cfg: pb::ContainerConfig,
+    pid: pb::NamespaceMode,
+    target: &str,
+) -> pb::ContainerConfig {
+    cfg.linux = Some(pb::LinuxContainerConfig {
+        security_context: Some(pb::LinuxContainerSecurityContext {
+            namespace_options: Some(pb::NamespaceOption {
+                pid: pid as i32,
+                target_id: target.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    cfg
+}
+
+/// PID namespace mode TARGET (`kubectl debug --target`): the container joins the process
+/// namespace of a running container of the same sandbox; anything else is refused with
+/// InvalidArgument and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn pid_namespace_target_joins_the_target_containers_processes() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let sb_cfg = n.sandbox_config("pid-target");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let own = pb::NamespaceMode::Container;
+    let app = n
+        .run(
+            &sb,
+            &sb_cfg,
+            with_pid(n.container_config("app", &["sleep", "4711"]), own, ""),
+        )
+        .await;
+    let debugger = n
+        .run(
+            &sb,
+            &sb_cfg,
+            with_pid(
+                n.container_config("debugger", &["sleep", "4712"]),
+                pb::NamespaceMode::Target,
+                &app,
+            ),
+        )
+        .await;
+    let ps = |id: String| {
+        let n = &n;
+        async move { stdout(&n.exec(&id, &["ps", "-o", "args"], 10).await.expect("ps")) }
+    };
+    let seen = ps(debugger.clone()).await;
+    assert!(
+        seen.contains("sleep 4711") && seen.contains("sleep 4712"),
+        "the debugger does not share app's processes:\n{seen}"
+    );
+    // The namespace is shared both ways; a container of its own sees neither.
+    assert!(ps(app.clone()).await.contains("sleep 4712"));
+    let alone = n
+        .run(
+            &sb,
+            &sb_cfg,
+            with_pid(n.container_config("alone", &["sleep", "4713"]), own, ""),
+        )
+        .await;
+    let seen = ps(alone).await;
+    assert!(!seen.contains("sleep 4711"), "{seen}");
+
+    // Refusals: no such container, a container of another sandbox, one not running.
+    let refused = |target: String, name: &'static str| {
+        let (n, sb, sb_cfg) = (&n, &sb, &sb_cfg);
+        async move {
+            let cfg = with_pid(
+                n.container_config(name, &["true"]),
+                pb::NamespaceMode::Target,
+                &target,
+            );
+            n.create(sb, sb_cfg, cfg).await.unwrap_err()
+        }
+    };
+    let e = refused("nope".into(), "bad1").await;
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("does not exist"), "{}", e.message());
+    let other_cfg = n.sandbox_config("pid-target-other");
+    let other = n.run_sandbox(&other_cfg).await;
+    let elsewhere = n
+        .run(
+            &other,
+            &other_cfg,
+            with_pid(n.container_config("elsewhere", &["sleep", "4714"]), own, ""),
+        )
+        .await;
+    let e = refused(elsewhere, "bad2").await;
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("belongs to sandbox"),
+        "{}",
+        e.message()
+    );
+    let done = n
+        .run(
+            &sb,
+            &sb_cfg,
+            with_pid(n.container_config("done", &["true"]), own, ""),
+        )
+        .await;
+    n.wait_state(&done, pb::ContainerState::ContainerExited)
+        .await;
+    let e = refused(done, "bad3").await;
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("not running"), "{}", e.message());
+    // A refused name is free again.
+    let ok = n
+        .create(
+            &sb,
+            &sb_cfg,
+            with_pid(
+                n.container_config("bad1", &["true"]),
+                pb::NamespaceMode::Target,
+                &app,
+            ),
+        )
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    n.stop_and_remove_sandbox(&other).await;
+    n.stop_and_remove_sandbox(&sb).await;
+}

@@ -7,155 +7,10 @@
 
 mod common;
 
-use common::cluster::{self, kubectl};
+use common::cluster;
+use common::up::Up;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
-
-/// `nodus up` (control plane and one node) in a network namespace of its own.
-struct Up {
-    netns: Arc<testkit::Netns>,
-    dir: tempfile::TempDir,
-    daemon: Option<testkit::daemon::Daemon>,
-    cgroup: Option<testkit::CgroupParent>,
-}
-
-impl Up {
-    fn start(name: &str, subnet: &str) -> Up {
-        let netns = Arc::new(testkit::Netns::new(name).expect("netns"));
-        let cgroup = testkit::CgroupParent::new(name);
-        cgroup.create();
-        cluster::add_node_address(&netns);
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{name}-"))
-            .tempdir()
-            .expect("tempdir");
-        let d = dir.path();
-        cluster::prepare_node_dir(d, subnet, &d.join("up/node/runtime"));
-        let mut cmd = netns
-            .command(common::nodus_bin())
-            .expect("command in netns");
-        cmd.arg("up")
-            .arg("--data-dir")
-            .arg(d.join("up"))
-            .arg("--")
-            .arg("--runtime-config")
-            .arg(d.join("runtime.toml"))
-            .args(["--hostname-override", "rc-node"])
-            .arg("--pod-logs-dir")
-            .arg(d.join("logs"))
-            .args(["--cgroup-root", &cgroup.path()]);
-        let daemon =
-            testkit::daemon::Daemon::spawn(name, cmd, &d.join("up.log"), Duration::from_secs(10))
-                .expect("spawn nodus up");
-        let up = Up {
-            netns,
-            dir,
-            daemon: Some(daemon),
-            cgroup: Some(cgroup),
-        };
-        up.wait(
-            &["get", "node", "rc-node", "-o", "json"],
-            "node Ready",
-            |n| cluster::condition(n, "Ready").is_some_and(|c| c["status"] == "True"),
-        );
-        up
-    }
-
-    fn d(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn k(&self, args: &[&str]) -> (bool, String, String) {
-        let kubeconfig = self.d().join("up/control-plane/admin.kubeconfig");
-        kubectl(&self.netns, &kubeconfig, self.d(), args, None)
-    }
-
-    fn apply(&self, yaml: &str) {
-        let kubeconfig = self.d().join("up/control-plane/admin.kubeconfig");
-        let (ok, out, err) = kubectl(
-            &self.netns,
-            &kubeconfig,
-            self.d(),
-            &["apply", "-f", "-"],
-            Some(yaml),
-        );
-        assert!(ok, "kubectl apply: {out}{err}\n{yaml}");
-    }
-
-    fn create_fails(&self, yaml: &str) -> String {
-        let kubeconfig = self.d().join("up/control-plane/admin.kubeconfig");
-        let (ok, out, err) = kubectl(
-            &self.netns,
-            &kubeconfig,
-            self.d(),
-            &["create", "-f", "-"],
-            Some(yaml),
-        );
-        assert!(!ok, "kubectl create should have failed: {out}");
-        err
-    }
-
-    fn wait(&self, args: &[&str], what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let mut last = String::new();
-        for _ in 0..400 {
-            let (ok, out, err) = self.k(args);
-            if ok
-                && let Ok(v) = serde_json::from_str::<Value>(&out)
-                && pred(&v)
-            {
-                return v;
-            }
-            last = format!("{out}{err}");
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        panic!("timed out waiting for {what}; last: {last}\n{}", self.log());
-    }
-
-    fn running(&self, pod: &str) -> Value {
-        self.wait(
-            &["get", "pod", pod, "-o", "json"],
-            &format!("pod {pod} Running"),
-            |p| p["status"]["phase"] == "Running",
-        )
-    }
-
-    fn log(&self) -> String {
-        testkit::daemon::log_tail(&self.d().join("up.log"), 150)
-    }
-
-    /// The shims' own logs and the OCI runtime's, for a failure message.
-    fn shim_logs(&self) -> String {
-        let mut out = String::new();
-        for c in common::list_dir(&self.runtime_state().join("containers")) {
-            for f in common::list_dir(&c.join("shim")) {
-                if f.extension().is_some_and(|e| e == "log" || e == "json") {
-                    out.push_str(&format!(
-                        "== {}\n{}\n",
-                        f.display(),
-                        std::fs::read_to_string(&f).unwrap_or_default()
-                    ));
-                }
-            }
-        }
-        out
-    }
-
-    fn runtime_state(&self) -> PathBuf {
-        self.d().join("up/node/run/runtime")
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            d.stop();
-        }
-        common::kill_runtime_leftovers(&self.runtime_state(), self.dir.path());
-        drop(self.cgroup.take());
-    }
-}
 
 fn pod(name: &str, extra_spec: &str, command: &str) -> String {
     format!(
@@ -217,7 +72,7 @@ fn runtime_class_resolves_to_its_handler_and_its_overhead_is_counted() {
     if !common::have_root() {
         return;
     }
-    let up = Up::start("nodus-rtclass", "10.99.93.0/24");
+    let up = Up::start("nodus-rtclass", "10.99.93.0/24", "rc-node");
 
     // The class's name is not its handler: `plain` runs on runc.
     up.apply(
@@ -412,7 +267,7 @@ fn gvisor_runs_the_lessons_pod() {
         );
         return;
     }
-    let up = Up::start("nodus-gvisor", "10.99.94.0/24");
+    let up = Up::start("nodus-gvisor", "10.99.94.0/24", "rc-node");
     up.apply(
         r#"apiVersion: node.k8s.io/v1
 kind: RuntimeClass

@@ -718,7 +718,7 @@ async fn serve_api(
     let params: Vec<(String, String)> = query
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), percent_decode(v)))
+        .map(|(k, v)| (k.to_string(), nodus_serving::query::percent_decode(v)))
         .collect();
     let flag = |k: &str| {
         params
@@ -795,29 +795,6 @@ async fn serve_api(
     };
     sock.write_all(resp.as_bytes()).await?;
     sock.shutdown().await
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or(b'?'));
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]

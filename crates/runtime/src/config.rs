@@ -48,6 +48,38 @@ pub struct RuntimeConfig {
     /// kubelet to use the systemd cgroup driver.
     #[serde(default)]
     pub systemd_cgroup: bool,
+    /// NRI (containerd/nri's Node Resource Interface): plugins on `nri-socket` and from
+    /// `nri-plugin-path` hooked into pod and container lifecycle [default: false, see
+    /// [`crate::nri::config`]].
+    #[serde(default)]
+    pub nri: bool,
+    #[serde(default = "crate::nri::config::default_socket")]
+    pub nri_socket: PathBuf,
+    /// Pre-installed plugins, `<idx>-<name>` executables the runtime starts.
+    #[serde(default = "crate::nri::config::default_plugin_path")]
+    pub nri_plugin_path: PathBuf,
+    /// Their configuration, `<idx>-<name>.conf` or `<name>.conf`.
+    #[serde(default = "crate::nri::config::default_plugin_config_path")]
+    pub nri_plugin_config_path: PathBuf,
+    /// How long a plugin has to register after connecting [default: 5s].
+    #[serde(
+        default = "default_nri_registration_timeout",
+        deserialize_with = "crate::nri::config::duration"
+    )]
+    pub nri_plugin_registration_timeout: std::time::Duration,
+    /// How long a plugin has to answer one request [default: 2s].
+    #[serde(
+        default = "default_nri_request_timeout",
+        deserialize_with = "crate::nri::config::duration"
+    )]
+    pub nri_plugin_request_timeout: std::time::Duration,
+}
+
+fn default_nri_registration_timeout() -> std::time::Duration {
+    crate::nri::config::DEFAULT_REGISTRATION_TIMEOUT
+}
+fn default_nri_request_timeout() -> std::time::Duration {
+    crate::nri::config::DEFAULT_REQUEST_TIMEOUT
 }
 
 fn default_true() -> bool {
@@ -92,6 +124,12 @@ impl Default for RuntimeConfig {
             default_network_ip_masq: true,
             default_network_ipam_data_dir: None,
             systemd_cgroup: false,
+            nri: false,
+            nri_socket: crate::nri::config::default_socket(),
+            nri_plugin_path: crate::nri::config::default_plugin_path(),
+            nri_plugin_config_path: crate::nri::config::default_plugin_config_path(),
+            nri_plugin_registration_timeout: default_nri_registration_timeout(),
+            nri_plugin_request_timeout: default_nri_request_timeout(),
         }
     }
 }
@@ -151,6 +189,26 @@ impl RuntimeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nri_keys_and_defaults() {
+        let c = RuntimeConfig::parse("").unwrap();
+        assert!(!c.nri);
+        assert_eq!(c.nri_socket, PathBuf::from("/var/run/nri/nri.sock"));
+        assert_eq!(c.nri_plugin_path, PathBuf::from("/opt/nri/plugins"));
+        assert_eq!(c.nri_plugin_config_path, PathBuf::from("/etc/nri/conf.d"));
+        assert_eq!(c.nri_plugin_registration_timeout.as_secs(), 5);
+        assert_eq!(c.nri_plugin_request_timeout.as_secs(), 2);
+        let c = RuntimeConfig::parse(
+            "nri = true\nnri-socket = \"/tmp/n.sock\"\nnri-plugin-request-timeout = \"500ms\"\n",
+        )
+        .unwrap();
+        assert!(c.nri);
+        assert_eq!(c.nri_socket, PathBuf::from("/tmp/n.sock"));
+        assert_eq!(c.nri_plugin_request_timeout.as_millis(), 500);
+        let err = RuntimeConfig::parse("nri-plugin-request-timeout = \"soon\"").unwrap_err();
+        assert!(err.contains("invalid duration \"soon\""), "{err}");
+    }
 
     #[test]
     fn unknown_keys_are_named() {

@@ -3,6 +3,7 @@
 //! * [`image`]: the image service — references, registry pulls (hosts.toml mirrors, auth),
 //!   a content-addressed blob store, layers unpacked into overlay snapshots, image metadata.
 //! * [`server`]: the gRPC services wired onto the socket.
+//! * [`nri`]: the Node Resource Interface: plugins hooked into pod and container lifecycle.
 //!
 //! The runtime owns everything under its `--root-dir` (persistent: content, snapshots, image
 //! metadata) and `--state-dir` (volatile). It never touches the kubelet's directories.
@@ -10,6 +11,7 @@
 pub mod config;
 pub mod container;
 pub mod image;
+pub mod nri;
 pub mod oci;
 pub mod sandbox;
 pub mod server;

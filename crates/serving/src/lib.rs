@@ -1,11 +1,13 @@
 //! What the nodus servers (API server, kubelet API, CRI runtime) share: the connection loop
 //! with its timeouts and limits ([`conn`]), the host's own address ([`hostaddr`]), files only
-//! root may read ([`private`]), the open files limit ([`rlimit`]), readiness for systemd
+//! root may read ([`private`]), the Prometheus text format ([`prometheus`]), query strings ([`query`]), the open files limit ([`rlimit`]), readiness for systemd
 //! ([`sd_notify`]) and client-certificate identities ([`x509`]).
 
 pub mod conn;
 pub mod hostaddr;
 pub mod private;
+pub mod prometheus;
+pub mod query;
 pub mod rlimit;
 pub mod sd_notify;
 pub mod x509;

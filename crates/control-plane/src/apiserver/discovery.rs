@@ -72,10 +72,18 @@ struct Group {
     versions: Vec<&'static str>,
 }
 
+/// The catalogue and the resources served without being stored (`metrics.k8s.io`, the
+/// group an aggregated metrics-server serves upstream).
+fn served() -> impl Iterator<Item = &'static ResourceInfo> {
+    catalog::all()
+        .iter()
+        .chain(crate::apiserver::metrics_api::RESOURCES.iter())
+}
+
 /// The groups of the catalogue (core group excluded) in upstream's order.
 fn named_groups() -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    for r in catalog::all().iter().filter(|r| !r.group.is_empty()) {
+    for r in served().filter(|r| !r.group.is_empty()) {
         match groups.iter_mut().find(|g| g.name == r.group) {
             Some(g) if !g.versions.contains(&r.version) => g.versions.push(r.version),
             Some(_) => {}
@@ -118,8 +126,7 @@ fn version_priority(version: &str) -> (u8, u32, u32) {
 }
 
 fn resources_of(group: &str, version: &str) -> Vec<&'static ResourceInfo> {
-    let mut list: Vec<&'static ResourceInfo> = catalog::all()
-        .iter()
+    let mut list: Vec<&'static ResourceInfo> = served()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     list.sort_by_key(|r| r.plural);

@@ -34,22 +34,20 @@ impl InFlight {
 
 /// Which pool a request draws from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     LongRunning,
     ReadOnly,
     Mutating,
 }
 
-fn kind(req: &Request) -> Kind {
-    let watch_query = req.uri().query().is_some_and(|q| {
-        // strconv.ParseBool's true spellings.
-        q.split('&').any(|p| {
-            matches!(
-                p.strip_prefix("watch="),
-                Some("1" | "t" | "T" | "true" | "TRUE" | "True")
-            )
-        })
-    });
+pub(crate) fn kind(req: &Request) -> Kind {
+    // The verb is read as the request-info filter reads it, so `watch=True` is a watch
+    // here exactly when the handler treats it as one.
+    let watch_query = nodus_serving::query::bool_value(
+        nodus_serving::query::query_all(req.uri().query(), "watch")
+            .first()
+            .map(String::as_str),
+    );
     if let rest::path::Parsed::Resource(t) = rest::path::parse(req.uri().path()) {
         let long_sub = t
             .sub
@@ -127,6 +125,7 @@ mod tests {
         for uri in [
             "/api/v1/pods?watch=true",
             "/api/v1/namespaces/default/pods?watch=1&resourceVersion=3",
+            "/api/v1/namespaces/default/pods?watch=True",
             "/api/v1/watch/namespaces/default/pods",
             "/api/v1/namespaces/default/pods/p/log?follow=true",
             "/api/v1/namespaces/default/pods/p/exec?command=ls",
@@ -136,6 +135,10 @@ mod tests {
             assert_eq!(kind(&req(Method::GET, uri)), Kind::LongRunning, "{uri}");
         }
         assert_eq!(kind(&req(Method::GET, "/api/v1/pods")), Kind::ReadOnly);
+        assert_eq!(
+            kind(&req(Method::GET, "/api/v1/pods?watch=False")),
+            Kind::ReadOnly
+        );
         assert_eq!(kind(&req(Method::GET, "/readyz")), Kind::ReadOnly);
         assert_eq!(
             kind(&req(Method::POST, "/api/v1/namespaces/default/configmaps")),

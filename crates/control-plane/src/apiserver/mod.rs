@@ -1,5 +1,5 @@
 //! The API server: HTTPS serving, authentication and authorization, the REST handlers for
-//! every catalogue resource, discovery and OpenAPI, and the built-in cluster behaviour
+//! every catalogue resource, discovery and OpenAPI, `/metrics` and the `metrics.k8s.io` API, and the built-in cluster behaviour
 //! (bootstrap objects, admission, garbage collection, namespace deletion).
 
 pub mod admission;
@@ -9,6 +9,8 @@ pub mod bootstrap;
 pub mod controllers;
 pub mod discovery;
 mod inflight;
+pub mod metrics;
+pub mod metrics_api;
 pub mod oidc;
 pub mod openapi;
 pub mod protobuf;

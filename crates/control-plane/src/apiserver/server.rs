@@ -1,5 +1,6 @@
 //! The HTTPS server: rustls with optional client certificates, authentication middleware,
-//! health and version endpoints, discovery/OpenAPI routers and the REST fallback.
+//! health and version endpoints, `/metrics`, discovery/OpenAPI routers, `metrics.k8s.io` and
+//! the REST fallback.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -22,7 +23,9 @@ use crate::apiserver::authn::{self, User};
 use crate::apiserver::authz;
 use crate::apiserver::rest::{self, ApiError};
 use crate::apiserver::state::{ApiConfig, ApiState, SharedState};
-use crate::apiserver::{bootstrap, controllers, discovery, inflight, oidc, openapi, protobuf};
+use crate::apiserver::{
+    bootstrap, controllers, discovery, inflight, metrics, metrics_api, oidc, openapi, protobuf,
+};
 use crate::pki;
 use crate::storage::{EmbeddedStore, Store, StoreError};
 
@@ -252,6 +255,9 @@ async fn fallback(st: SharedState, req: Request) -> Response {
         .get::<User>()
         .cloned()
         .unwrap_or_else(User::anonymous);
+    if let Some(r) = metrics_api::handle(&st, &user, &parts.method, &parts.uri) {
+        return r;
+    }
     let path = parts.uri.path();
     if !(path.starts_with("/api/") || path.starts_with("/apis/")) {
         let mut r = Response::new(Body::from("404 page not found\n"));
@@ -305,9 +311,18 @@ fn router(st: SharedState) -> Router {
         .merge(openapi::router())
         .merge(rest::reviews::router(st.clone()))
         .merge(oidc::router(st.clone()))
+        .merge(
+            Router::new()
+                .route("/metrics", get(metrics::handler))
+                .with_state(st.clone()),
+        )
         .fallback(move |req: Request| fallback(fb.clone(), req))
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
         .layer(middleware::from_fn_with_state(inflight, inflight::limit))
+        .layer(middleware::from_fn_with_state(
+            st.clone(),
+            metrics::instrument,
+        ))
         .layer(middleware::from_fn_with_state(st, authenticate))
 }
 
@@ -385,6 +400,8 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
             .ok(),
         sa_keys: Arc::new(sa_keys),
         alloc_lock: tokio::sync::Mutex::new(()),
+        metrics: Default::default(),
+        resource_metrics: Default::default(),
     });
     bootstrap::ensure(&st)?;
     authz::policy::reconcile(&st)?;
@@ -396,6 +413,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     let mut tasks = JoinSet::new();
     tasks.spawn(controllers::run(st.clone()));
     tasks.spawn(authz::policy::run_aggregation(st.store.clone()));
+    tasks.spawn(metrics_api::run(st.clone()));
     let mut controllers_cfg = cfg.controllers.clone();
     if controllers_cfg.cluster_signing_cert_file.is_none() {
         controllers_cfg.cluster_signing_cert_file = Some(pki.ca_cert_path());

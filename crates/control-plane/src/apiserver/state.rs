@@ -79,6 +79,10 @@ pub struct ApiState {
     pub sa_keys: Arc<Keys>,
     /// Serialises Service IP and port allocation, which reads then writes many objects.
     pub alloc_lock: tokio::sync::Mutex<()>,
+    /// `/metrics`: request counts and latencies, in-flight requests, watch events.
+    pub metrics: crate::apiserver::metrics::ApiMetrics,
+    /// The kubelets' resource metrics behind `metrics.k8s.io`.
+    pub resource_metrics: crate::apiserver::metrics_api::Scraped,
 }
 
 pub type SharedState = Arc<ApiState>;

@@ -48,8 +48,20 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("", "Pod") => {
             let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
             validate_pod_spec(&mut errs, &spec, &Path::new("spec"), true);
-            if let Some(old) = old {
-                validate_pod_update(&mut errs, obj, old);
+            match old {
+                Some(old) => validate_pod_update(&mut errs, obj, old),
+                // Added only through the ephemeralcontainers subresource (ValidatePodCreate).
+                None if spec
+                    .get("ephemeralContainers")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty()) =>
+                {
+                    errs.push(FieldError::forbidden(
+                        Path::new("spec").child("ephemeralContainers"),
+                        "cannot be set on create",
+                    ));
+                }
+                None => {}
             }
         }
         ("", "Service") => validate_service(&mut errs, obj, old),
@@ -84,6 +96,29 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         }
         _ => {}
     }
+    errs
+}
+
+/// A write of the `pods/ephemeralcontainers` subresource (upstream's
+/// ValidatePodEphemeralContainersUpdate): the pod as a whole is valid, and the ephemeral
+/// containers it had are all still there, unchanged.
+pub fn validate_pod_ephemeral_containers_update(obj: &Value, old: &Value) -> Vec<FieldError> {
+    let gvk = Gvk::new("", "v1", "Pod");
+    let mut errs = Vec::new();
+    if let Some((field, msg)) = crate::strict::decode_error(&gvk, obj) {
+        errs.push(FieldError {
+            kind: super::ErrorType::Invalid,
+            field,
+            value: None,
+            detail: msg,
+        });
+        return errs;
+    }
+    validate_meta(&mut errs, &gvk, obj, true);
+    validate_meta_update(&mut errs, obj, old);
+    let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
+    validate_pod_spec(&mut errs, &spec, &Path::new("spec"), true);
+    super::pod::validate_ephemeral_containers_update(&mut errs, obj, old);
     errs
 }
 
@@ -452,6 +487,89 @@ mod tests {
         assert_eq!(
             check("Pod", "", more_tolerations, Some(old)),
             Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn ephemeral_containers() {
+        let gvk = Gvk::new("", "v1", "Pod");
+        let app = json!([{"name": "app", "image": "busybox"}]);
+        let dbg = json!({"name": "debugger", "image": "busybox", "targetContainerName": "app"});
+        let with = |list: Value| pod(json!({"containers": app, "ephemeralContainers": list}));
+        let ephemeral_update = |new: Value, old: Value| {
+            let (mut new, mut old) = (new, old);
+            default_object(&gvk, &mut new);
+            default_object(&gvk, &mut old);
+            validate_pod_ephemeral_containers_update(&new, &old)
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+        };
+        let none = pod(json!({"containers": app}));
+        // Only through the subresource: not on create, not in an update of the pod.
+        assert_eq!(
+            check("Pod", "", with(json!([dbg])), None),
+            vec!["spec.ephemeralContainers: Forbidden: cannot be set on create"]
+        );
+        let errs = check("Pod", "", with(json!([dbg])), Some(none.clone()));
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with(&format!("spec: Forbidden: {POD_UPDATABLE}\n")),
+            "{}",
+            errs[0]
+        );
+        // Added through the subresource.
+        assert_eq!(
+            ephemeral_update(with(json!([dbg])), none.clone()),
+            Vec::<String>::new()
+        );
+        // Once added, neither removed nor changed.
+        assert_eq!(
+            ephemeral_update(none.clone(), with(json!([dbg]))),
+            vec![
+                "spec.ephemeralContainers: Forbidden: existing ephemeral containers \"debugger\" may not be removed\n"
+            ]
+        );
+        let mut changed = dbg.clone();
+        changed["image"] = json!("busybox:2");
+        let errs = ephemeral_update(with(json!([changed])), with(json!([dbg])));
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with("spec.ephemeralContainers: Forbidden: existing ephemeral containers \"debugger\" may not be changed\n"),
+            "{}",
+            errs[0]
+        );
+        assert!(errs[0].contains("debugger.image"), "{}", errs[0]);
+        // The rules every ephemeral container follows.
+        let mut bad = dbg.clone();
+        bad["targetContainerName"] = json!("nope");
+        bad["ports"] = json!([{"containerPort": 80}]);
+        bad["name"] = json!("app");
+        let errs = ephemeral_update(with(json!([bad])), none.clone());
+        assert!(
+            errs.contains(
+                &"spec.ephemeralContainers[0].name: Duplicate value: \"app\"".to_string()
+            ),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(
+                &"spec.ephemeralContainers[0].targetContainerName: Not found: \"nope\"".to_string()
+            ),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"spec.ephemeralContainers[0].ports: Forbidden: cannot be set for an Ephemeral Container".to_string()),
+            "{errs:?}"
+        );
+        // A static pod's mirror takes none.
+        let mut mirror = none.clone();
+        mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
+        let mut mirror_new = with(json!([dbg]));
+        mirror_new["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
+        assert_eq!(
+            ephemeral_update(mirror_new, mirror),
+            vec![": Forbidden: static pods do not support ephemeral containers"]
         );
     }
 

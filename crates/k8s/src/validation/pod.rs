@@ -1383,6 +1383,53 @@ pub(super) fn validate_pod_update(errs: &mut Errs, new: &Value, old: &Value) {
     }
 }
 
+/// The annotation the kubelet puts on the mirror pod of a static pod.
+const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Upstream's rules for a change of `spec.ephemeralContainers`: none on a static pod's
+/// mirror, and an ephemeral container once added may be neither removed nor changed
+/// (matched by name, as a patch may reorder the list).
+pub(super) fn validate_ephemeral_containers_update(errs: &mut Errs, new: &Value, old: &Value) {
+    let mirror = old
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(MIRROR_POD_ANNOTATION))
+        .is_some();
+    if mirror {
+        errs.clear();
+        errs.push(FieldError::forbidden(
+            Path::new(""),
+            "static pods do not support ephemeral containers",
+        ));
+        return;
+    }
+    let empty = json!({});
+    let new_spec = new.get("spec").unwrap_or(&empty);
+    let old_spec = old.get("spec").unwrap_or(&empty);
+    let sp = Path::new("spec").child("ephemeralContainers");
+    let new_list = arr(new_spec, "ephemeralContainers");
+    for o in arr(old_spec, "ephemeralContainers") {
+        let name = s(o, "name");
+        match new_list.iter().find(|n| s(n, "name") == name) {
+            None => errs.push(FieldError::forbidden(
+                &sp,
+                format!("existing ephemeral containers {name:?} may not be removed\n"),
+            )),
+            Some(n) if semantic(n) != semantic(o) => {
+                let mut changed = Vec::new();
+                diff_paths(&semantic(o), &semantic(n), name, &mut changed);
+                errs.push(FieldError::forbidden(
+                    &sp,
+                    format!(
+                        "existing ephemeral containers {name:?} may not be changed\n  changed: {}",
+                        changed.join(", ")
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+}
+
 /// Paths where two JSON values differ (a short stand-in for upstream's `cmp.Diff`).
 pub(super) fn diff_paths(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
     match (a, b) {

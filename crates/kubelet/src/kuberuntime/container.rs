@@ -342,6 +342,24 @@ pub fn container_config(
     })
 }
 
+/// Puts an ephemeral container in the process namespace of the container `target_id`
+/// (`targetContainerName`): PID mode TARGET, unless the pod already shares one process
+/// namespace among all its containers (or uses the node's), as upstream's kubelet.
+pub fn target_pid_namespace(config: &mut pb::ContainerConfig, target_id: &str) {
+    let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut())
+    else {
+        return;
+    };
+    if ns.pid == pb::NamespaceMode::Container as i32 {
+        ns.pid = pb::NamespaceMode::Target as i32;
+        ns.target_id = target_id.to_string();
+    }
+}
+
 /// Adds what the device plugins answered at Allocate to the container's config: device
 /// nodes, mounts, environment (the plugin's value wins over the pod's, as upstream appends
 /// it after), annotations and CDI device names.
@@ -378,6 +396,35 @@ pub fn apply_device_options(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodSpec;
+
+    #[test]
+    fn target_pid_namespace_only_replaces_a_container_namespace() {
+        let with_pid = |pid: pb::NamespaceMode| pb::ContainerConfig {
+            linux: Some(pb::LinuxContainerConfig {
+                security_context: Some(pb::LinuxContainerSecurityContext {
+                    namespace_options: Some(pb::NamespaceOption {
+                        pid: pid as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let ns = |c: &pb::ContainerConfig| {
+            let o = c.linux.as_ref().unwrap().security_context.as_ref().unwrap();
+            let o = o.namespace_options.as_ref().unwrap();
+            (o.pid, o.target_id.clone())
+        };
+        let mut c = with_pid(pb::NamespaceMode::Container);
+        target_pid_namespace(&mut c, "abc");
+        assert_eq!(ns(&c), (pb::NamespaceMode::Target as i32, "abc".into()));
+        // shareProcessNamespace: the debugger already sees every process of the pod.
+        let mut c = with_pid(pb::NamespaceMode::Pod);
+        target_pid_namespace(&mut c, "abc");
+        assert_eq!(ns(&c), (pb::NamespaceMode::Pod as i32, String::new()));
+    }
 
     #[test]
     fn memory_qos_puts_memory_min_and_high_in_the_unified_map() {

@@ -28,6 +28,8 @@ pub struct PodActions {
     pub init_failed: bool,
     /// Indexes into spec.containers.
     pub start: Vec<usize>,
+    /// Indexes into spec.ephemeralContainers: the ones never started (they never restart).
+    pub start_ephemeral: Vec<usize>,
     /// Containers to kill: id → (name, why).
     pub kill: Vec<(ContainerInfo, String)>,
 }
@@ -91,188 +93,9 @@ impl KubeRuntime {
         }
     }
 
-    /// Upstream's computePodActions.
+    /// Upstream's computePodActions over this kubelet's probe results.
     pub fn compute_pod_actions(&self, pod: &Pod, rp: &RuntimePod) -> PodActions {
-        let spec = pod.spec.clone().unwrap_or_default();
-        let policy = restart_policy(pod);
-        let host_net = spec.host_network.unwrap_or(false);
-        let mut a = PodActions::default();
-
-        // Is the sandbox still good?
-        let latest = rp.sandboxes.first();
-        let ready = rp.sandboxes.iter().filter(|s| s.ready).count();
-        let (changed, attempt, sandbox_id) = match latest {
-            None => (true, 0, String::new()),
-            Some(s) if ready > 1 => (true, s.attempt + 1, s.id.clone()),
-            Some(s) if !s.ready => (true, s.attempt + 1, s.id.clone()),
-            Some(s) if !host_net && s.ip.is_empty() => (true, s.attempt + 1, s.id.clone()),
-            Some(s) => (false, s.attempt, s.id.clone()),
-        };
-        a.attempt = attempt;
-        a.sandbox_id = sandbox_id;
-        if changed {
-            a.kill_pod = true;
-            // A pod that will not restart its containers does not get a second sandbox.
-            if policy == "Never" && attempt != 0 && !rp.containers.is_empty() {
-                return a;
-            }
-            let start: Vec<usize> = spec
-                .containers
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| {
-                    let succeeded = rp
-                        .latest(&c.name)
-                        .is_some_and(|s| exited(s) && s.exit_code == 0);
-                    !(succeeded && policy == "OnFailure")
-                })
-                .map(|(i, _)| i)
-                .collect();
-            // Nothing left to start once the pod got as far as its regular containers
-            // (every one succeeded under OnFailure): no new sandbox, the pod is done. A new
-            // sandbox would replace the old one, and removing that one takes the finished
-            // containers, and their logs, with it (upstream's computePodActions).
-            if start.is_empty() && spec.containers.iter().any(|c| rp.latest(&c.name).is_some()) {
-                return a;
-            }
-            a.create_sandbox = true;
-            a.sandbox_id.clear();
-            if !spec
-                .init_containers
-                .as_deref()
-                .unwrap_or_default()
-                .is_empty()
-            {
-                a.next_init = Some(0);
-                return a;
-            }
-            a.start = start;
-            return a;
-        }
-
-        // Init containers, strictly in order; restartable ones (sidecars) keep running.
-        let inits = spec.init_containers.clone().unwrap_or_default();
-        let mut initialized = true;
-        for (i, c) in inits.iter().enumerate() {
-            let st = rp.latest(&c.name);
-            if is_sidecar(c) {
-                match st {
-                    Some(s) if running(s) => {
-                        if let Some(why) = self.probe_kill_reason(c, s) {
-                            a.kill.push((s.clone(), why));
-                            a.next_init = Some(i);
-                            initialized = false;
-                            break;
-                        }
-                        if self.probes.result(ProbeType::Startup, &s.id)
-                            == Some(ProbeResult::Failure)
-                            || (c.startup_probe.is_some()
-                                && self.probes.result(ProbeType::Startup, &s.id)
-                                    != Some(ProbeResult::Success))
-                        {
-                            initialized = false;
-                            break;
-                        }
-                    }
-                    _ => {
-                        a.next_init = Some(i);
-                        initialized = false;
-                        break;
-                    }
-                }
-                continue;
-            }
-            match st {
-                None => {
-                    a.next_init = Some(i);
-                    initialized = false;
-                    break;
-                }
-                Some(s) if running(s) => {
-                    initialized = false;
-                    break;
-                }
-                Some(s) if exited(s) && s.exit_code == 0 => continue,
-                Some(s) if exited(s) => {
-                    if policy == "Never" {
-                        a.init_failed = true;
-                        a.kill_pod = true;
-                        return a;
-                    }
-                    a.next_init = Some(i);
-                    initialized = false;
-                    break;
-                }
-                Some(s) => {
-                    // Created but never started, or unknown: start over.
-                    a.kill
-                        .push((s.clone(), "Init container is in an unknown state".into()));
-                    a.next_init = Some(i);
-                    initialized = false;
-                    break;
-                }
-            }
-        }
-        if !initialized {
-            return a;
-        }
-
-        // App containers.
-        let mut keep = 0;
-        for (i, c) in spec.containers.iter().enumerate() {
-            let st = rp.latest(&c.name);
-            match st {
-                Some(s) if running(s) => {
-                    let why = if s.hash != labels::container_hash(c) {
-                        Some(format!(
-                            "Container {} definition changed, will be restarted",
-                            c.name
-                        ))
-                    } else {
-                        self.probe_kill_reason(c, s)
-                    };
-                    match why {
-                        Some(why) => {
-                            a.kill.push((s.clone(), why));
-                            if policy != "Never" {
-                                a.start.push(i);
-                            }
-                        }
-                        None => keep += 1,
-                    }
-                }
-                Some(s) if !exited(s) => {
-                    a.kill
-                        .push((s.clone(), "Container is in an unknown state".into()));
-                    a.start.push(i);
-                }
-                other => {
-                    if should_restart(other, policy) {
-                        a.start.push(i);
-                    }
-                }
-            }
-        }
-        // Containers the spec no longer names go.
-        for s in rp.running() {
-            let known = spec.containers.iter().any(|c| c.name == s.name)
-                || inits.iter().any(|c| c.name == s.name);
-            if !known {
-                a.kill
-                    .push((s.clone(), "Container is not in the pod's spec".into()));
-            }
-        }
-        let sidecars_running = inits
-            .iter()
-            .filter(|c| is_sidecar(c))
-            .any(|c| rp.latest(&c.name).is_some_and(running));
-        if keep == 0 && a.start.is_empty() && !sidecars_running {
-            a.kill_pod = true;
-        } else if keep == 0 && a.start.is_empty() && sidecars_running {
-            // Every app container is done: stop the sidecars too.
-            a.kill_pod = true;
-        }
-        a
+        compute_pod_actions(pod, rp, &|t, id| self.probes.result(t, id))
     }
 
     /// CreatePodSandbox failed (the RuntimeClass lookup or the runtime): upstream's
@@ -344,26 +167,6 @@ impl KubeRuntime {
         }
     }
 
-    fn probe_kill_reason(&self, c: &Container, s: &ContainerInfo) -> Option<String> {
-        if c.liveness_probe.is_some()
-            && self.probes.result(ProbeType::Liveness, &s.id) == Some(ProbeResult::Failure)
-        {
-            return Some(format!(
-                "Container {} failed liveness probe, will be restarted",
-                c.name
-            ));
-        }
-        if c.startup_probe.is_some()
-            && self.probes.result(ProbeType::Startup, &s.id) == Some(ProbeResult::Failure)
-        {
-            return Some(format!(
-                "Container {} failed startup probe, will be restarted",
-                c.name
-            ));
-        }
-        None
-    }
-
     /// Reads the pod's runtime state and runs the actions it needs.
     pub async fn sync_pod(&self, pod: &Pod) -> Result<(SyncResult, RuntimePod), tonic::Status> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -425,24 +228,25 @@ impl KubeRuntime {
         let mut sandbox_id = actions.sandbox_id.clone();
         let spec = pod.spec.clone().unwrap_or_default();
         // The pod cgroup exists before anything runs in it (upstream's pcm.EnsureExists).
-        let cgroup =
-            if actions.create_sandbox || !actions.start.is_empty() || actions.next_init.is_some() {
-                match self.cm.ensure_pod(pod) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        let msg = format!("failed to create the pod's cgroup: {e}");
-                        result.errors.push(msg.clone());
-                        self.all_waiting(pod, "ContainerCreating", &msg);
-                        return Ok((result, rp));
-                    }
+        let creates = actions.create_sandbox
+            || !actions.start.is_empty()
+            || !actions.start_ephemeral.is_empty()
+            || actions.next_init.is_some();
+        let cgroup = if creates {
+            match self.cm.ensure_pod(pod) {
+                Ok(p) => p,
+                Err(e) => {
+                    let msg = format!("failed to create the pod's cgroup: {e}");
+                    result.errors.push(msg.clone());
+                    self.all_waiting(pod, "ContainerCreating", &msg);
+                    return Ok((result, rp));
                 }
-            } else {
-                self.cm.pod_cgroup(pod)
-            };
+            }
+        } else {
+            self.cm.pod_cgroup(pod)
+        };
         // upstream computes the user namespace while generating the sandbox and container
         // configs; it is needed only when something is about to be created.
-        let creates =
-            actions.create_sandbox || !actions.start.is_empty() || actions.next_init.is_some();
         let userns = if creates {
             match self.user_namespace(pod).await {
                 Ok(u) => u,
@@ -564,11 +368,27 @@ impl KubeRuntime {
             userns: userns.as_ref(),
         };
 
+        // Ephemeral containers first: they may be there to debug a pod stuck in init.
+        let ephemeral = ephemeral_containers(pod);
+        for &i in &actions.start_ephemeral {
+            let Some((c, target)) = ephemeral.get(i) else {
+                continue;
+            };
+            let kind = Kind::Ephemeral {
+                target: target.as_deref(),
+            };
+            if let Err(e) = self
+                .start_container(pod, c, kind, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
+                .await
+            {
+                result.errors.push(e);
+            }
+        }
         let inits = spec.init_containers.clone().unwrap_or_default();
         if let Some(i) = actions.next_init {
             let c = &inits[i];
             if let Err(e) = self
-                .start_container(pod, c, true, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
+                .start_container(pod, c, Kind::Init, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
                 .await
             {
                 result.errors.push(e);
@@ -578,14 +398,29 @@ impl KubeRuntime {
         for &i in &actions.start {
             let c = &spec.containers[i];
             if let Err(e) = self
-                .start_container(pod, c, false, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
+                .start_container(
+                    pod,
+                    c,
+                    Kind::Regular,
+                    &rp,
+                    &sandbox_id,
+                    &cfg,
+                    &ctx,
+                    &pod_ips,
+                )
                 .await
             {
                 result.errors.push(e);
             }
         }
         // Containers not started this round and not failing keep no stale reason.
-        for c in spec.containers.iter().chain(inits.iter()) {
+        let ephemeral_specs = ephemeral.iter().map(|(c, _)| c);
+        for c in spec
+            .containers
+            .iter()
+            .chain(inits.iter())
+            .chain(ephemeral_specs)
+        {
             if rp.latest(&c.name).is_some_and(running) {
                 self.set_reason(&uid, &c.name, None);
             }
@@ -599,7 +434,7 @@ impl KubeRuntime {
         &self,
         pod: &Pod,
         c: &Container,
-        init: bool,
+        kind: Kind<'_>,
         rp: &RuntimePod,
         sandbox_id: &str,
         sandbox_cfg: &pb::PodSandboxConfig,
@@ -683,10 +518,26 @@ impl KubeRuntime {
             );
             Err(message)
         };
+        let init = kind == Kind::Init;
         let mut config = match container_config(pod, c, init, restart_count, &image_ref, ctx) {
             Ok(cfg) => cfg,
             Err(e) => return fail("CreateContainerConfigError", e.0),
         };
+        if let Kind::Ephemeral {
+            target: Some(target),
+        } = kind
+        {
+            // upstream's getTargetID: the target must be running to lend its namespace.
+            match rp.latest(target).filter(|t| running(t)) {
+                Some(t) => super::container::target_pid_namespace(&mut config, &t.id),
+                None => {
+                    return fail(
+                        "CreateContainerConfigError",
+                        format!("unable to find target container {target}"),
+                    );
+                }
+            }
+        }
         if let Some(dm) = self.cm.devices.get() {
             match dm.container_options(&uid, &c.name).await {
                 Ok(Some(o)) => super::container::apply_device_options(&mut config, o),
@@ -958,6 +809,260 @@ impl KubeRuntime {
     }
 }
 
+/// Which list of the pod spec a container comes from: what SyncPod does differs by kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind<'a> {
+    Init,
+    Regular,
+    /// An ephemeral container, with the container whose process namespace it joins.
+    Ephemeral {
+        target: Option<&'a str>,
+    },
+}
+
+/// spec.ephemeralContainers as containers (the fields they share), each with its
+/// `targetContainerName`.
+pub fn ephemeral_containers(pod: &Pod) -> Vec<(Container, Option<String>)> {
+    let list = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or_default();
+    list.iter()
+        .filter_map(|ec| {
+            // EphemeralContainerCommon is Container's field set, so the JSON form converts.
+            let mut v = serde_json::to_value(ec).ok()?;
+            if let Some(m) = v.as_object_mut() {
+                m.remove("targetContainerName");
+            }
+            let c: Container = serde_json::from_value(v).ok()?;
+            let target = ec.target_container_name.clone().filter(|t| !t.is_empty());
+            Some((c, target))
+        })
+        .collect()
+}
+
+/// A probe result lookup: (probe, container id) → the last result.
+pub type ProbeResults<'a> = &'a dyn Fn(ProbeType, &str) -> Option<ProbeResult>;
+
+/// Upstream's computePodActions: what SyncPod must do to bring the runtime's view `rp` to
+/// the pod's spec. Pure: probe results come through `probes`.
+pub fn compute_pod_actions(pod: &Pod, rp: &RuntimePod, probes: ProbeResults<'_>) -> PodActions {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = restart_policy(pod);
+    let host_net = spec.host_network.unwrap_or(false);
+    let mut a = PodActions::default();
+
+    // Is the sandbox still good?
+    let latest = rp.sandboxes.first();
+    let ready = rp.sandboxes.iter().filter(|s| s.ready).count();
+    let (changed, attempt, sandbox_id) = match latest {
+        None => (true, 0, String::new()),
+        Some(s) if ready > 1 => (true, s.attempt + 1, s.id.clone()),
+        Some(s) if !s.ready => (true, s.attempt + 1, s.id.clone()),
+        Some(s) if !host_net && s.ip.is_empty() => (true, s.attempt + 1, s.id.clone()),
+        Some(s) => (false, s.attempt, s.id.clone()),
+    };
+    a.attempt = attempt;
+    a.sandbox_id = sandbox_id;
+    if changed {
+        a.kill_pod = true;
+        // A pod that will not restart its containers does not get a second sandbox.
+        if policy == "Never" && attempt != 0 && !rp.containers.is_empty() {
+            return a;
+        }
+        let start: Vec<usize> = spec
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                let succeeded = rp
+                    .latest(&c.name)
+                    .is_some_and(|s| exited(s) && s.exit_code == 0);
+                !(succeeded && policy == "OnFailure")
+            })
+            .map(|(i, _)| i)
+            .collect();
+        // Nothing left to start once the pod got as far as its regular containers
+        // (every one succeeded under OnFailure): no new sandbox, the pod is done. A new
+        // sandbox would replace the old one, and removing that one takes the finished
+        // containers, and their logs, with it (upstream's computePodActions).
+        if start.is_empty() && spec.containers.iter().any(|c| rp.latest(&c.name).is_some()) {
+            return a;
+        }
+        a.create_sandbox = true;
+        a.sandbox_id.clear();
+        if !spec
+            .init_containers
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            a.next_init = Some(0);
+            return a;
+        }
+        a.start = start;
+        return a;
+    }
+
+    // Ephemeral containers start even before initialization completes (to debug a pod
+    // stuck in init), once each: one the runtime has seen is never started again.
+    a.start_ephemeral = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| rp.latest(&c.name).is_none())
+        .map(|(i, _)| i)
+        .collect();
+
+    // Init containers, strictly in order; restartable ones (sidecars) keep running.
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    let mut initialized = true;
+    for (i, c) in inits.iter().enumerate() {
+        let st = rp.latest(&c.name);
+        if is_sidecar(c) {
+            match st {
+                Some(s) if running(s) => {
+                    if let Some(why) = probe_kill_reason(probes, c, s) {
+                        a.kill.push((s.clone(), why));
+                        a.next_init = Some(i);
+                        initialized = false;
+                        break;
+                    }
+                    if probes(ProbeType::Startup, &s.id) == Some(ProbeResult::Failure)
+                        || (c.startup_probe.is_some()
+                            && probes(ProbeType::Startup, &s.id) != Some(ProbeResult::Success))
+                    {
+                        initialized = false;
+                        break;
+                    }
+                }
+                _ => {
+                    a.next_init = Some(i);
+                    initialized = false;
+                    break;
+                }
+            }
+            continue;
+        }
+        match st {
+            None => {
+                a.next_init = Some(i);
+                initialized = false;
+                break;
+            }
+            Some(s) if running(s) => {
+                initialized = false;
+                break;
+            }
+            Some(s) if exited(s) && s.exit_code == 0 => continue,
+            Some(s) if exited(s) => {
+                if policy == "Never" {
+                    a.init_failed = true;
+                    a.kill_pod = true;
+                    return a;
+                }
+                a.next_init = Some(i);
+                initialized = false;
+                break;
+            }
+            Some(s) => {
+                // Created but never started, or unknown: start over.
+                a.kill
+                    .push((s.clone(), "Init container is in an unknown state".into()));
+                a.next_init = Some(i);
+                initialized = false;
+                break;
+            }
+        }
+    }
+    if !initialized {
+        return a;
+    }
+
+    // App containers.
+    let mut keep = 0;
+    for (i, c) in spec.containers.iter().enumerate() {
+        let st = rp.latest(&c.name);
+        match st {
+            Some(s) if running(s) => {
+                let why = if s.hash != labels::container_hash(c) {
+                    Some(format!(
+                        "Container {} definition changed, will be restarted",
+                        c.name
+                    ))
+                } else {
+                    probe_kill_reason(probes, c, s)
+                };
+                match why {
+                    Some(why) => {
+                        a.kill.push((s.clone(), why));
+                        if policy != "Never" {
+                            a.start.push(i);
+                        }
+                    }
+                    None => keep += 1,
+                }
+            }
+            Some(s) if !exited(s) => {
+                a.kill
+                    .push((s.clone(), "Container is in an unknown state".into()));
+                a.start.push(i);
+            }
+            other => {
+                if should_restart(other, policy) {
+                    a.start.push(i);
+                }
+            }
+        }
+    }
+    // Containers the spec no longer names go.
+    for s in rp.running() {
+        let known = spec.containers.iter().any(|c| c.name == s.name)
+            || inits.iter().any(|c| c.name == s.name)
+            || spec
+                .ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == s.name);
+        if !known {
+            a.kill
+                .push((s.clone(), "Container is not in the pod's spec".into()));
+        }
+    }
+    let sidecars_running = inits
+        .iter()
+        .filter(|c| is_sidecar(c))
+        .any(|c| rp.latest(&c.name).is_some_and(running));
+    if keep == 0 && a.start.is_empty() && !sidecars_running {
+        a.kill_pod = true;
+    } else if keep == 0 && a.start.is_empty() && sidecars_running {
+        // Every app container is done: stop the sidecars too.
+        a.kill_pod = true;
+    }
+    a
+}
+
+fn probe_kill_reason(probes: ProbeResults<'_>, c: &Container, s: &ContainerInfo) -> Option<String> {
+    if c.liveness_probe.is_some()
+        && probes(ProbeType::Liveness, &s.id) == Some(ProbeResult::Failure)
+    {
+        return Some(format!(
+            "Container {} failed liveness probe, will be restarted",
+            c.name
+        ));
+    }
+    if c.startup_probe.is_some() && probes(ProbeType::Startup, &s.id) == Some(ProbeResult::Failure)
+    {
+        return Some(format!(
+            "Container {} failed startup probe, will be restarted",
+            c.name
+        ));
+    }
+    None
+}
+
 /// spec.initContainers followed by spec.containers.
 pub fn pod_containers(pod: &Pod) -> Vec<Container> {
     let spec = pod.spec.clone().unwrap_or_default();
@@ -1016,5 +1121,223 @@ fn human(d: Duration) -> String {
         format!("{}m{}s", s / 60, s % 60)
     } else {
         format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kuberuntime::SandboxInfo;
+
+    fn pod(restart: &str, inits: bool, ephemeral: bool) -> Pod {
+        let mut spec = serde_json::json!({
+            "restartPolicy": restart,
+            "containers": [{"name": "app", "image": "busybox"}],
+        });
+        if inits {
+            spec["initContainers"] = serde_json::json!([{"name": "setup", "image": "busybox"}]);
+        }
+        if ephemeral {
+            spec["ephemeralContainers"] = serde_json::json!([
+                {"name": "debugger", "image": "busybox", "targetContainerName": "app"}
+            ]);
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn container(p: &Pod, name: &str, state: pb::ContainerState, exit_code: i32) -> ContainerInfo {
+        let spec = p.spec.clone().unwrap_or_default();
+        let hash = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .find(|c| c.name == name)
+            .map(labels::container_hash)
+            .unwrap_or_default();
+        ContainerInfo {
+            id: format!("{name}-id"),
+            name: name.into(),
+            sandbox_id: "sb".into(),
+            state,
+            created_at: 1,
+            started_at: 1,
+            finished_at: 2,
+            exit_code,
+            reason: String::new(),
+            message: String::new(),
+            image: "busybox".into(),
+            image_ref: String::new(),
+            image_id: String::new(),
+            hash,
+            restart_count: 0,
+            init: name == "setup",
+            annotations: HashMap::new(),
+            user: None,
+        }
+    }
+
+    fn runtime(sandbox: bool, containers: Vec<ContainerInfo>) -> RuntimePod {
+        RuntimePod {
+            uid: "u1".into(),
+            sandboxes: if sandbox {
+                vec![SandboxInfo {
+                    id: "sb".into(),
+                    attempt: 0,
+                    ready: true,
+                    created_at: 1,
+                    ip: "10.0.0.2".into(),
+                    additional_ips: Vec::new(),
+                }]
+            } else {
+                Vec::new()
+            },
+            containers,
+            ..Default::default()
+        }
+    }
+
+    /// computePodActions for ephemeral containers: started once in a running sandbox
+    /// (even before initialization completes), never restarted, never killed as unknown,
+    /// and never started in a sandbox about to be created.
+    #[test]
+    fn compute_pod_actions_table() {
+        use pb::ContainerState::{ContainerExited as Exited, ContainerRunning as Running};
+        struct Case {
+            name: &'static str,
+            pod: Pod,
+            runtime: fn(&Pod) -> RuntimePod,
+            create_sandbox: bool,
+            start: Vec<usize>,
+            start_ephemeral: Vec<usize>,
+            next_init: Option<usize>,
+            killed: Vec<&'static str>,
+            kill_pod: bool,
+        }
+        let cases = vec![
+            Case {
+                name: "no sandbox: a new one, ephemeral containers wait for it",
+                pod: pod("Always", false, true),
+                runtime: |_| runtime(false, vec![]),
+                create_sandbox: true,
+                start: vec![0],
+                start_ephemeral: vec![],
+                next_init: None,
+                killed: vec![],
+                kill_pod: true,
+            },
+            Case {
+                name: "running pod, ephemeral container not yet started",
+                pod: pod("Always", false, true),
+                runtime: |p| runtime(true, vec![container(p, "app", Running, 0)]),
+                create_sandbox: false,
+                start: vec![],
+                start_ephemeral: vec![0],
+                next_init: None,
+                killed: vec![],
+                kill_pod: false,
+            },
+            Case {
+                name: "ephemeral container running: kept, though not a spec container",
+                pod: pod("Always", false, true),
+                runtime: |p| {
+                    runtime(
+                        true,
+                        vec![
+                            container(p, "debugger", Running, 0),
+                            container(p, "app", Running, 0),
+                        ],
+                    )
+                },
+                create_sandbox: false,
+                start: vec![],
+                start_ephemeral: vec![],
+                next_init: None,
+                killed: vec![],
+                kill_pod: false,
+            },
+            Case {
+                name: "ephemeral container exited: never restarted, even under Always",
+                pod: pod("Always", false, true),
+                runtime: |p| {
+                    runtime(
+                        true,
+                        vec![
+                            container(p, "debugger", Exited, 1),
+                            container(p, "app", Running, 0),
+                        ],
+                    )
+                },
+                create_sandbox: false,
+                start: vec![],
+                start_ephemeral: vec![],
+                next_init: None,
+                killed: vec![],
+                kill_pod: false,
+            },
+            Case {
+                name: "pod stuck in init: the ephemeral container starts anyway",
+                pod: pod("Always", true, true),
+                runtime: |p| runtime(true, vec![container(p, "setup", Running, 0)]),
+                create_sandbox: false,
+                start: vec![],
+                start_ephemeral: vec![0],
+                next_init: None,
+                killed: vec![],
+                kill_pod: false,
+            },
+            Case {
+                name: "a container neither in spec nor ephemeral is killed",
+                pod: pod("Always", false, false),
+                runtime: |p| {
+                    runtime(
+                        true,
+                        vec![
+                            container(p, "debugger", Running, 0),
+                            container(p, "app", Running, 0),
+                        ],
+                    )
+                },
+                create_sandbox: false,
+                start: vec![],
+                start_ephemeral: vec![],
+                next_init: None,
+                killed: vec!["debugger"],
+                kill_pod: false,
+            },
+        ];
+        let no_probes: ProbeResults<'_> = &|_, _| None;
+        for c in cases {
+            let rp = (c.runtime)(&c.pod);
+            let a = compute_pod_actions(&c.pod, &rp, no_probes);
+            assert_eq!(
+                a.create_sandbox, c.create_sandbox,
+                "{}: create_sandbox",
+                c.name
+            );
+            assert_eq!(a.start, c.start, "{}: start", c.name);
+            assert_eq!(
+                a.start_ephemeral, c.start_ephemeral,
+                "{}: start_ephemeral",
+                c.name
+            );
+            assert_eq!(a.next_init, c.next_init, "{}: next_init", c.name);
+            let killed: Vec<&str> = a.kill.iter().map(|(k, _)| k.name.as_str()).collect();
+            assert_eq!(killed, c.killed, "{}: killed", c.name);
+            assert_eq!(a.kill_pod, c.kill_pod, "{}: kill_pod", c.name);
+        }
+    }
+
+    #[test]
+    fn ephemeral_containers_convert_with_their_target() {
+        let p = pod("Always", false, true);
+        let list = ephemeral_containers(&p);
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].0.name, "debugger");
+        assert_eq!(list[0].0.image.as_deref(), Some("busybox"));
+        assert_eq!(list[0].1.as_deref(), Some("app"));
     }
 }

@@ -108,18 +108,7 @@ impl Health {
     }
 }
 
-/// Go's time.Duration.String, to the millisecond: `3m0s`, `3m2.5s`, `1.2s`.
-pub fn go_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    let (m, rest) = (ms / 60_000, ms % 60_000);
-    let secs = if rest % 1000 == 0 {
-        format!("{}s", rest / 1000)
-    } else {
-        let s = format!("{}.{:03}", rest / 1000, rest % 1000);
-        format!("{}s", s.trim_end_matches('0'))
-    };
-    if m > 0 { format!("{m}m{secs}") } else { secs }
-}
+pub use nodus_k8s::duration::go_duration;
 
 #[cfg(test)]
 mod tests {

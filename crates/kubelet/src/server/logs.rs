@@ -69,7 +69,7 @@ pub struct LogOptions {
 }
 
 fn bool_param(q: &HashMap<String, String>, k: &str) -> bool {
-    matches!(q.get(k).map(String::as_str), Some("true" | "1" | "True"))
+    nodus_serving::query::bool_value(q.get(k).map(String::as_str))
 }
 
 /// Upstream's query parsing and ValidatePodLogOptions, with its messages.
@@ -231,6 +231,7 @@ fn log_container_id(
         .iter()
         .flatten()
         .chain(status.init_container_statuses.iter().flatten())
+        .chain(status.ephemeral_container_statuses.iter().flatten())
         .find(|c| c.name == container)
         .cloned()
         .ok_or_else(|| format!("container {container:?} in pod {name:?} is not available"))?;
@@ -303,6 +304,11 @@ pub async fn container_logs(
             .iter()
             .chain(sp.init_containers.iter().flatten())
             .any(|c| c.name == container)
+            || sp
+                .ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container)
     });
     if !in_spec {
         return not_found(format!(

@@ -1,14 +1,16 @@
 //! The kubelet's HTTP endpoints: the healthz server (127.0.0.1:10248, `/healthz` with the
 //! ping, syncloop and pleg checks), the read-only server (`--read-only-port`, upstream's
 //! unauthenticated port, off by default: `/pods`, `/metrics`, `/metrics/cadvisor`,
-//! `/metrics/probes`, `/stats/summary`, `/healthz`), and the kubelet
+//! `/metrics/probes`, `/metrics/resource`, `/stats/summary`, `/healthz`), and the kubelet
 //! API on `--port` (10250) over TLS with authentication and authorization ([`auth`]):
 //! `/healthz`, `/pods`, `/runningpods/`, `/metrics`, `/metrics/probes`, `/metrics/cadvisor`,
+//! `/metrics/resource` ([`resource_metrics`]),
 //! `/stats/summary` ([`stats`]), `/containerLogs` ([`logs`]), `/exec`, `/attach`,
 //! `/portForward`, `/run` ([`streaming`]), `/logs/` ([`syslogs`]).
 
 pub mod auth;
 pub mod logs;
+pub mod resource_metrics;
 pub mod stats;
 pub mod streaming;
 pub mod syslogs;
@@ -102,7 +104,7 @@ async fn metrics(State(s): State<ServerState>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            nodus_serving::prometheus::CONTENT_TYPE,
         )],
         s.metrics.encode(),
     )
@@ -163,6 +165,7 @@ pub async fn serve_read_only(addr: SocketAddr, state: ServerState) -> std::io::R
         .route("/stats/summary", get(stats::summary))
         .route("/metrics/cadvisor", get(metrics_cadvisor))
         .route("/metrics/probes", get(metrics_probes))
+        .route("/metrics/resource", get(resource_metrics::handler))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(address = %addr, "read-only server listening");
@@ -232,7 +235,7 @@ async fn metrics_probes(State(s): State<ServerState>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            nodus_serving::prometheus::CONTENT_TYPE,
         )],
         s.kr.probes.metrics_text(),
     )
@@ -251,7 +254,7 @@ async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Respo
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            nodus_serving::prometheus::CONTENT_TYPE,
         )],
         cadvisor_text(&summary),
     )
@@ -260,6 +263,7 @@ async fn metrics_cadvisor(State(s): State<ServerState>) -> axum::response::Respo
 
 /// The cAdvisor metrics of the Summary's containers.
 fn cadvisor_text(summary: &serde_json::Value) -> String {
+    use nodus_serving::prometheus;
     /// (metric, resource, PSI line, help) of the pressure counters.
     const PRESSURE: [(&str, &str, &str, &str); 6] = [
         (
@@ -311,22 +315,29 @@ fn cadvisor_text(summary: &serde_json::Value) -> String {
         let pod = p["podRef"]["name"].as_str().unwrap_or_default();
         for c in p["containers"].as_array().into_iter().flatten() {
             let name = c["name"].as_str().unwrap_or_default();
-            let labels = format!("container=\"{name}\",namespace=\"{ns}\",pod=\"{pod}\"");
+            let labels = [("container", name), ("namespace", ns), ("pod", pod)];
             if let Some(ns_total) = c["cpu"]["usageCoreNanoSeconds"].as_u64() {
-                cpu.push_str(&format!(
-                    "container_cpu_usage_seconds_total{{{labels}}} {}\n",
-                    ns_total as f64 / 1e9
-                ));
+                prometheus::sample(
+                    &mut cpu,
+                    "container_cpu_usage_seconds_total",
+                    &labels,
+                    ns_total as f64 / 1e9,
+                    None,
+                );
             }
             if let Some(ws) = c["memory"]["workingSetBytes"].as_u64() {
-                mem.push_str(&format!(
-                    "container_memory_working_set_bytes{{{labels}}} {ws}\n"
-                ));
+                prometheus::sample(
+                    &mut mem,
+                    "container_memory_working_set_bytes",
+                    &labels,
+                    ws as f64,
+                    None,
+                );
             }
             for (out, (metric, resource, line, _)) in pressure.iter_mut().zip(PRESSURE) {
                 // The kernel counts stall time in microseconds.
                 if let Some(us) = c[resource]["psi"][line]["total"].as_u64() {
-                    out.push_str(&format!("{metric}{{{labels}}} {}\n", us as f64 / 1e6));
+                    prometheus::sample(out, metric, &labels, us as f64 / 1e6, None);
                 }
             }
         }
@@ -393,6 +404,7 @@ pub fn secure_router(state: ServerState, auth: Arc<auth::Auth>) -> Router {
         .route("/metrics", get(metrics))
         .route("/metrics/probes", get(metrics_probes))
         .route("/metrics/cadvisor", get(metrics_cadvisor))
+        .route("/metrics/resource", get(resource_metrics::handler))
         .route("/stats/summary", get(stats::summary))
         .route("/stats/summary/", get(stats::summary))
         .route(

@@ -14,48 +14,10 @@ use cri::runtime::v1 as pb;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 
-/// Every value of `key` in a query string, percent-decoded, in order.
-pub fn query_all(raw: Option<&str>, key: &str) -> Vec<String> {
-    raw.unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter_map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k) == key).then(|| decode(v))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match std::str::from_utf8(&b[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                {
-                    Some(c) => {
-                        out.push(c);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use nodus_serving::query::query_all;
 
 fn flag(raw: Option<&str>, key: &str) -> bool {
-    query_all(raw, key)
-        .last()
-        .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "True"))
+    nodus_serving::query::bool_value(query_all(raw, key).last().map(String::as_str))
 }
 
 /// Upstream's remotecommand options from the query.

@@ -324,6 +324,20 @@ pub fn generate_pod_status(
         id_of,
         default_waiting,
     );
+    // Every ephemeral container the spec names, waiting until the runtime has it.
+    let ephemeral: Vec<Container> = crate::kuberuntime::sync_pod::ephemeral_containers(pod)
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    let ephemeral_statuses = container_statuses(
+        root,
+        &uid,
+        &ephemeral,
+        rp,
+        reasons,
+        id_of,
+        "ContainerCreating",
+    );
     let phase = pod_phase(pod, &init_statuses, &app_statuses);
     let ips = if spec.host_network.unwrap_or(false) {
         host_ips.to_vec()
@@ -395,6 +409,11 @@ pub fn generate_pod_status(
             Some(init_statuses)
         },
         container_statuses: Some(app_statuses),
+        ephemeral_container_statuses: if ephemeral.is_empty() {
+            None
+        } else {
+            Some(ephemeral_statuses)
+        },
         qos_class: Some(nodus_k8s::qos::pod_qos_class(&spec).as_str().to_string()),
         ..Default::default()
     }

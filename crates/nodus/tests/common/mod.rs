@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod kubelet;
 pub mod kubelet_api;
 pub mod node;
+pub mod up;
 
 #[allow(unused_imports)] // not every test binary uses the node
 pub use node::{BareNode, TestNode, container_config};

@@ -220,7 +220,12 @@ impl std::ops::DerefMut for TestNode {
 impl TestNode {
     /// Starts a node whose pods get addresses from `subnet`, and connects to it.
     pub async fn new(subnet: &str) -> TestNode {
-        let node = BareNode::new(subnet);
+        Self::with_runtime_config(subnet, "").await
+    }
+
+    /// [`TestNode::new`] with `extra` appended to the runtime's TOML config.
+    pub async fn with_runtime_config(subnet: &str, extra: &str) -> TestNode {
+        let node = BareNode::with_runtime_config(subnet, extra);
         let c = node.rt.clients().await;
         TestNode { node, c }
     }

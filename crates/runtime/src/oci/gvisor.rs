@@ -138,6 +138,23 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(check_container(&c), Err(Unsupported::Privileged));
+        // `kubectl debug --target`: PID namespace mode TARGET.
+        c.linux = Some(pb::LinuxContainerConfig {
+            security_context: Some(pb::LinuxContainerSecurityContext {
+                namespace_options: Some(pb::NamespaceOption {
+                    pid: pb::NamespaceMode::Target as i32,
+                    target_id: "abc".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let e = check_container(&c).unwrap_err().to_string();
+        assert!(
+            e.contains("gVisor") && e.contains("target container"),
+            "{e}"
+        );
         let mut sb = pb::PodSandboxConfig::default();
         assert_eq!(check_sandbox(&sb), Ok(()));
         sb.linux = Some(pb::LinuxPodSandboxConfig {

@@ -111,8 +111,14 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     .map_err(|e| ServeError::Setup(format!("loading runtime state: {e}")))?;
     let inner = Arc::new(inner);
     inner.recover();
+    if let Some(opts) = crate::nri::NriOptions::from_config(&opts.config) {
+        inner
+            .start_nri(opts)
+            .await
+            .map_err(|e| ServeError::Setup(format!("starting NRI: {e}")))?;
+    }
     nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::Runtime);
-    let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(inner))
+    let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(Arc::clone(&inner)))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let result = tonic::transport::Server::builder()
@@ -123,6 +129,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             shutdown_signal(),
         )
         .await;
+    inner.stop_nri().await;
     let _ = std::fs::remove_file(&opts.listen);
     result.map_err(|source| ServeError::Transport {
         path: opts.listen.clone(),

@@ -138,11 +138,23 @@ pub(crate) fn apply(pod: &mut Value, class: Option<&Value>) -> Result<(), Reject
     Ok(())
 }
 
+/// The pod's spec, made an empty object first when it is missing or not one (decoding
+/// has already refused a pod that is not an object, so `pod` is one here).
 fn spec_mut(pod: &mut Value) -> &mut Map<String, Value> {
-    if !pod.get("spec").is_some_and(Value::is_object) {
-        pod["spec"] = json!({});
+    if !pod.is_object() {
+        *pod = json!({});
     }
-    pod["spec"].as_object_mut().expect("spec is an object")
+    let Value::Object(obj) = pod else {
+        unreachable!("made an object above")
+    };
+    let spec = obj.entry("spec").or_insert_with(|| json!({}));
+    if !spec.is_object() {
+        *spec = json!({});
+    }
+    match spec {
+        Value::Object(m) => m,
+        _ => unreachable!("made an object above"),
+    }
 }
 
 /// Semantic equality of two resource lists: the same names with equal quantities

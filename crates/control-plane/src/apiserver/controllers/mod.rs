@@ -446,6 +446,8 @@ mod tests {
             kubelet_tls: None,
             sa_keys: Arc::new(crate::apiserver::authn::serviceaccount::Keys::generate()),
             alloc_lock: tokio::sync::Mutex::new(()),
+            metrics: Default::default(),
+            resource_metrics: Default::default(),
         };
         let fresh = crate::apiserver::rest::now_rfc3339();
         store

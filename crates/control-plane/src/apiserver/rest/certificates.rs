@@ -75,7 +75,7 @@ pub(crate) fn prepare_for_update(old: &Value, new: &mut Value, part: Part) {
 /// The update rules of the endpoint `part` names (upstream's per-strategy validation).
 pub(crate) fn validate_update(old: &Value, new: &Value, part: Part) -> Vec<FieldError> {
     let endpoint = match part {
-        Part::Main => CsrEndpoint::Main,
+        Part::Main | Part::EphemeralContainers => CsrEndpoint::Main,
         Part::Status => CsrEndpoint::Status,
         Part::Approval => CsrEndpoint::Approval,
     };

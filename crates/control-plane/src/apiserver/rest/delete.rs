@@ -61,7 +61,7 @@ impl DeleteOptions {
         if let Some(p) = req.q("propagationPolicy") {
             o.propagation = Some(p.to_string());
         }
-        if req.q("orphanDependents") == Some("true") {
+        if req.q_bool("orphanDependents") {
             o.propagation = Some("Orphan".into());
         }
         o.dry_run |= req.dry_run();

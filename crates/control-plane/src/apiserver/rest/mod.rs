@@ -15,6 +15,7 @@ pub mod tokenrequest;
 pub mod update;
 pub mod watch;
 
+use nodus_serving::query;
 use std::collections::HashMap;
 
 use axum::body::Body;
@@ -111,18 +112,11 @@ impl Req {
     }
     /// Every value of a repeated query parameter, in order.
     pub fn query_all(&self, key: &str) -> Vec<String> {
-        self.raw_query
-            .as_deref()
-            .unwrap_or("")
-            .split('&')
-            .filter_map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (percent_decode(k) == key).then(|| percent_decode(v))
-            })
-            .collect()
+        query::query_all(self.raw_query.as_deref(), key)
     }
+    /// A boolean parameter as upstream reads it (`watch=True` is true).
     pub fn q_bool(&self, k: &str) -> bool {
-        matches!(self.q(k), Some("1" | "true" | "True"))
+        query::bool_value(self.query.get(k).map(String::as_str))
     }
     pub fn dry_run(&self) -> bool {
         self.query.get("dryRun").is_some_and(|v| v == "All")
@@ -160,45 +154,9 @@ impl Req {
     }
 }
 
-fn parse_query(q: Option<&str>) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        out.insert(percent_decode(k), percent_decode(v));
-    }
-    out
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(c) => {
-                        out.push(c);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The verb of a request, as the authorizer names it.
 pub fn verb_of(method: &Method, t: &Target, query: &HashMap<String, String>) -> &'static str {
-    let watch =
-        t.watch_path || matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    let watch = t.watch_path || query::bool_value(query.get("watch").map(String::as_str));
     match *method {
         Method::GET | Method::HEAD => match (&t.name, watch) {
             (_, true) => "watch",
@@ -235,7 +193,7 @@ pub async fn handle(
             return ApiError(not_found_path()).into_response();
         }
     };
-    let query = parse_query(uri.query());
+    let query = query::parse_query(uri.query());
     let verb = verb_of(&method, &target, &query);
     let req = Req {
         st,

@@ -230,7 +230,7 @@ pub async fn handle(mut req: Req, method: &Method, sub: &str) -> ApiResult<Respo
     };
     // `kubectl logs --insecure-skip-tls-verify-backend`: reach a kubelet whose serving
     // certificate the cluster CA did not sign (upstream honours it for logs only).
-    if sub == "log" && req.q("insecureSkipTLSVerifyBackend") == Some("true") {
+    if sub == "log" && req.q_bool("insecureSkipTLSVerifyBackend") {
         let mut cfg = (*tls).clone();
         cfg.dangerous()
             .set_certificate_verifier(Arc::new(SkipBackendVerify::new()));
@@ -330,7 +330,7 @@ pub async fn handle(mut req: Req, method: &Method, sub: &str) -> ApiResult<Respo
 }
 
 #[derive(Debug, thiserror::Error)]
-enum DialError {
+pub(crate) enum DialError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("invalid address {0}")]
@@ -339,7 +339,7 @@ enum DialError {
     Http(#[from] hyper::Error),
 }
 
-async fn connect(
+pub(crate) async fn connect(
     ip: &str,
     port: u16,
     tls: Arc<rustls::ClientConfig>,

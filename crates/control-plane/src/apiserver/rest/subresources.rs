@@ -1,5 +1,6 @@
 //! Subresources: status, namespaces/finalize, pods/binding (and the `bindings` resource),
-//! pods/eviction with PodDisruptionBudgets, scale, and the kubelet-proxied streams.
+//! pods/eviction with PodDisruptionBudgets, pods/ephemeralcontainers, scale, and the
+//! kubelet-proxied streams.
 
 use axum::http::Method;
 use axum::response::Response;
@@ -27,6 +28,10 @@ pub async fn handle(req: Req, method: &Method, verb: &str, sub: &str) -> ApiResu
     };
     match (sub, verb) {
         ("status" | "approval", "get") => super::list::get(&req),
+        ("ephemeralcontainers", _) if info.plural != "pods" => Err(not_allowed()),
+        ("ephemeralcontainers", "get") => super::list::get(&req),
+        ("ephemeralcontainers", "update") => put_part(&req, Part::EphemeralContainers).await,
+        ("ephemeralcontainers", "patch") => patch_part(&req, Part::EphemeralContainers).await,
         ("approval", "update") => put_part(&req, Part::Approval).await,
         ("approval", "patch") => patch_part(&req, Part::Approval).await,
         ("status", "update") => put_part(&req, Part::Status).await,

@@ -21,6 +21,8 @@ pub enum Part {
     Status,
     /// A CertificateSigningRequest's approval subresource: only its conditions.
     Approval,
+    /// A pod's ephemeralcontainers subresource: only `spec.ephemeralContainers`.
+    EphemeralContainers,
 }
 
 /// Carries server-owned fields from `old` into `new` and keeps each endpoint to its part.
@@ -32,6 +34,22 @@ pub fn prepare_for_update(t: &Target, old: &Value, new: &mut Value, part: Part) 
         }
     }
     let has_status_sub = t.info.subresources.contains(&"status");
+    if part == Part::EphemeralContainers {
+        // Everything but the ephemeral containers stays as stored (upstream's
+        // dropNonEphemeralContainerUpdates); the revision is checked by the caller.
+        let ephemeral = new.pointer("/spec/ephemeralContainers").cloned();
+        let mut merged = old.clone();
+        match ephemeral {
+            Some(e) if !e.is_null() => merged["spec"]["ephemeralContainers"] = e,
+            _ => {
+                if let Some(spec) = merged.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.remove("ephemeralContainers");
+                }
+            }
+        }
+        *new = merged;
+        return;
+    }
     if part == Part::Status {
         let status = new.get("status").cloned();
         let mut merged = old.clone();
@@ -219,7 +237,7 @@ pub fn write(
                 )));
             }
             prepare_for_update(t, &cur_view, &mut new, part);
-            if part == Part::Main {
+            if matches!(part, Part::Main | Part::EphemeralContainers) {
                 nodus_k8s::defaults::default_object(&t.gvk(), &mut new);
                 // Compared once both templates carry their defaults.
                 if t.info.kind == "DaemonSet" {
@@ -230,7 +248,16 @@ pub fn write(
             admission::admit_user(&req.user, t, &new, Some(&cur_view))?;
             crate::apiserver::authz::escalation::check(&req.st, &req.user, t, &new)
                 .map_err(ApiError)?;
-            validate(t, &new, Some(&cur_view))?;
+            if part == Part::EphemeralContainers {
+                let errs = nodus_k8s::validation::validate_pod_ephemeral_containers_update(
+                    &new, &cur_view,
+                );
+                if !errs.is_empty() {
+                    return Err(ApiError(status::invalid(&t.gvk().kind, name, &errs)));
+                }
+            } else {
+                validate(t, &new, Some(&cur_view))?;
+            }
             if t.info.kind == super::certificates::KIND {
                 let errs = super::certificates::validate_update(&cur_view, &new, part);
                 if !errs.is_empty() {

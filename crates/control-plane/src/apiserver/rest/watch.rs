@@ -165,10 +165,11 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
                 ev = events.recv() => {
                     let Some(ev) = ev else { return };
                     last = ev.revision;
-                    if let Some((kind, obj)) = translate(&filter, name.as_deref(), &ev)
-                        && tx.send(line(kind, render(&req, &obj))).await.is_err()
-                    {
-                        return;
+                    if let Some((kind, obj)) = translate(&filter, name.as_deref(), &ev) {
+                        req.st.metrics.watch_event(&req.target);
+                        if tx.send(line(kind, render(&req, &obj))).await.is_err() {
+                            return;
+                        }
                     }
                 }
             }

@@ -88,6 +88,9 @@ pub(crate) fn spawn_monitor(inner: &Arc<Inner>, id: &str, shim_pid: u32) {
             }
         }
         record_exit(&inner, &id);
+        if let Some(nri) = inner.nri() {
+            nri.container_stopped(&id).await;
+        }
     });
 }
 

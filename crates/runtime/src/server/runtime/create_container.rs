@@ -40,6 +40,49 @@ impl Drop for Undo {
     }
 }
 
+/// The PID namespace a container in PID mode TARGET joins (`kubectl debug --target`): the
+/// one of `target_id`'s init process, which must be a running container of the same
+/// sandbox (containerd's validateTargetContainer). `None` for any other PID mode.
+fn target_pid_namespace(
+    inner: &Inner,
+    cfg: &pb::ContainerConfig,
+    sandbox_id: &str,
+) -> Result<Option<NamespaceRef>, Status> {
+    let Some(opts) = cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .filter(|o| o.pid == pb::NamespaceMode::Target as i32)
+    else {
+        return Ok(None);
+    };
+    let invalid = |why: String| {
+        Status::invalid_argument(format!(
+            "invalid target container {:?} for pid namespace mode TARGET: {why}",
+            opts.target_id
+        ))
+    };
+    if opts.target_id.is_empty() {
+        return Err(invalid("target_id is empty".into()));
+    }
+    let target = inner
+        .find_container(&opts.target_id)
+        .map_err(|_| invalid("container does not exist".into()))?;
+    if target.sandbox_id != sandbox_id {
+        return Err(invalid(format!(
+            "container belongs to sandbox {:?}, not {sandbox_id:?}",
+            target.sandbox_id
+        )));
+    }
+    match (target.state, target.init_pid) {
+        (ContainerState::Running, Some(pid)) => Ok(Some(NamespaceRef::Process(pid))),
+        (state, _) => Err(invalid(format!(
+            "container is not running (state {state:?})"
+        ))),
+    }
+}
+
 pub(crate) fn sandbox_namespaces(
     rec: &SandboxRecord,
     sb: &pb::PodSandboxConfig,
@@ -215,7 +258,14 @@ pub async fn create_container(
         crate::oci::gvisor::check_container(&cfg)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
     }
+    // Resolved before anything is made, so a bad target leaves nothing behind.
+    let target_pid = target_pid_namespace(inner, &cfg, &sandbox.id)?;
 
+    // No NRI plugin synchronizes between this container's hook and its record.
+    let sync_block = match inner.nri() {
+        Some(n) => Some(n.block_sync().await),
+        None => None,
+    };
     let id = new_id();
     {
         let mut names = inner.names.lock().unwrap_or_else(|p| p.into_inner());
@@ -350,7 +400,8 @@ pub async fn create_container(
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.namespace_options.as_ref())
         .and_then(|o| pb::NamespaceMode::try_from(o.pid).ok());
-    let namespaces = sandbox_namespaces(&sandbox, &sb_cfg, container_pid_mode);
+    let mut namespaces = sandbox_namespaces(&sandbox, &sb_cfg, container_pid_mode);
+    namespaces.target_pid = target_pid;
     let files = sandbox_files(&sandbox);
     let cgroup_parent = sb_cfg
         .linux
@@ -399,6 +450,26 @@ pub async fn create_container(
             .await
             .map_err(|e| Status::internal(format!("idmap task failed: {e}")))??;
     }
+    // Plugins' CreateContainer hook: their adjustments go into the spec; an error or a
+    // conflict between two plugins fails the create, and the undo removes what it made.
+    let mut side_effects = None;
+    if let Some(nri) = inner.nri() {
+        let mut value = serde_json::to_value(&spec)
+            .map_err(|e| Status::internal(format!("encoding the OCI spec: {e}")))?;
+        let mut view = crate::nri::objects::from_spec(&id, &sandbox.id, &meta.name, &value);
+        view.labels = cfg.labels.clone();
+        let (adjust, effects) = nri
+            .create_container(crate::nri::objects::pod(&sandbox), view)
+            .await?;
+        crate::nri::adjust::apply(&mut value, &adjust)
+            .map_err(|e| Status::invalid_argument(format!("NRI CreateContainer: {e}")))?;
+        spec = serde_json::from_value(value).map_err(|e| {
+            Status::invalid_argument(format!(
+                "NRI CreateContainer: the adjusted OCI spec is invalid: {e}"
+            ))
+        })?;
+        side_effects = Some(effects);
+    }
     let config_path = bundle.join("config.json");
     let body = serde_json::to_vec_pretty(&spec)
         .map_err(|e| Status::internal(format!("encoding the OCI spec: {e}")))?;
@@ -434,6 +505,7 @@ pub async fn create_container(
     };
     inner.save_container(&rec)?;
     undo.disarm();
+    drop(sync_block);
     inner.images.acquire(&image.id);
     tracing::info!(container = %id, sandbox = %sandbox.id, name = %rec.name, "container created");
     inner.emit(
@@ -442,5 +514,19 @@ pub async fn create_container(
         Some(super::pod_sandbox_status::to_status(&sandbox)),
         vec![super::container_status::to_status(&rec)],
     );
+    if let Some(nri) = inner.nri() {
+        if let Err(e) = nri
+            .post_create_container(
+                crate::nri::objects::pod(&sandbox),
+                crate::nri::objects::container(&rec),
+            )
+            .await
+        {
+            tracing::error!(container = %id, error = %e.message(), "NRI: PostCreateContainer notification failed");
+        }
+        if let Some(side) = side_effects {
+            nri.side_effects(side);
+        }
+    }
     Ok(pb::CreateContainerResponse { container_id: id })
 }

@@ -12,6 +12,7 @@ pub fn list_containers(
     let mut containers: Vec<pb::Container> = inner
         .containers()
         .values()
+        .filter(|c| !inner.is_hidden(&c.id))
         .filter(|c| f.id.is_empty() || c.id.starts_with(&f.id))
         .filter(|c| f.pod_sandbox_id.is_empty() || c.sandbox_id.starts_with(&f.pod_sandbox_id))
         .map(|c| (c, super::container_status::to_status(c)))

@@ -12,6 +12,7 @@ pub fn list_pod_sandbox(
     let mut items: Vec<pb::PodSandbox> = inner
         .sandboxes()
         .values()
+        .filter(|s| !inner.is_hidden(&s.id))
         .map(super::pod_sandbox_status::to_status)
         .filter(|s| f.id.is_empty() || s.id.starts_with(&f.id))
         .filter(|s| f.state.is_none_or(|v| v.state == s.state))

@@ -13,6 +13,7 @@ mod list_containers;
 mod list_metric_descriptors;
 mod list_pod_sandbox;
 mod list_pod_sandbox_metrics;
+mod nri;
 mod pod_sandbox_status;
 mod port_forward;
 mod remove_container;
@@ -33,9 +34,11 @@ use crate::image::manager::ImageManager;
 use crate::oci::Handlers;
 use crate::state::{ContainerRecord, Names, RecordDir, SandboxRecord};
 use cri::runtime::v1 as pb;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub(crate) use nri::{nri_evict, nri_update};
 use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 
@@ -64,6 +67,10 @@ pub struct Inner {
     /// StopContainer and the recovery may all notice one exit, and none may save a record
     /// that RemoveContainer is deleting (or has deleted).
     pub(crate) exits: Mutex<()>,
+    /// NRI, when enabled (set once, after the runtime's state is loaded).
+    pub(crate) nri: OnceLock<Arc<crate::nri::Nri>>,
+    /// Sandboxes whose RunPodSandbox (and its NRI hook) is still in progress: not listed.
+    pub(crate) hidden: Mutex<HashSet<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -152,7 +159,32 @@ impl Inner {
             streaming,
             cgroup_driver: runtime_config::cgroup_driver(config.systemd_cgroup),
             exits: Mutex::new(()),
+            nri: OnceLock::new(),
+            hidden: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// NRI, when enabled.
+    pub(crate) fn nri(&self) -> Option<&Arc<crate::nri::Nri>> {
+        self.nri.get()
+    }
+
+    /// Starts NRI with `opts`: its socket, pre-installed plugins and their synchronization.
+    pub async fn start_nri(self: &Arc<Self>, opts: crate::nri::NriOptions) -> Result<(), String> {
+        let nri = crate::nri::Nri::start(opts, Arc::downgrade(self)).await?;
+        let _ = self.nri.set(nri);
+        Ok(())
+    }
+
+    /// Stops NRI's plugins (the runtime is going down).
+    pub async fn stop_nri(&self) {
+        if let Some(n) = self.nri() {
+            n.shutdown().await;
+        }
+    }
+
+    pub(crate) fn is_hidden(&self, id: &str) -> bool {
+        lock(&self.hidden).contains(id)
     }
 
     pub fn sandboxes(&self) -> std::sync::MutexGuard<'_, HashMap<String, SandboxRecord>> {

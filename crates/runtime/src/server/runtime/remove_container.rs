@@ -22,6 +22,12 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
             .await
             .map_err(|e| Status::unknown(format!("failed to delete container {}: {e}", rec.id)))?;
     }
+    // What plugins are told of the container, read before its bundle goes.
+    let nri_view = inner.nri().map(|_| {
+        let mut c = crate::nri::objects::container(&rec);
+        c.state = cri::nri::ContainerState::ContainerStopped as i32;
+        c
+    });
     let dir = rec.bundle.parent().map(|p| p.to_path_buf());
     let layer_dir = rec.layer_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<(), String> {
@@ -60,6 +66,10 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
         inner.images.release(&img);
     }
     tracing::info!(container = %rec.id, "container removed");
+    if let (Some(nri), Some(c)) = (inner.nri(), nri_view) {
+        nri.remove_container(super::nri::pod_of(inner, &rec.sandbox_id), c)
+            .await;
+    }
     let mut status = super::container_status::to_status(&rec);
     status.state = pb::ContainerState::ContainerExited as i32;
     inner.emit(

@@ -44,5 +44,10 @@ pub async fn remove_pod_sandbox(
         .unwrap_or_else(|p| p.into_inner())
         .release(&rec.name);
     tracing::info!(sandbox = %rec.id, "sandbox removed");
+    if let Some(nri) = inner.nri()
+        && let Err(e) = nri.remove_pod_sandbox(crate::nri::objects::pod(&rec)).await
+    {
+        tracing::error!(sandbox = %rec.id, error = %e.message(), "NRI: RemovePodSandbox notification failed");
+    }
     Ok(pb::RemovePodSandboxResponse {})
 }

@@ -223,11 +223,27 @@ pub async fn run_pod_sandbox(
         pid: shared_pid,
         user,
     };
-    let result = setup(inner, &mut rec, &cfg, opts, &hostname).await;
+    // Not listed until its NRI hook is done, and no plugin synchronizes in between.
+    super::lock(&inner.hidden).insert(id.clone());
+    let sync_block = match inner.nri() {
+        Some(n) => Some(n.block_sync().await),
+        None => None,
+    };
+    let mut result = setup(inner, &mut rec, &cfg, opts, &hostname).await;
+    if result.is_ok()
+        && let Some(nri) = inner.nri()
+    {
+        result = nri.run_pod_sandbox(crate::nri::objects::pod(&rec)).await;
+    }
     if let Err(e) = result {
         tracing::warn!(sandbox = %id, error = %e.message(), "sandbox setup failed; undoing");
         teardown(inner, &rec).await;
         let _ = std::fs::remove_dir_all(&dir);
+        if let Err(d) = inner.sandbox_records.delete(&id) {
+            tracing::error!(sandbox = %id, error = %d, "removing the record of a failed sandbox");
+        }
+        inner.sandboxes().remove(&id);
+        super::lock(&inner.hidden).remove(&id);
         inner
             .names
             .lock()
@@ -236,7 +252,10 @@ pub async fn run_pod_sandbox(
         return Err(e);
     }
     rec.state = SandboxState::Ready;
-    inner.save_sandbox(&rec)?;
+    let saved = inner.save_sandbox(&rec);
+    super::lock(&inner.hidden).remove(&id);
+    drop(sync_block);
+    saved?;
     tracing::info!(sandbox = %id, name = %name, ip = ?rec.ip, "sandbox ready");
     Ok(pb::RunPodSandboxResponse { pod_sandbox_id: id })
 }

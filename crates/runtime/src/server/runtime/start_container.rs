@@ -44,6 +44,15 @@ pub async fn start_container(
         .get(&rec.handler)
         .map_err(|e| Status::failed_precondition(e.to_string()))?
         .clone();
+    // Plugins' StartContainer hook: a failure leaves the container created, to be
+    // started again.
+    if let Some(nri) = inner.nri() {
+        nri.start_container(
+            super::nri::pod_of(inner, &rec.sandbox_id),
+            crate::nri::objects::container(&rec),
+        )
+        .await?;
+    }
     // Running (and STARTED) is recorded before the container runs: a container that exits
     // at once must find its record Running when its exit is recorded, so the events stay in
     // order (CREATED, STARTED, STOPPED) and finished_at is never before started_at.
@@ -99,5 +108,15 @@ pub async fn start_container(
     inner.save_container(&rec)?;
     super::container_exit::spawn_monitor(inner, &rec.id, spawned.shim_pid as u32);
     tracing::info!(container = %rec.id, "container started");
+    if let Some(nri) = inner.nri()
+        && let Err(e) = nri
+            .post_start_container(
+                super::nri::pod_of(inner, &rec.sandbox_id),
+                crate::nri::objects::container(&rec),
+            )
+            .await
+    {
+        tracing::error!(container = %rec.id, error = %e.message(), "NRI: PostStartContainer notification failed");
+    }
     Ok(pb::StartContainerResponse {})
 }

@@ -41,6 +41,15 @@ fn stop_signal(inner: &Inner, image_id: &str) -> i32 {
 
 /// Stops container `id`: the stop signal, up to `timeout` of grace, then SIGKILL.
 pub(crate) async fn stop(inner: &Inner, id: &str, timeout: Duration) -> Result<(), Status> {
+    stop_only(inner, id, timeout).await?;
+    // Plugins hear of the stop once, whoever noticed it first.
+    if let Some(nri) = inner.nri() {
+        nri.container_stopped(id).await;
+    }
+    Ok(())
+}
+
+async fn stop_only(inner: &Inner, id: &str, timeout: Duration) -> Result<(), Status> {
     let rec = match inner.find_container(id) {
         Ok(r) => r,
         Err(s) if s.code() == tonic::Code::NotFound => return Ok(()),

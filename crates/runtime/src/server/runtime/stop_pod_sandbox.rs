@@ -29,11 +29,20 @@ pub(crate) async fn stop(inner: &Inner, id: &str) -> Result<(), Status> {
     rec.uts_ns = None;
     rec.pid_ns = None;
     rec.pid_init = None;
-    if rec.state != SandboxState::NotReady {
+    let was_ready = rec.state != SandboxState::NotReady;
+    if was_ready {
         tracing::info!(sandbox = %rec.id, "sandbox stopped");
     }
     rec.state = SandboxState::NotReady;
-    inner.save_sandbox(&rec)
+    inner.save_sandbox(&rec)?;
+    // Once per stop, as the kubelet may stop a pod many times.
+    if was_ready
+        && let Some(nri) = inner.nri()
+        && let Err(e) = nri.stop_pod_sandbox(crate::nri::objects::pod(&rec)).await
+    {
+        tracing::error!(sandbox = %rec.id, error = %e.message(), "NRI: StopPodSandbox notification failed");
+    }
+    Ok(())
 }
 
 pub async fn stop_pod_sandbox(

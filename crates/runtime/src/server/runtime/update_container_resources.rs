@@ -68,10 +68,44 @@ pub async fn update_container_resources(
     inner: &Inner,
     req: pb::UpdateContainerResourcesRequest,
 ) -> Result<pb::UpdateContainerResourcesResponse, Status> {
-    let mut rec = inner.find_container(&req.container_id)?;
-    let Some(res) = req.linux else {
+    let rec = inner.find_container(&req.container_id)?;
+    let Some(mut res) = req.linux else {
         return Ok(pb::UpdateContainerResourcesResponse {});
     };
+    let Some(nri) = inner.nri() else {
+        apply(inner, rec, res).await?;
+        return Ok(pb::UpdateContainerResourcesResponse {});
+    };
+    // Plugins may change this update and ask for others.
+    let pod = super::nri::pod_of(inner, &rec.sandbox_id);
+    let (wanted, side) = nri
+        .update_container(
+            pod.clone(),
+            crate::nri::objects::container(&rec),
+            super::nri::to_nri(&res),
+        )
+        .await?;
+    res = super::nri::to_cri(res, &wanted);
+    let id = rec.id.clone();
+    apply(inner, rec, res).await?;
+    if let Ok(rec) = inner.find_container(&id)
+        && let Err(e) = nri
+            .post_update_container(pod, crate::nri::objects::container(&rec))
+            .await
+    {
+        tracing::error!(container = %id, error = %e.message(), "NRI: PostUpdateContainer notification failed");
+    }
+    nri.side_effects(side);
+    Ok(pb::UpdateContainerResourcesResponse {})
+}
+
+/// Applies new resources to a container (its cgroup, or its bundle before it runs) and
+/// keeps them in its record.
+pub(crate) async fn apply(
+    inner: &Inner,
+    mut rec: crate::state::ContainerRecord,
+    res: pb::LinuxContainerResources,
+) -> Result<(), Status> {
     if rec.state == ContainerState::Created && rec.shim_pid.is_none() {
         // Not running yet: the new limits go into the bundle the start will use.
         update_bundle(&rec.bundle.join("config.json"), &oci_resources(&res))?;
@@ -90,8 +124,7 @@ pub async fn update_container_resources(
     let mut cfg = rec.config();
     cfg.linux.get_or_insert_with(Default::default).resources = Some(res);
     rec.config = crate::state::encode(&cfg);
-    inner.save_container(&rec)?;
-    Ok(pb::UpdateContainerResourcesResponse {})
+    inner.save_container(&rec)
 }
 
 #[cfg(test)]

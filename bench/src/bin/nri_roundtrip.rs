@@ -1,0 +1,245 @@
+//! The cost of NRI per container with one plugin connected (`nodus nri-plugin`, a real
+//! process over the real socket, injecting one environment variable):
+//!
+//! * raw: one event round trip (runtime → plugin → runtime over the mux and ttrpc) with a
+//!   typical container object, without the runtime's work around it;
+//! * CreateContainer + StartContainer on `nodus runtime` with NRI on and no plugin, then
+//!   with the plugin (which is called at CreateContainer, PostCreateContainer,
+//!   StartContainer and PostStartContainer), p50/p99 of each and the difference.
+//!
+//! Goal (issue 20): NRI adds under 1 ms per container with one plugin.
+
+use anyhow::{Context, Result};
+use cri::runtime::v1 as pb;
+use nodus_bench::targets::{nodus_with, pct};
+use nodus_runtime::nri::api;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn runs() -> usize {
+    std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40)
+}
+const RAW_ROUND_TRIPS: usize = 2000;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn plugin(bin: &Path, socket: &Path, log: &Path) -> Result<testkit::daemon::Daemon> {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "nri-plugin",
+        "--idx",
+        "10",
+        "--name",
+        "bench",
+        "--inject-env",
+        "BENCH=1",
+    ])
+    .arg("--socket")
+    .arg(socket)
+    .arg("--event-log")
+    .arg(log);
+    testkit::daemon::Daemon::spawn(
+        "nri-plugin",
+        cmd,
+        &log.with_extension("out"),
+        Duration::from_secs(5),
+    )
+}
+
+async fn raw(bin: &Path, dir: &Path) -> Result<Vec<f64>> {
+    let sock = dir.join("raw.sock");
+    let listener = tokio::net::UnixListener::bind(&sock)?;
+    let _p = plugin(bin, &sock, &dir.join("raw.events"))?;
+    let (stream, _) = listener.accept().await?;
+    let opts = nodus_runtime::nri::NriOptions {
+        socket: sock.clone(),
+        plugin_path: dir.join("none"),
+        plugin_config_path: dir.join("none"),
+        registration_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(5),
+    };
+    let pod = api::PodSandbox {
+        id: "a".repeat(64),
+        name: "bench-pod".into(),
+        uid: "0a1b2c3d-0000-4000-8000-000000000000".into(),
+        namespace: "default".into(),
+        labels: [("app".to_string(), "bench".to_string())].into(),
+        ..Default::default()
+    };
+    let container = api::Container {
+        id: "b".repeat(64),
+        pod_sandbox_id: "a".repeat(64),
+        name: "app".into(),
+        args: vec!["sleep".into(), "3600".into()],
+        env: (0..10).map(|i| format!("VAR_{i}=value-{i}")).collect(),
+        mounts: (0..8)
+            .map(|i| api::Mount {
+                destination: format!("/mnt/{i}"),
+                r#type: "bind".into(),
+                source: format!("/var/lib/kubelet/pods/x/volumes/{i}"),
+                options: vec!["rbind".into(), "rprivate".into()],
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let d = nodus_runtime::nri::measure_round_trips(stream, &opts, pod, container, RAW_ROUND_TRIPS)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok(d.into_iter().map(ms).collect())
+}
+
+/// create+start times of `runs()` containers in one pod (each removed after it is timed).
+async fn lifecycle(t: &nodus_bench::targets::Target, tag: &str) -> Result<Vec<f64>> {
+    let mut r = t.c.runtime.clone();
+    let name = format!("nri-{tag}");
+    let log_dir = t.logs.join(&name);
+    std::fs::create_dir_all(&log_dir)?;
+    let cfg = pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: name.clone(),
+            uid: format!("uid-{name}"),
+            namespace: "bench".into(),
+            attempt: 0,
+        }),
+        log_directory: log_dir.display().to_string(),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            cgroup_parent: t.cgroup.path(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sb = r
+        .run_pod_sandbox(pb::RunPodSandboxRequest {
+            config: Some(cfg.clone()),
+            runtime_handler: String::new(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    let mut out = Vec::new();
+    for i in 0..runs() {
+        let c = pb::ContainerConfig {
+            metadata: Some(pb::ContainerMetadata {
+                name: format!("app-{i}"),
+                attempt: 0,
+            }),
+            image: Some(pb::ImageSpec {
+                image: "docker.io/library/busybox:latest".into(),
+                ..Default::default()
+            }),
+            command: vec!["sleep".into(), "3600".into()],
+            log_path: format!("app-{i}.log"),
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        let id = r
+            .create_container(pb::CreateContainerRequest {
+                pod_sandbox_id: sb.clone(),
+                config: Some(c),
+                sandbox_config: Some(cfg.clone()),
+            })
+            .await?
+            .into_inner()
+            .container_id;
+        r.start_container(pb::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await?;
+        out.push(ms(t0.elapsed()));
+        r.stop_container(pb::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await?;
+        r.remove_container(pb::RemoveContainerRequest { container_id: id })
+            .await?;
+    }
+    r.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: sb.clone(),
+    })
+    .await?;
+    r.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: sb })
+        .await?;
+    Ok(out)
+}
+
+fn row(label: &str, v: &mut [f64]) -> (String, f64) {
+    let (p50, p99) = (pct(v, 50.0), pct(v, 99.0));
+    (
+        format!("| {label} | {} | {p50:.3} | {p99:.3} |\n", v.len()),
+        p50,
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
+    let bin =
+        PathBuf::from(std::env::var("NODUS_BIN").context("set NODUS_BIN to the nodus binary")?);
+    let dir = tempfile::Builder::new().prefix("bench-nri-").tempdir()?;
+    let mut raw = raw(&bin, dir.path()).await?;
+
+    let sock = dir.path().join("nri.sock");
+    let t = nodus_with(
+        &bin,
+        &format!(
+            "nri = true\nnri-socket = \"{}\"\nnri-plugin-path = \"{}\"\n",
+            sock.display(),
+            dir.path().join("plugins").display()
+        ),
+    )
+    .await?;
+    let mut without = lifecycle(&t, "without").await?;
+    let events = dir.path().join("lifecycle.events");
+    let _p = plugin(&bin, &sock, &events)?;
+    for _ in 0..200 {
+        if std::fs::read_to_string(&events).is_ok_and(|s| s.contains("\"Synchronize\"")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut with = lifecycle(&t, "with").await?;
+
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let mut body = format!(
+        "NRI with one plugin (`nodus nri-plugin --inject-env BENCH=1`, a separate process on the NRI socket), {build} build, {} cores.\n\n| measurement | n | p50 ms | p99 ms |\n| --- | --- | --- | --- |\n",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    let (r, raw50) = row(
+        "raw event round trip (PostCreateContainer, 10 env, 8 mounts)",
+        &mut raw,
+    );
+    body.push_str(&r);
+    let (r, w50) = row(
+        "CreateContainer+StartContainer, NRI on, no plugin",
+        &mut without,
+    );
+    body.push_str(&r);
+    let (r, p50) = row(
+        "CreateContainer+StartContainer, one plugin (4 events)",
+        &mut with,
+    );
+    body.push_str(&r);
+    body.push_str(&format!(
+        "\nNRI's cost per container: {:.3} ms (p50 difference); 4 raw round trips: {:.3} ms. Goal: under 1 ms per container.\n",
+        p50 - w50,
+        4.0 * raw50
+    ));
+    print!("{body}");
+    if let Some(path) = write {
+        nodus_bench::write_section(&path, "nri", "## NRI round trip", &body)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! The CPU time of a whole process tree, read from a cgroup of the bench's own: a daemon
+//! put in it at start takes every process it later starts (shims, runc, CNI plugins,
+//! iptables), and their CPU stays counted after they exit — which `/proc/<pid>/stat` of
+//! the daemon alone cannot give. cgroup v1's `cpuacct` hierarchy or a v2 cgroup.
+
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+pub struct TreeCpu {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl TreeCpu {
+    /// A new empty cgroup `name-<bench pid>` under the root.
+    pub fn new(name: &str) -> Result<TreeCpu> {
+        let v1 = PathBuf::from("/sys/fs/cgroup/cpuacct");
+        let (root, v2) = if v1.join("cpuacct.usage").exists() {
+            (v1, false)
+        } else {
+            (PathBuf::from("/sys/fs/cgroup"), true)
+        };
+        let dir = root.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(TreeCpu { dir, v2 })
+    }
+
+    /// Moves `pid` (and so every process it starts from now on) into the cgroup.
+    pub fn add(&self, pid: u32) -> Result<()> {
+        let procs = self.dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string())
+            .with_context(|| format!("write {pid} to {}", procs.display()))
+    }
+
+    /// User + system CPU of everything that has run in the cgroup, in milliseconds.
+    pub fn ms(&self) -> f64 {
+        if self.v2 {
+            std::fs::read_to_string(self.dir.join("cpu.stat"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("usage_usec "))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                })
+                .map_or(0.0, |us| us / 1e3)
+        } else {
+            std::fs::read_to_string(self.dir.join("cpuacct.usage"))
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .map_or(0.0, |ns| ns / 1e6)
+        }
+    }
+}
+
+impl Drop for TreeCpu {
+    /// Hands any process still inside back to the root cgroup, then removes the cgroup.
+    fn drop(&mut self) {
+        if let (Ok(procs), Some(root)) = (
+            std::fs::read_to_string(self.dir.join("cgroup.procs")),
+            self.dir.parent(),
+        ) {
+            for pid in procs.lines() {
+                let _ = std::fs::write(root.join("cgroup.procs"), pid);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
