@@ -372,6 +372,12 @@ fn pod_metrics(st: &SharedState, pod: &Value) -> Option<Value> {
     }))
 }
 
+/// Whether `path` is one of the Metrics API's resource paths (which [`handle`] authorizes
+/// as resources, not as non-resource URLs).
+pub(crate) fn serves(path: &str) -> bool {
+    path.starts_with("/apis/metrics.k8s.io/v1beta1/")
+}
+
 /// `/apis/metrics.k8s.io/v1beta1/...` requests; `None` for every other path.
 pub(crate) fn handle(
     st: &SharedState,

@@ -232,10 +232,13 @@ pub fn path_request<'a>(method: &str, path: &'a str) -> (String, Request<'a>) {
 pub fn authorize_path(st: &ApiState, user: &User, method: &str, path: &str) -> Option<Value> {
     use crate::apiserver::rest::path::{Parsed, parse};
     // The REST handlers authorize resources, except the reviews, which their own router
-    // answers.
+    // answers; the Metrics API authorizes its own.
     if let Parsed::Resource(t) = parse(path)
         && !(method == "POST" && is_review(t.info.group))
     {
+        return None;
+    }
+    if crate::apiserver::metrics_api::serves(path) {
         return None;
     }
     let (verb, request) = path_request(method, path);
