@@ -173,20 +173,38 @@ fn kubectl_debug_shares_the_target_containers_processes() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("spawn kubectl debug -i");
+    // As a user at a terminal does: type the line and keep stdin open until the answer is
+    // back. (Closing stdin at once races the echo against the end of the attach session.)
+    let mut stdin = child.stdin.take().expect("stdin");
     {
         use std::io::Write as _;
-        let mut stdin = child.stdin.take().expect("stdin");
         stdin.write_all(b"hello-from-stdin\n").expect("write stdin");
     }
-    let out = child.wait_with_output().expect("kubectl debug -i output");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let mut stdout_pipe = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout_pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    });
+    // kubectl ends when the debugger exits after its echo; `timeout 60` bounds it.
+    let status = child.wait().expect("kubectl debug -i");
+    drop(stdin);
+    let stdout = reader.join().expect("stdout reader");
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read as _;
+        let _ = e.read_to_string(&mut stderr);
+    }
     assert!(
-        out.status.success() && stdout.contains("got hello-from-stdin"),
-        "kubectl debug -i with stdin: {}\n{stdout}{stderr}\n{}",
-        out.status,
+        status.success() && stdout.contains("got hello-from-stdin"),
+        "kubectl debug -i with stdin: {status}\n{stdout}{stderr}\n{}",
         up.log()
     );
 
