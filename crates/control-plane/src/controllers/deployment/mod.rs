@@ -52,6 +52,14 @@ impl Rs {
     pub(crate) fn status(&self, f: &str) -> i64 {
         i(&self.obj, &format!("/status/{f}"))
     }
+    /// The pods this set has or is about to have: its spec, or more while the ReplicaSet
+    /// controller has not yet deleted the pods a scale-down asked it to drop (its
+    /// `status.replicas` counts the live ones). Upstream counts spec alone, so for the moment
+    /// between an old set's scale-down and its pod's deletion (always after a control-plane
+    /// restart that fell there) the new set could grow past replicas + maxSurge.
+    pub(crate) fn pods(&self) -> i64 {
+        self.replicas().max(self.status("replicas"))
+    }
     pub(crate) fn created(&self) -> i64 {
         parse_ts(s(&self.obj, "/metadata/creationTimestamp"))
             .map(|t| t.as_second())

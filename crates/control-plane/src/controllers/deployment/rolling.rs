@@ -54,7 +54,7 @@ impl DeploymentController {
         let target = util::new_rs_new_replicas(
             &Strategy::of(d),
             replicas,
-            sum(&all, Rs::replicas),
+            sum(&all, Rs::pods),
             new.replicas(),
         );
         self.scale_rs(d, new, target)
