@@ -1,5 +1,6 @@
 //! Compiles the Kubernetes API protobuf schemas (proto/k8s) into a descriptor set with
-//! protox (pure Rust, no system `protoc`), for the API server's protobuf transcoder.
+//! protox (pure Rust, no system `protoc`), for the API server's protobuf transcoder, and
+//! etcd's v3 API subset (proto/etcd) into a gRPC client for the etcd storage backend.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new("proto/k8s");
@@ -16,6 +17,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("k8s_descriptor.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
+    let etcd = ["proto/etcd/kv.proto", "proto/etcd/rpc.proto"];
+    for p in etcd {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(etcd, ["proto/etcd"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(true)
+        .compile_fds(fds)?;
     Ok(())
 }
 

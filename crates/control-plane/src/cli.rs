@@ -67,6 +67,66 @@ pub struct ControlPlaneArgs {
     pub max_mutating_requests_inflight: usize,
     #[command(flatten)]
     pub node_ipam: NodeIpamArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+/// kube-apiserver's storage flags: without `--etcd-servers`, the embedded store in the
+/// data dir.
+#[derive(Debug, Default, clap::Args)]
+pub struct StorageArgs {
+    /// etcd servers to keep the objects in (comma-separated URLs, e.g.
+    /// http://127.0.0.1:2379); without it the embedded store in --data-dir.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_servers: Vec<String>,
+    /// The CA that signed the etcd servers' certificates (https URLs).
+    #[arg(long)]
+    pub etcd_cafile: Option<PathBuf>,
+    /// The client certificate the API server shows etcd.
+    #[arg(long)]
+    pub etcd_certfile: Option<PathBuf>,
+    /// The client certificate's key.
+    #[arg(long)]
+    pub etcd_keyfile: Option<PathBuf>,
+    /// The prefix of every key in etcd.
+    #[arg(long, default_value = crate::storage::etcd::DEFAULT_PREFIX)]
+    pub etcd_prefix: String,
+    /// The longest a request may wait for the storage before it fails with 504.
+    #[arg(long, default_value = "1m0s")]
+    pub request_timeout: String,
+}
+
+impl StorageArgs {
+    /// The backend the flags choose; `etcd_servers` stands in when the flag is not given
+    /// (`nodus up --store etcd` with its own member).
+    pub fn backend(
+        &self,
+        etcd_servers: Option<Vec<String>>,
+    ) -> Result<crate::storage::StorageBackend, RunError> {
+        let servers = if self.etcd_servers.is_empty() {
+            etcd_servers.unwrap_or_default()
+        } else {
+            self.etcd_servers.clone()
+        };
+        if servers.is_empty() {
+            return Ok(crate::storage::StorageBackend::Embedded);
+        }
+        let timeout = nodus_k8s::duration::parse_duration(&self.request_timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| RunError::Flag {
+                flag: "request-timeout",
+                value: self.request_timeout.clone(),
+                why: "not a positive duration (e.g. 1m0s)",
+            })?;
+        let mut cfg = crate::storage::EtcdConfig::new(servers);
+        cfg.ca_file = self.etcd_cafile.clone();
+        cfg.cert_file = self.etcd_certfile.clone();
+        cfg.key_file = self.etcd_keyfile.clone();
+        cfg.prefix = self.etcd_prefix.clone();
+        cfg.request_timeout = timeout;
+        Ok(crate::storage::StorageBackend::Etcd(cfg))
+    }
 }
 
 /// kube-controller-manager's node IPAM flags. `nodus up` takes them too, with its own
@@ -218,6 +278,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
     cfg.controllers.scheduler = !args.disable_scheduler;
     cfg.controllers.local_storage_path = args.default_local_storage_path.clone();
     cfg.controllers.node_ipam = args.node_ipam.config(false, None, cfg.api.service_cidr)?;
+    cfg.storage = args.storage.backend(None)?;
     let handle = server::start(cfg).await?;
     println!(
         "nodus control plane: API server at {} ; kubeconfig {}",

@@ -233,6 +233,16 @@ pub fn gone(msg: &str) -> Value {
     failure(410, "Expired", msg.to_string(), None)
 }
 
+/// 503 ServiceUnavailable (the storage cannot be reached).
+pub fn service_unavailable(msg: &str) -> Value {
+    failure(503, "ServiceUnavailable", msg.to_string(), None)
+}
+
+/// 504 `Timeout: <msg>`, as upstream's NewTimeoutError.
+pub fn timeout(msg: &str) -> Value {
+    failure(504, "Timeout", format!("Timeout: {msg}"), None)
+}
+
 /// 415 UnsupportedMediaType.
 pub fn unsupported_media_type(msg: &str) -> Value {
     failure(415, "UnsupportedMediaType", msg.to_string(), None)

@@ -32,10 +32,24 @@ pub struct UpArgs {
     /// --cluster-cidr 10.88.0.0/16 and a /24 per node (as k3s allocates by default).
     #[command(flatten)]
     pub node_ipam: nodus_control_plane::cli::NodeIpamArgs,
+    /// Where the control plane keeps its objects: `embedded` (a file in the data dir) or
+    /// `etcd`: the --etcd-servers given, else an etcd member started here on 127.0.0.1
+    /// with its data in `<data-dir>/etcd`.
+    #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
+    pub store: StoreKind,
+    #[command(flatten)]
+    pub storage: nodus_control_plane::cli::StorageArgs,
     /// Flags for the node after `--`, as `nodus node` takes them (kubelet flags such as
     /// `--hostname-override`, `--cgroup-root`, `--pod-manifest-path`; `--runtime-config`).
     #[arg(last = true)]
     pub node_args: Vec<String>,
+}
+
+/// `nodus up --store`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    Embedded,
+    Etcd,
 }
 
 /// The hard eviction thresholds of the node `nodus up` runs, unless given after `--`.
@@ -129,6 +143,26 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 .to_string(),
         ];
     }
+    // Kept until the control plane has stopped; dropping it stops etcd.
+    let mut etcd_member = None;
+    let own_servers = match args.store {
+        StoreKind::Embedded if !args.storage.etcd_servers.is_empty() => {
+            anyhow::bail!("--etcd-servers needs --store etcd");
+        }
+        StoreKind::Embedded => None,
+        StoreKind::Etcd if args.storage.etcd_servers.is_empty() => {
+            let dir = args.data_dir.join("etcd");
+            let member = tokio::task::block_in_place(|| {
+                nodus_control_plane::storage::EtcdServer::start(&dir)
+            })
+            .map_err(|e| anyhow::anyhow!("starting etcd in {}: {e}", dir.display()))?;
+            let url = member.url();
+            etcd_member = Some(member);
+            Some(vec![url])
+        }
+        StoreKind::Etcd => None,
+    };
+    cfg.storage = args.storage.backend(own_servers)?;
     let handle = nodus_control_plane::start(cfg).await?;
     if let Some(n) = node.as_mut()
         && n.server.is_none()
@@ -161,5 +195,6 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     tracing::info!("shutting down the control plane");
     handle.shutdown().await;
+    drop(etcd_member);
     result
 }

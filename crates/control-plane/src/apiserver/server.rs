@@ -27,7 +27,7 @@ use crate::apiserver::{
     bootstrap, controllers, discovery, inflight, metrics, metrics_api, oidc, openapi, protobuf,
 };
 use crate::pki;
-use crate::storage::{EmbeddedStore, Store, StoreError};
+use crate::storage::{EmbeddedStore, EtcdStore, StorageBackend, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -59,6 +59,8 @@ pub struct ControlPlaneConfig {
     pub api: ApiConfig,
     /// The scheduler and controllers run beside the API server.
     pub controllers: crate::controllers::ControllersConfig,
+    /// The embedded store (default) or etcd.
+    pub storage: StorageBackend,
 }
 
 impl ControlPlaneConfig {
@@ -70,6 +72,7 @@ impl ControlPlaneConfig {
             secure_port,
             api: ApiConfig::default(),
             controllers: Default::default(),
+            storage: StorageBackend::Embedded,
         }
     }
 }
@@ -381,10 +384,19 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         path: token_path,
         err,
     })?;
-    let store_path = cfg.data_dir.join("store.redb");
-    let store: Arc<dyn Store> = Arc::new(tokio::task::block_in_place(|| {
-        EmbeddedStore::open_with(&store_path, cfg.api.watch_history)
-    })?);
+    let store: Arc<dyn Store> = match &cfg.storage {
+        StorageBackend::Embedded => {
+            let store_path = cfg.data_dir.join("store.redb");
+            Arc::new(tokio::task::block_in_place(|| {
+                EmbeddedStore::open_with(&store_path, cfg.api.watch_history)
+            })?)
+        }
+        StorageBackend::Etcd(etcd) => {
+            let store = EtcdStore::connect(etcd)?;
+            tracing::info!(server = store.server(), prefix = %etcd.prefix, "storing objects in etcd");
+            Arc::new(store)
+        }
+    };
     let mut api = cfg.api.clone();
     api.secure_port = addr.port();
     api.advertise_address = advertise;

@@ -725,27 +725,6 @@ mod tests {
         assert_eq!(rev, 3);
     }
 
-    #[tokio::test]
-    async fn watch_replays_then_streams_and_compaction_gives_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(&dir.path().join("s.redb")).unwrap();
-        store.create("/core/pods/ns/a", json!({})).unwrap();
-        store.create("/core/configmaps/ns/x", json!({})).unwrap();
-        let mut rx = store.watch("/core/pods/", 0).unwrap();
-        store.delete("/core/pods/ns/a", None).unwrap();
-        let first = rx.recv().await.unwrap();
-        assert_eq!((first.kind, first.revision), (EventKind::Added, 1));
-        let second = rx.recv().await.unwrap();
-        assert_eq!((second.kind, second.revision), (EventKind::Deleted, 3));
-        assert_eq!(second.object["metadata"]["resourceVersion"], "3");
-        store.compact(2).unwrap();
-        assert!(matches!(
-            store.watch("/core/pods/", 1),
-            Err(StoreError::Compacted { .. })
-        ));
-        assert!(store.watch("/core/pods/", 2).is_ok());
-    }
-
     #[test]
     fn history_is_bounded_by_bytes_in_memory_and_in_the_file() {
         let dir = tempfile::tempdir().unwrap();

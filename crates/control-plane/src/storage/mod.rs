@@ -1,10 +1,14 @@
 //! The object store behind the API server: keys, revisions, optimistic concurrency and watch.
 //!
 //! Every write bumps one global revision, which is the `resourceVersion` clients see. The
-//! embedded backend ([`embedded::EmbeddedStore`]) keeps the data in a crash-safe redb file;
-//! an etcd backend can implement [`Store`] later.
+//! embedded backend ([`embedded::EmbeddedStore`], the default) keeps the data in a
+//! crash-safe redb file; the etcd backend ([`etcd::EtcdStore`], `--etcd-servers`) keeps it
+//! in etcd v3 as kube-apiserver does.
 
 pub mod embedded;
+pub mod etcd;
+#[cfg(test)]
+mod suite;
 
 use std::sync::Arc;
 
@@ -12,6 +16,17 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 pub use embedded::{EmbeddedStore, HistoryLimit};
+pub use etcd::{EtcdConfig, EtcdServer, EtcdStore};
+
+/// Where the API server keeps its objects.
+#[derive(Clone, Debug, Default)]
+pub enum StorageBackend {
+    /// The redb file in the data dir.
+    #[default]
+    Embedded,
+    /// etcd v3 (`--etcd-servers`).
+    Etcd(EtcdConfig),
+}
 
 /// An object as stored, with the revision of its last write.
 #[derive(Clone, Debug)]
@@ -54,6 +69,12 @@ pub enum StoreError {
     Compacted { requested: u64, oldest: u64 },
     #[error("storage backend: {0}")]
     Backend(String),
+    /// The backend cannot be reached (etcd down): 503 until it is back.
+    #[error("storage is unavailable: {0}")]
+    Unavailable(String),
+    /// The backend did not answer within the request bound: 504.
+    #[error("request did not complete within requested timeout - context deadline exceeded")]
+    Timeout,
     #[error("storage: object {key} is not valid JSON: {err}")]
     Corrupt { key: String, err: String },
 }

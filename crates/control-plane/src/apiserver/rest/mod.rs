@@ -85,6 +85,8 @@ pub fn store_error(t: &Target, name: &str, e: StoreError) -> ApiError {
         StoreError::Compacted { requested, oldest } => {
             status::gone(&format!("too old resource version: {requested} ({oldest})"))
         }
+        e @ StoreError::Unavailable(_) => status::service_unavailable(&e.to_string()),
+        e @ StoreError::Timeout => status::timeout(&e.to_string()),
         other => status::internal(&other.to_string()),
     })
 }
