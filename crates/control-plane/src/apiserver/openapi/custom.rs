@@ -35,6 +35,7 @@ pub(super) fn documents(meta_schemas: &Map<String, Value>) -> Arc<BTreeMap<Strin
 
 fn render(meta_schemas: &Map<String, Value>) -> BTreeMap<String, Rendered> {
     let mut by_gv: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+    let mut paths_by_gv: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     for info in catalog::custom() {
         let Some(v) = crate::apiserver::crd::lookup(info) else {
             continue;
@@ -55,15 +56,22 @@ fn render(meta_schemas: &Map<String, Value>) -> BTreeMap<String, Rendered> {
         let schemas = by_gv
             .entry(gv_path(info.group, info.version))
             .or_insert_with(|| meta_schemas.clone());
-        schemas.insert(definition_name(info.group, info.version, info.kind), schema);
+        let name = definition_name(info.group, info.version, info.kind);
+        schemas.insert(name.clone(), schema);
+        // kubectl explain finds a resource's schema through its paths.
+        let paths = paths_by_gv
+            .entry(gv_path(info.group, info.version))
+            .or_default();
+        super::paths::add_resource(paths, info, &name, None, &[]);
     }
     by_gv
         .into_iter()
         .map(|(path, schemas)| {
+            let paths = paths_by_gv.remove(&path).unwrap_or_default();
             let doc = json!({
                 "openapi": "3.0.0",
                 "info": {"title": "Kubernetes CRD Swagger", "version": INFO_VERSION},
-                "paths": {},
+                "paths": paths,
                 "components": {"schemas": schemas},
             });
             (path, Rendered::new(&doc))
@@ -71,9 +79,15 @@ fn render(meta_schemas: &Map<String, Value>) -> BTreeMap<String, Rendered> {
         .collect()
 }
 
-/// The schemas a custom kind's document needs besides its own: ObjectMeta and what it uses.
+/// The schemas a custom kind's document needs besides its own: ObjectMeta, the schemas its
+/// operations name (Status, DeleteOptions, Patch, WatchEvent) and what they use.
 pub(super) fn meta_closure(schemas: &BTreeMap<String, Value>) -> Map<String, Value> {
-    super::schemas::closure(schemas, [OBJECT_META.to_string()])
+    let roots = std::iter::once(OBJECT_META.to_string()).chain(
+        super::paths::common_schemas()
+            .into_iter()
+            .map(str::to_string),
+    );
+    super::schemas::closure(schemas, roots)
 }
 
 #[cfg(test)]
