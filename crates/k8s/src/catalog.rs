@@ -660,6 +660,41 @@ mod tests {
     }
 
     #[test]
+    fn custom_resources_join_the_lookups_until_replaced() {
+        let gizmo = |version: &'static str| ResourceInfo {
+            group: "gizmos.test.nodus.dev",
+            version,
+            kind: "Gizmo",
+            plural: "gizmos",
+            singular: "gizmo",
+            namespaced: true,
+            short_names: &["gz"],
+            categories: NONE,
+            verbs: ALL_VERBS,
+            subresources: &["status"],
+            custom: false,
+        };
+        let before = generation();
+        set_custom(vec![gizmo("v1"), gizmo("v2")]);
+        assert!(generation() > before);
+        let found = by_plural("gizmos.test.nodus.dev", "v2", "gizmos");
+        assert_eq!(found.map(|r| (r.kind, r.custom)), Some(("Gizmo", true)));
+        assert!(by_kind("gizmos.test.nodus.dev", "Gizmo").is_some());
+        assert!(served().iter().any(|r| r.plural == "gizmos"));
+        // The same entry registered again is the same leaked value, not a new one.
+        let again = generation();
+        set_custom(vec![gizmo("v1"), gizmo("v2")]);
+        assert_eq!(generation(), again);
+        assert!(std::ptr::eq(
+            found.unwrap(),
+            by_plural("gizmos.test.nodus.dev", "v2", "gizmos").unwrap()
+        ));
+        set_custom(Vec::new());
+        assert_eq!(by_plural("gizmos.test.nodus.dev", "v1", "gizmos"), None);
+        assert_eq!(intern("gizmos"), intern(&String::from("gizmos")));
+    }
+
+    #[test]
     fn upstream_short_names_and_scopes() {
         let pods = by_plural("", "v1", "pods").map(|r| (r.short_names, r.categories, r.namespaced));
         assert_eq!(pods, Some((&["po"][..], &["all"][..], true)));

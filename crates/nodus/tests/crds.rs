@@ -213,6 +213,61 @@ fn crd_lifecycle_with_kubectl() {
         "{out}"
     );
 
+    // Selectors: metadata.name and metadata.namespace are the field selectors of custom
+    // resources; labels select as for any kind.
+    let (ok, out, err) = k(&[
+        "get",
+        "widgets",
+        "-A",
+        "--field-selector=metadata.name=p1",
+        "-o",
+        "name",
+    ]);
+    assert!(ok && out.trim() == "widget.example.com/p1", "{out}{err}");
+    let (ok, _, err) = k(&["get", "widgets", "--field-selector=spec.replicas=1"]);
+    assert!(
+        !ok && err.contains("\"spec.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""),
+        "{err}"
+    );
+
+    // RBAC applies to custom resources like any resource.
+    for args in [
+        &[
+            "create",
+            "clusterrole",
+            "widget-reader",
+            "--verb=get,list",
+            "--resource=widgets.example.com",
+        ][..],
+        &[
+            "create",
+            "rolebinding",
+            "alice-widgets",
+            "--clusterrole=widget-reader",
+            "--user=alice",
+            "-n",
+            "default",
+        ][..],
+    ] {
+        let (ok, out, err) = k(args);
+        assert!(ok, "{out}{err}");
+    }
+    let (ok, out, err) = k(&[
+        "get",
+        "widgets",
+        "-n",
+        "default",
+        "--as=alice",
+        "-o",
+        "name",
+    ]);
+    assert!(ok && out.contains("widget.example.com/w1"), "{out}{err}");
+    let (ok, _, err) = k(&["delete", "widget", "w1", "-n", "default", "--as=alice"]);
+    assert!(
+        !ok && err.contains("User \"alice\" cannot delete resource \"widgets\" in API group \"example.com\" in the namespace \"default\""),
+        "{err}"
+    );
+
     // Strategic merge patch is refused for custom resources (415), as upstream.
     let (ok, _, err) = k(&[
         "patch",
