@@ -1,5 +1,11 @@
 //! The resource catalogue: every built-in resource the API server serves and discovery lists,
-//! with upstream's plurals, short names, categories, verbs and subresources.
+//! with upstream's plurals, short names, categories, verbs and subresources — plus the
+//! custom resources the API server's CustomResourceDefinitions add at run time
+//! ([`set_custom`]), which every lookup sees the same way.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use crate::gvk::Gvk;
 
@@ -16,6 +22,8 @@ pub struct ResourceInfo {
     pub categories: &'static [&'static str],
     pub verbs: &'static [&'static str],
     pub subresources: &'static [&'static str],
+    /// Defined by a CustomResourceDefinition rather than built in.
+    pub custom: bool,
 }
 
 impl ResourceInfo {
@@ -69,6 +77,7 @@ const fn entry(
         categories,
         verbs,
         subresources,
+        custom: false,
     }
 }
 
@@ -529,23 +538,112 @@ static CATALOG: &[ResourceInfo] = &[
         ALL_VERBS,
         &["status"],
     ),
+    entry(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        false,
+        &["crd", "crds"],
+        &["api-extensions"],
+        ALL_VERBS,
+        &["status"],
+    ),
 ];
 
-/// Every served resource, core group first.
+/// Every built-in resource, core group first.
 pub fn all() -> &'static [ResourceInfo] {
     CATALOG
 }
 
+/// The custom resources currently served; entries live for the process (a CRD's resource
+/// may be re-registered many times, but each distinct entry is leaked once).
+static CUSTOM: RwLock<Vec<&'static ResourceInfo>> = RwLock::new(Vec::new());
+static INTERNED: Mutex<Vec<&'static ResourceInfo>> = Mutex::new(Vec::new());
+static STRINGS: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A `'static` copy of `s`, shared by every caller asking for the same text.
+pub fn intern(s: &str) -> &'static str {
+    let mut g = STRINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let set = g.get_or_insert_with(HashSet::new);
+    if let Some(found) = set.get(s) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    set.insert(leaked);
+    leaked
+}
+
+/// A `'static` list of interned strings.
+pub fn intern_list(items: &[String]) -> &'static [&'static str] {
+    if items.is_empty() {
+        return NONE;
+    }
+    let v: Vec<&'static str> = items.iter().map(|s| intern(s)).collect();
+    Box::leak(v.into_boxed_slice())
+}
+
+fn intern_info(info: ResourceInfo) -> &'static ResourceInfo {
+    let mut g = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = g.iter().find(|i| ***i == info) {
+        return found;
+    }
+    let leaked: &'static ResourceInfo = Box::leak(Box::new(info));
+    g.push(leaked);
+    leaked
+}
+
+/// Replaces the custom resources served (one entry per served version of each CRD).
+pub fn set_custom(list: Vec<ResourceInfo>) {
+    let list: Vec<&'static ResourceInfo> = list
+        .into_iter()
+        .map(|mut i| {
+            i.custom = true;
+            intern_info(i)
+        })
+        .collect();
+    let mut g = CUSTOM.write().unwrap_or_else(|e| e.into_inner());
+    if *g != list {
+        *g = list;
+        GENERATION.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The custom resources currently served.
+pub fn custom() -> Vec<&'static ResourceInfo> {
+    CUSTOM.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Moves whenever the custom resources change (discovery re-renders its documents).
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::SeqCst)
+}
+
+/// Built-in and custom resources.
+pub fn served() -> Vec<&'static ResourceInfo> {
+    let mut v: Vec<&'static ResourceInfo> = CATALOG.iter().collect();
+    v.extend(custom());
+    v
+}
+
 /// Looks a resource up by its URL path segments.
 pub fn by_plural(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+    let hit = |r: &&ResourceInfo| r.group == group && r.version == version && r.plural == plural;
     CATALOG
         .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .find(hit)
+        .or_else(|| custom().into_iter().find(hit))
 }
 
 /// Looks a resource up by group and kind (any served version).
 pub fn by_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
-    CATALOG.iter().find(|r| r.group == group && r.kind == kind)
+    let hit = |r: &&ResourceInfo| r.group == group && r.kind == kind;
+    CATALOG
+        .iter()
+        .find(hit)
+        .or_else(|| custom().into_iter().find(hit))
 }
 
 #[cfg(test)]
@@ -559,6 +657,41 @@ mod tests {
             assert_eq!(by_kind(r.group, r.kind), Some(r));
             assert_eq!(r.gvk().kind, r.kind);
         }
+    }
+
+    #[test]
+    fn custom_resources_join_the_lookups_until_replaced() {
+        let gizmo = |version: &'static str| ResourceInfo {
+            group: "gizmos.test.nodus.dev",
+            version,
+            kind: "Gizmo",
+            plural: "gizmos",
+            singular: "gizmo",
+            namespaced: true,
+            short_names: &["gz"],
+            categories: NONE,
+            verbs: ALL_VERBS,
+            subresources: &["status"],
+            custom: false,
+        };
+        let before = generation();
+        set_custom(vec![gizmo("v1"), gizmo("v2")]);
+        assert!(generation() > before);
+        let found = by_plural("gizmos.test.nodus.dev", "v2", "gizmos");
+        assert_eq!(found.map(|r| (r.kind, r.custom)), Some(("Gizmo", true)));
+        assert!(by_kind("gizmos.test.nodus.dev", "Gizmo").is_some());
+        assert!(served().iter().any(|r| r.plural == "gizmos"));
+        // The same entry registered again is the same leaked value, not a new one.
+        let again = generation();
+        set_custom(vec![gizmo("v1"), gizmo("v2")]);
+        assert_eq!(generation(), again);
+        assert!(std::ptr::eq(
+            found.unwrap(),
+            by_plural("gizmos.test.nodus.dev", "v2", "gizmos").unwrap()
+        ));
+        set_custom(Vec::new());
+        assert_eq!(by_plural("gizmos.test.nodus.dev", "v1", "gizmos"), None);
+        assert_eq!(intern("gizmos"), intern(&String::from("gizmos")));
     }
 
     #[test]

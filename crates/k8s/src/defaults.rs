@@ -23,6 +23,7 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
         ("", "Service") => default_service(o),
         ("", "Namespace") => default_namespace(o),
         ("", "Secret") => set_str(o, "type", "Opaque"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => default_crd(o),
         ("", "Node") => default_node(o),
         ("", "Endpoints") => {
             for subset in arr_mut(o, "subsets") {
@@ -1043,5 +1044,30 @@ mod tests {
                 .and_then(|c| c.image_pull_policy.as_deref()),
             Some("IfNotPresent")
         );
+    }
+}
+
+/// Upstream's CRD defaults: singular is the lowercased kind, listKind is `<kind>List`, the
+/// conversion strategy is `None`.
+fn default_crd(o: &mut Map<String, Value>) {
+    let Some(Value::Object(spec)) = o.get_mut("spec") else {
+        return;
+    };
+    if let Some(Value::Object(names)) = spec.get_mut("names") {
+        let kind = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if !kind.is_empty() {
+            set_str(names, "singular", &kind.to_lowercase());
+            set_str(names, "listKind", &format!("{kind}List"));
+        }
+    }
+    let conv = spec
+        .entry("conversion")
+        .or_insert_with(|| json!({"strategy": "None"}));
+    if let Value::Object(c) = conv {
+        set_str(c, "strategy", "None");
     }
 }

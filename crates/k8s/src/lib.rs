@@ -15,6 +15,7 @@
 //! - [`defaults`]: upstream's API defaults per kind.
 //! - [`strict`]: unknown-field detection and normalisation through the typed structs.
 //! - [`status`]: `metav1.Status` error bodies.
+//! - [`structural`]: CRD structural schemas: validation, pruning, defaulting.
 //! - [`printers`]: server-side Table output for `kubectl get`.
 
 pub mod catalog;
@@ -32,6 +33,7 @@ pub mod scheduling;
 pub mod selector;
 pub mod status;
 pub mod strict;
+pub mod structural;
 pub mod validation;
 
 pub use gvk::Gvk;

@@ -56,7 +56,8 @@ const SUBRESOURCE_KINDS: [(&str, &str); 3] = [
 /// Whether strategic merge patch knows the kind: every built-in kind of the catalogue and
 /// the subresource kinds (Scale, Eviction, TokenRequest); never custom resources.
 pub fn supports_strategic(gvk: &Gvk) -> bool {
-    crate::catalog::by_kind(&gvk.group, &gvk.kind).is_some()
+    // Custom resources have no patch strategies: upstream answers 415.
+    crate::catalog::by_kind(&gvk.group, &gvk.kind).is_some_and(|r| !r.custom)
         || SUBRESOURCE_KINDS.contains(&(gvk.group.as_str(), gvk.kind.as_str()))
 }
 

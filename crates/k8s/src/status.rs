@@ -118,7 +118,10 @@ pub fn conflict_with(group: &str, resource: &str, name: &str, cause: &str) -> Va
 pub fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Value {
     let qualified_kind = match kind.split_once('.') {
         Some(_) => kind.to_string(),
-        None => match crate::catalog::all().iter().find(|r| r.kind == kind) {
+        None => match crate::catalog::served()
+            .into_iter()
+            .find(|r| r.kind == kind)
+        {
             Some(r) if !r.group.is_empty() => format!("{kind}.{}", r.group),
             _ => kind.to_string(),
         },

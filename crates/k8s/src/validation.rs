@@ -8,6 +8,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+mod apiextensions;
 mod batch;
 pub mod certificates;
 mod cluster;

@@ -3,10 +3,11 @@
 //! aggregated `apidiscovery.k8s.io/v2` form of `/api` and `/apis` that client-go asks for
 //! first).
 //!
-//! Everything is derived from `nodus_k8s::catalog`; the `/version` endpoint is not here.
+//! Everything is derived from `nodus_k8s::catalog` (built-in and CRD-defined resources); the
+//! `/version` endpoint is not here.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::body::Body;
@@ -75,8 +76,8 @@ struct Group {
 /// The catalogue and the resources served without being stored (`metrics.k8s.io`, the
 /// group an aggregated metrics-server serves upstream).
 fn served() -> impl Iterator<Item = &'static ResourceInfo> {
-    catalog::all()
-        .iter()
+    catalog::served()
+        .into_iter()
         .chain(crate::apiserver::metrics_api::RESOURCES.iter())
 }
 
@@ -371,7 +372,8 @@ impl Aggregated {
     }
 }
 
-/// Every discovery document, rendered once: the catalogue is static.
+/// Every discovery document, rendered once per state of the catalogue (it only changes when
+/// CRDs do).
 struct Documents {
     core_v1: Vec<u8>,
     apis: Vec<u8>,
@@ -386,9 +388,22 @@ fn render(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-fn documents() -> &'static Documents {
-    static DOCS: OnceLock<Documents> = OnceLock::new();
-    DOCS.get_or_init(|| {
+fn documents() -> Arc<Documents> {
+    type Cache = Option<(u64, Arc<Documents>)>;
+    static DOCS: RwLock<Cache> = RwLock::new(None);
+    let generation = catalog::generation();
+    if let Some((g, d)) = &*DOCS.read().unwrap_or_else(|e| e.into_inner())
+        && *g == generation
+    {
+        return d.clone();
+    }
+    let docs = Arc::new(render_documents());
+    *DOCS.write().unwrap_or_else(|e| e.into_inner()) = Some((generation, docs.clone()));
+    docs
+}
+
+fn render_documents() -> Documents {
+    {
         let groups = named_groups();
         let mut group_docs = BTreeMap::new();
         let mut gv_docs = BTreeMap::new();
@@ -420,7 +435,7 @@ fn documents() -> &'static Documents {
             aggregated_api: Aggregated::new(vec![aggregated_group(None, &core_versions)]),
             aggregated_apis: Aggregated::new(aggregated_apis),
         }
-    })
+    }
 }
 
 /// Which representation of `/api` or `/apis` the client asked for.

@@ -39,6 +39,7 @@ pub(crate) static RESOURCES: [ResourceInfo; 2] = [
         categories: &[],
         verbs: &["get", "list"],
         subresources: &[],
+        custom: false,
     },
     ResourceInfo {
         group: GROUP,
@@ -51,6 +52,7 @@ pub(crate) static RESOURCES: [ResourceInfo; 2] = [
         categories: &[],
         verbs: &["get", "list"],
         subresources: &[],
+        custom: false,
     },
 ];
 

@@ -7,6 +7,7 @@ pub mod authn;
 pub mod authz;
 pub mod bootstrap;
 pub mod controllers;
+pub(crate) mod crd;
 pub mod discovery;
 mod inflight;
 pub mod metrics;

@@ -7,6 +7,7 @@
 //! The documents are rendered once, on first use, from the catalogue and the k8s-openapi
 //! types' schemas.
 
+mod custom;
 mod paths;
 mod protobuf;
 mod schemas;
@@ -89,6 +90,8 @@ struct Documents {
     index: Rendered,
     /// Keyed by the index's path: `api/v1`, `apis/apps/v1`.
     group_versions: BTreeMap<String, Rendered>,
+    /// ObjectMeta's schemas, for the documents of custom resources.
+    meta_schemas: Map<String, Value>,
 }
 
 fn documents() -> &'static Documents {
@@ -204,6 +207,7 @@ fn build() -> Documents {
         v2: Rendered::new(&v2),
         index: Rendered::new(&json!({"paths": index})),
         group_versions: rendered_gvs,
+        meta_schemas: custom::meta_closure(&c.schemas),
     }
 }
 
@@ -344,10 +348,20 @@ async fn v3_index(headers: HeaderMap) -> Response {
     if !accepts_json(&headers) {
         return not_acceptable();
     }
-    match docs().await {
-        Some(d) => serve(&d.index, &headers),
-        None => unavailable(),
+    let Some(d) = docs().await else {
+        return unavailable();
+    };
+    let custom = custom::documents(&d.meta_schemas);
+    if custom.is_empty() {
+        return serve(&d.index, &headers);
     }
+    // The built-in index plus one entry per CRD-defined group-version.
+    let mut index: Value = serde_json::from_slice(&d.index.body).unwrap_or_else(|_| json!({}));
+    for (path, doc) in custom.iter() {
+        index["paths"][path] =
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", doc.hash)});
+    }
+    serve(&Rendered::new(&index), &headers)
 }
 
 fn query_hash(query: Option<&str>) -> Option<String> {
@@ -369,7 +383,8 @@ async fn v3_document(
         return unavailable();
     };
     let path = path.trim_end_matches('/');
-    let Some(doc) = d.group_versions.get(path) else {
+    let custom = custom::documents(&d.meta_schemas);
+    let Some(doc) = d.group_versions.get(path).or_else(|| custom.get(path)) else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",

@@ -419,11 +419,14 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     authz::policy::reconcile(&st)?;
     crate::controllers::bootstrapsigner::ensure_cluster_info(&st, &url, &pki.ca_cert_pem)?;
     controllers::sweep(&st);
+    // CRDs stored before a restart are served before the first request.
+    super::crd::sync(&st);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&pki)?));
     let app = router(st.clone());
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut tasks = JoinSet::new();
     tasks.spawn(controllers::run(st.clone()));
+    tasks.spawn(super::crd::run(st.clone()));
     tasks.spawn(authz::policy::run_aggregation(st.store.clone()));
     tasks.spawn(metrics_api::run(st.clone()));
     let mut controllers_cfg = cfg.controllers.clone();

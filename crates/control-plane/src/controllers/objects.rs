@@ -12,8 +12,8 @@ use crate::apiserver::state::ApiState;
 use crate::storage::{Mutation, StoreError, Stored};
 
 pub fn target(group: &str, plural: &str, ns: Option<&str>) -> Option<Target> {
-    let info = catalog::all()
-        .iter()
+    let info = catalog::served()
+        .into_iter()
         .find(|i| i.group == group && i.plural == plural)?;
     Some(Target {
         info,

@@ -94,6 +94,9 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             validate_binding_object(&mut errs, gvk, obj, old)
         }
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            super::apiextensions::validate_crd(&mut errs, obj)
+        }
         _ => {}
     }
     errs

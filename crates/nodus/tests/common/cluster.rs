@@ -213,6 +213,17 @@ impl ControlPlane {
         )
     }
 
+    /// `kubectl ARGS…` as the admin with `stdin` fed in: (success, stdout, stderr).
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> (bool, String, String) {
+        kubectl(
+            &self.netns,
+            &self.admin_kubeconfig(),
+            &self.dir.path().join("home"),
+            args,
+            Some(stdin),
+        )
+    }
+
     /// `kubectl apply -f -` with `yaml`.
     pub fn apply(&self, yaml: &str) {
         let (ok, out, err) = kubectl(

@@ -32,8 +32,8 @@ fn target_of(key: &str) -> Option<(Target, String)> {
         [g, p, name] => (*g, *p, None, name.to_string()),
         _ => return None,
     };
-    let info: &'static ResourceInfo = catalog::all()
-        .iter()
+    let info: &'static ResourceInfo = catalog::served()
+        .into_iter()
         .find(|i| group_key(i.group) == g && i.plural == plural)?;
     Some((
         Target {

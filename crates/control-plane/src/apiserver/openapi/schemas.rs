@@ -50,6 +50,7 @@ macro_rules! kind_table {
 
 kind_table! {
     "", "v1", "Binding" => api::core::v1::Binding, false;
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition" => k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition, true;
     "", "v1", "ComponentStatus" => api::core::v1::ComponentStatus, true;
     "", "v1", "ConfigMap" => api::core::v1::ConfigMap, true;
     "", "v1", "Endpoints" => api::core::v1::Endpoints, true;

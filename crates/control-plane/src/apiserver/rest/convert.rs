@@ -75,9 +75,19 @@ pub fn events_to_core(obj: &Value) -> Value {
 pub fn present(t: &Target, obj: &Value) -> Value {
     if is_events_v1(t) {
         core_to_events(obj)
+    } else if t.info.custom {
+        // A CRD's versions share one storage (the `None` conversion): only apiVersion moves.
+        let mut o = obj.clone();
+        o["apiVersion"] = Value::from(t.gvk().api_version());
+        o
     } else {
         obj.clone()
     }
+}
+
+/// Whether stored objects are presented differently from how they are stored.
+pub fn converts(t: &Target) -> bool {
+    is_events_v1(t) || t.info.custom
 }
 
 #[cfg(test)]

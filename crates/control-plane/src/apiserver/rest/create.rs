@@ -49,7 +49,11 @@ pub fn field_validation(req: &Req, gvk: &Gvk, obj: &Value) -> ApiResult<Vec<Stri
     if mode == "Ignore" {
         return Ok(Vec::new());
     }
-    let unknown = nodus_k8s::strict::unknown_fields(gvk, obj);
+    let unknown = if req.target.info.custom {
+        crate::apiserver::crd::unknown_fields(&req.target, obj)
+    } else {
+        nodus_k8s::strict::unknown_fields(gvk, obj)
+    };
     if unknown.is_empty() {
         return Ok(Vec::new());
     }
@@ -90,7 +94,8 @@ pub fn field_validation(req: &Req, gvk: &Gvk, obj: &Value) -> ApiResult<Vec<Stri
 /// Runs validation; a non-empty result is a 422 Invalid.
 pub fn validate(t: &Target, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
     let gvk = t.gvk();
-    let errs = nodus_k8s::validation::validate_object(&gvk, obj, old);
+    let mut errs = nodus_k8s::validation::validate_object(&gvk, obj, old);
+    errs.extend(crate::apiserver::crd::validate(t, obj));
     if errs.is_empty() {
         return Ok(());
     }
@@ -218,6 +223,7 @@ pub async fn create(req: &Req) -> ApiResult<Response> {
         super::certificates::set_requester(&mut obj, &req.user);
     }
     nodus_k8s::defaults::default_object(&gvk, &mut obj);
+    crate::apiserver::crd::normalize(t, &mut obj);
     let _alloc = admission::create(&req.st, t, &mut obj, req.dry_run()).await?;
     admission::admit_user(&req.user, t, &obj, None)?;
     crate::apiserver::authz::escalation::check(&req.st, &req.user, t, &obj).map_err(ApiError)?;

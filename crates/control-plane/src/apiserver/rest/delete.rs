@@ -157,6 +157,11 @@ pub fn delete_object(
             Some("Foreground") => add_finalizer(&mut new, "foregroundDeletion"),
             _ => {}
         }
+        let existing = obj.pointer("/metadata/deletionTimestamp").is_some();
+        if crate::apiserver::crd::is_crd(t) && !existing {
+            // Upstream's CRD storage: the CRD stays until its objects are deleted.
+            add_finalizer(&mut new, crate::apiserver::crd::CLEANUP_FINALIZER);
+        }
         if t.info.kind == "Namespace" {
             // The namespace controller empties it, then drops the `kubernetes` finalizer.
             new["status"]["phase"] = json!("Terminating");
@@ -167,7 +172,6 @@ pub fn delete_object(
             .is_some_and(|a| !a.is_empty())
             || (t.info.kind == "Namespace"
                 && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
-        let existing = obj.pointer("/metadata/deletionTimestamp").is_some();
         let existing_grace = obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
         if grace == 0 && !has_finalizers {
             if opts.dry_run {

@@ -174,7 +174,7 @@ pub fn list(req: &Req) -> ApiResult<Response> {
             meta["remainingItemCount"] = json!(remaining);
         }
     }
-    if output::shape(req) == output::Shape::Object && !super::convert::is_events_v1(&req.target) {
+    if output::shape(req) == output::Shape::Object && !super::convert::converts(&req.target) {
         return Ok(plain_list(req, &out, &meta));
     }
     let out: Vec<Value> = out.iter().map(|o| (**o).clone()).collect();

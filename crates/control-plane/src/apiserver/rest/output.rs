@@ -67,7 +67,8 @@ fn partial(obj: &Value) -> Value {
 
 fn table(req: &Req, objs: &[Value], inc: IncludeObject) -> Value {
     let now = super::now_ts();
-    let mut t = nodus_k8s::printers::table(&req.target.gvk(), objs, now);
+    let mut t = crate::apiserver::crd::table(&req.target, objs)
+        .unwrap_or_else(|| nodus_k8s::printers::table(&req.target.gvk(), objs, now));
     if let Some(rows) = t.get_mut("rows").and_then(Value::as_array_mut) {
         for (row, obj) in rows.iter_mut().zip(objs) {
             if let Some(r) = row.as_object_mut() {
@@ -106,8 +107,11 @@ pub fn object(req: &Req, obj: &Value) -> Value {
 
 /// A list in the requested shape; `meta` is the ListMeta (resourceVersion, continue, ...).
 pub fn list(req: &Req, items: Vec<Value>, meta: Value) -> Value {
-    let items: Vec<Value> = if super::convert::is_events_v1(&req.target) {
-        items.iter().map(super::convert::core_to_events).collect()
+    let items: Vec<Value> = if super::convert::converts(&req.target) {
+        items
+            .iter()
+            .map(|o| super::convert::present(&req.target, o))
+            .collect()
     } else {
         items
     };

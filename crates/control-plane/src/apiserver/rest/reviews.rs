@@ -388,7 +388,7 @@ fn review(st: &SharedState, user: &User, spec: &Value) -> (bool, String) {
             "" | "*" => None,
             v => Some(v),
         };
-        let info = nodus_k8s::catalog::all().iter().find(|r| {
+        let info = nodus_k8s::catalog::served().into_iter().find(|r| {
             r.group == ra("group")
                 && r.plural == ra("resource")
                 && version.is_none_or(|v| v == r.version)

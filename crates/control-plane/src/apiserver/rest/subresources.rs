@@ -378,6 +378,12 @@ fn scale(req: &Req, verb: &str) -> ApiResult<Response> {
     let name = req.target.name.clone().unwrap_or_default();
     let mut t = req.target.clone();
     t.sub = None;
+    // A custom resource's scale lives wherever its CRD's scale subresource points.
+    let custom = crate::apiserver::crd::scale_paths(&t);
+    let scale_of = |o: &Value| match &custom {
+        Some(p) => crate::apiserver::crd::scale_of(p, o),
+        None => scale_of(o),
+    };
     if verb == "get" {
         let s = req
             .st
@@ -423,7 +429,10 @@ fn scale(req: &Req, verb: &str) -> ApiResult<Response> {
             .cloned()
             .unwrap_or(json!(0));
         let mut new = cur.clone();
-        new["spec"]["replicas"] = replicas;
+        match &custom {
+            Some(p) => nodus_k8s::structural::set_value_at(&mut new, &p.spec_replicas, replicas),
+            None => new["spec"]["replicas"] = replicas,
+        }
         let expected = match meta_str(&new_scale, "resourceVersion").filter(|s| !s.is_empty()) {
             Some(rv) if verb == "update" => rv.parse().ok(),
             _ => None,

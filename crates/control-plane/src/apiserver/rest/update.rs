@@ -237,6 +237,7 @@ pub fn write(
                 )));
             }
             prepare_for_update(t, &cur_view, &mut new, part);
+            crate::apiserver::crd::normalize(t, &mut new);
             if matches!(part, Part::Main | Part::EphemeralContainers) {
                 nodus_k8s::defaults::default_object(&t.gvk(), &mut new);
                 // Compared once both templates carry their defaults.
