@@ -85,7 +85,8 @@ pub async fn nodus_with_masq(bin: &Path, extra: &str, masq: Masq) -> Result<Targ
     std::fs::write(
         d.join("runtime.toml"),
         format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{extra}",
+            "{}cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{extra}",
+            testkit::runtime_config::private_nri(d, extra),
             d.join("net.d").display()
         ),
     )?;

@@ -55,7 +55,11 @@ async fn run_nodus(bin: &Path, certs: &Path, image: &str) -> Result<Sample> {
     let cfg = dir.path().join("runtime.toml");
     std::fs::write(
         &cfg,
-        format!("registry-config-dir = \"{}\"\n", certs.display()),
+        format!(
+            "registry-config-dir = \"{}\"\n{}",
+            certs.display(),
+            testkit::runtime_config::private_nri(dir.path(), "")
+        ),
     )?;
     let mut cmd = Command::new(bin);
     cmd.arg("runtime")

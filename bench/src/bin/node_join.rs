@@ -225,8 +225,9 @@ fn prepare_node_dir(d: &Path) -> Result<()> {
     std::fs::write(
         d.join("runtime.toml"),
         format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n",
-            d.join("net.d").display()
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{}",
+            d.join("net.d").display(),
+            testkit::runtime_config::private_nri(d, "")
         ),
     )?;
     Ok(())

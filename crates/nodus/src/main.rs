@@ -207,10 +207,14 @@ fn main() -> ExitCode {
             tracing::warn!(error = %e, "cannot raise the open files limit");
         }
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // An NRI plugin answers one runtime, one event at a time: on one thread each event is
+    // handled where it arrives, with no wake-up of another worker thread on the way.
+    let mut builder = if matches!(cli.role, Role::NriPlugin(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("nodus: cannot start the async runtime: {e}");

@@ -2,7 +2,8 @@
 //! --target` adds a debugger to a running pod through the `pods/ephemeralcontainers`
 //! subresource (a strategic merge patch), the kubelet starts it in the pod's sandbox in the
 //! process namespace of the target container, so `ps` shows the app's `sleep`; the pod's
-//! status lists it; `kubectl logs -c` and `kubectl debug -i` (attach) reach it; and the
+//! status lists it; `kubectl logs -c`, `kubectl debug -i` (attach) and `kubectl debug -it`
+//! (attach with a TTY, kubectl under a pseudo-terminal) reach it; and the
 //! changes upstream forbids get upstream's 422 texts.
 
 mod common;
@@ -208,6 +209,84 @@ fn kubectl_debug_shares_the_target_containers_processes() {
         up.log()
     );
 
+    // `kubectl debug -it` at a terminal: kubectl runs under a pseudo-terminal (`script`),
+    // the debugger gets a TTY of its own, a typed command runs and its output comes back.
+    let mut cmd = up.netns.command("timeout").expect("timeout in netns");
+    cmd.arg("90")
+        .args(["script", "-qfec"])
+        .arg(format!(
+            "kubectl --kubeconfig {} debug -it web --image=busybox:stable --target=app -c term -- sh",
+            kubeconfig.display()
+        ))
+        .arg("/dev/null")
+        .env("HOME", up.d())
+        .env("TERM", "dumb")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn kubectl debug -it under script");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut stdout_pipe = child.stdout.take().expect("stdout");
+    let reader = {
+        let seen = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let wait_for = |needle: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if seen.lock().unwrap().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        false
+    };
+    // kubectl says so once it is attached; what is typed before may go nowhere.
+    let attached = wait_for("If you don't see a command prompt, try pressing enter.");
+    {
+        use std::io::Write as _;
+        // The shell's results, not the terminal's echo of the typed line, carry `42`.
+        stdin
+            .write_all(b"tty; [ -t 0 ] && echo stdin-is-a-tty-$((6*7)); echo typed-$((40+2))\n")
+            .expect("type a command");
+    }
+    let answered = attached && wait_for("typed-42");
+    {
+        use std::io::Write as _;
+        let _ = stdin.write_all(b"exit\n");
+    }
+    let status = child.wait().expect("kubectl debug -it");
+    drop(stdin);
+    let _ = reader.join();
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read as _;
+        let _ = e.read_to_string(&mut stderr);
+    }
+    let out = seen.lock().unwrap().clone();
+    assert!(
+        answered && status.success(),
+        "kubectl debug -it: attached {attached}, {status}\n{out}{stderr}\n{}",
+        up.log()
+    );
+    assert!(out.contains("stdin-is-a-tty-42"), "no TTY inside:\n{out}");
+    assert!(
+        out.lines().any(|l| l.trim().starts_with("/dev/pts/")),
+        "`tty` does not name a pseudo-terminal:\n{out}"
+    );
+
     // A target that is not a container of the pod: refused by the API server.
     let (ok, out, err) = up.k(&[
         "debug",
@@ -221,7 +300,7 @@ fn kubectl_debug_shares_the_target_containers_processes() {
     ]);
     assert!(!ok, "{out}");
     assert!(
-        err.contains(r#"spec.ephemeralContainers[3].targetContainerName: Not found: "nope""#),
+        err.contains(r#"spec.ephemeralContainers[4].targetContainerName: Not found: "nope""#),
         "{err}"
     );
 
@@ -265,7 +344,7 @@ fn kubectl_debug_shares_the_target_containers_processes() {
     assert!(!ok, "{out}");
     assert!(
         err.contains(
-            "spec.ephemeralContainers[3].ports: Forbidden: cannot be set for an Ephemeral Container"
+            "spec.ephemeralContainers[4].ports: Forbidden: cannot be set for an Ephemeral Container"
         ),
         "{err}"
     );
@@ -298,7 +377,12 @@ fn kubectl_debug_shares_the_target_containers_processes() {
         .flatten()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names, ["debugger", "shell", "reader"], "{}", pod["spec"]);
+    assert_eq!(
+        names,
+        ["debugger", "shell", "reader", "term"],
+        "{}",
+        pod["spec"]
+    );
     assert_eq!(
         ephemeral_status(&pod, "debugger").map(|s| s["restartCount"].clone()),
         Some(0.into())

@@ -698,3 +698,116 @@ async fn plugins_update_and_evict_containers() {
     );
     n.stop_and_remove_sandbox(&sb).await;
 }
+
+/// NRI is on by default, and the NRI socket is one per host: a second runtime finding a
+/// live NRI server on its `nri-socket` never takes it over. Asked for NRI (`nri = true`) it
+/// refuses to start, naming the path and the key; with NRI merely on by default it starts,
+/// says it runs without NRI, and plugins keep reaching the first runtime.
+#[test]
+fn a_live_nri_socket_is_never_taken_over() {
+    if !have_root() {
+        return;
+    }
+    let shared = tempfile::Builder::new()
+        .prefix("nodus-nri-shared-")
+        .tempdir()
+        .unwrap();
+    let socket = shared.path().join("nri.sock");
+    let key = format!("nri-socket = \"{}\"\n", socket.display());
+    // The owner: NRI on by default (no `nri` key).
+    let owner = Runtime::start_with_config(Some(&key));
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        "the runtime with NRI on by default serves {}: {}",
+        socket.display(),
+        owner.log()
+    );
+
+    // `nri = true` on the same socket: a start-up error naming the path and the key.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("runtime.toml");
+    std::fs::write(&cfg, format!("nri = true\n{key}")).unwrap();
+    let mut child = Command::new(nodus_bin())
+        .arg("runtime")
+        .arg("--listen")
+        .arg(dir.path().join("nodus.sock"))
+        .arg("--root-dir")
+        .arg(dir.path().join("root"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nodus runtime");
+    let mut status = None;
+    for _ in 0..300 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("nodus runtime with nri = true started on a socket another runtime serves");
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.unwrap().success());
+    assert!(
+        err.contains(&format!(
+            "another runtime is serving NRI on {}",
+            socket.display()
+        )) && err.contains("nri-socket"),
+        "{err}"
+    );
+
+    // NRI on by default on the same socket: the runtime comes up without NRI.
+    let second = Runtime::start_with_config(Some(&key));
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = second.log();
+        if log.contains("running without NRI") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        log.contains("running without NRI") && log.contains(&socket.display().to_string()),
+        "{log}"
+    );
+
+    // The owner still has the socket: a plugin connecting there is synchronized by it.
+    let events = shared.path().join("10.events");
+    let mut cmd = Command::new(nodus_bin());
+    cmd.args(["nri-plugin", "--name", "test", "--idx", "10"])
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--event-log")
+        .arg(&events);
+    let mut plugin = Daemon::spawn(
+        "nri-plugin",
+        cmd,
+        &shared.path().join("plugin.log"),
+        Duration::from_secs(5),
+    )
+    .expect("spawn nri-plugin");
+    plugin
+        .wait_ready(Duration::from_secs(30), || {
+            self::events(&events)
+                .iter()
+                .any(|e| e["event"] == "Synchronize")
+        })
+        .unwrap_or_else(|e| panic!("plugin never synchronized: {e}\n{}", owner.log()));
+    assert!(
+        owner
+            .log()
+            .contains("NRI: plugin connected and synchronized"),
+        "{}",
+        owner.log()
+    );
+    assert!(!second.log().contains("NRI: plugin connected"));
+}

@@ -125,7 +125,7 @@ fn systemd_cgroup_true_without_systemd_refuses_to_start_naming_the_key() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("runtime.toml");
-    std::fs::write(&cfg, "systemd-cgroup = true\n").unwrap();
+    std::fs::write(&cfg, "systemd-cgroup = true\nnri = false\n").unwrap();
     let mut child = std::process::Command::new(nodus_bin())
         .arg("runtime")
         .arg("--listen")

@@ -49,10 +49,12 @@ pub struct RuntimeConfig {
     #[serde(default)]
     pub systemd_cgroup: bool,
     /// NRI (containerd/nri's Node Resource Interface): plugins on `nri-socket` and from
-    /// `nri-plugin-path` hooked into pod and container lifecycle [default: false, see
-    /// [`crate::nri::config`]].
+    /// `nri-plugin-path` hooked into pod and container lifecycle. Unset, NRI is on as in
+    /// containerd 2.x, but a runtime that cannot start it (another runtime serves the
+    /// socket) logs why and runs without it; `true` makes that a start-up error; `false`
+    /// turns NRI off (see [`crate::nri::config`]).
     #[serde(default)]
-    pub nri: bool,
+    pub nri: Option<bool>,
     #[serde(default = "crate::nri::config::default_socket")]
     pub nri_socket: PathBuf,
     /// Pre-installed plugins, `<idx>-<name>` executables the runtime starts.
@@ -124,7 +126,7 @@ impl Default for RuntimeConfig {
             default_network_ip_masq: true,
             default_network_ipam_data_dir: None,
             systemd_cgroup: false,
-            nri: false,
+            nri: None,
             nri_socket: crate::nri::config::default_socket(),
             nri_plugin_path: crate::nri::config::default_plugin_path(),
             nri_plugin_config_path: crate::nri::config::default_plugin_config_path(),
@@ -193,7 +195,13 @@ mod tests {
     #[test]
     fn nri_keys_and_defaults() {
         let c = RuntimeConfig::parse("").unwrap();
-        assert!(!c.nri);
+        assert_eq!(c.nri, None);
+        assert!(
+            crate::nri::NriOptions::from_config(&c).is_some(),
+            "on by default"
+        );
+        let off = RuntimeConfig::parse("nri = false").unwrap();
+        assert!(crate::nri::NriOptions::from_config(&off).is_none());
         assert_eq!(c.nri_socket, PathBuf::from("/var/run/nri/nri.sock"));
         assert_eq!(c.nri_plugin_path, PathBuf::from("/opt/nri/plugins"));
         assert_eq!(c.nri_plugin_config_path, PathBuf::from("/etc/nri/conf.d"));
@@ -203,7 +211,7 @@ mod tests {
             "nri = true\nnri-socket = \"/tmp/n.sock\"\nnri-plugin-request-timeout = \"500ms\"\n",
         )
         .unwrap();
-        assert!(c.nri);
+        assert_eq!(c.nri, Some(true));
         assert_eq!(c.nri_socket, PathBuf::from("/tmp/n.sock"));
         assert_eq!(c.nri_plugin_request_timeout.as_millis(), 500);
         let err = RuntimeConfig::parse("nri-plugin-request-timeout = \"soon\"").unwrap_err();

@@ -14,6 +14,8 @@
 //!   hangs responses, for pull failure tests.
 //! - [`containerd`]: a private, throw-away `containerd` (own root, state, sockets, CRI plugin).
 //! - [`certs_d`]: containerd-style `certs.d/<host>/hosts.toml` directories for mirror tests.
+//! - [`runtime_config`]: config keys keeping a test runtime off host-wide paths (its own
+//!   NRI socket).
 //! - [`port`] and [`daemon`]: free ports on 127.0.0.1 and child daemons that log to files,
 //!   die with the test process, and are killed (by PID) when dropped.
 //!
@@ -31,6 +33,7 @@ pub mod image;
 pub mod netns;
 pub mod port;
 pub mod registry;
+pub mod runtime_config;
 
 mod http_server;
 

@@ -371,9 +371,10 @@ pub fn prepare_node_dir_with(d: &Path, subnet: Option<&str>, runtime_root: &Path
     std::fs::write(
         d.join("runtime.toml"),
         format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\ndefault-network-ipam-data-dir = \"{}\"\n",
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\ndefault-network-ipam-data-dir = \"{}\"\n{}",
             d.join("net.d").display(),
-            d.join("ipam").display()
+            d.join("ipam").display(),
+            testkit::runtime_config::private_nri(d, "")
         ),
     )
     .expect("runtime.toml");

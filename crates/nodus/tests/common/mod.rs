@@ -69,11 +69,12 @@ impl Runtime {
             .prefix("nodus-rt-")
             .tempdir()
             .expect("tempdir");
-        let cfg = config.map(|c| {
-            let p = dir.path().join("runtime.toml");
-            std::fs::write(&p, c).expect("write config");
-            p
-        });
+        // Always a config: at least this runtime's own NRI socket (NRI is on by default).
+        let c = config.unwrap_or_default();
+        let p = dir.path().join("runtime.toml");
+        let text = testkit::runtime_config::private_nri(dir.path(), c) + c;
+        std::fs::write(&p, text).expect("write config");
+        let cfg = Some(p);
         let mut rt = Runtime {
             daemon: None,
             netns,

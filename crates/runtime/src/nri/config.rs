@@ -1,8 +1,13 @@
 //! NRI's settings in the runtime's config (`nri`, `nri-socket`, `nri-plugin-path`,
 //! `nri-plugin-config-path`, `nri-plugin-registration-timeout`,
-//! `nri-plugin-request-timeout`), with containerd's defaults. NRI is off unless `nri = true`:
-//! its socket is one per host (`/var/run/nri/nri.sock`), and a second runtime on the host
-//! (containerd beside nodus, or parallel test runtimes) would take it over.
+//! `nri-plugin-request-timeout`), with containerd's defaults.
+//!
+//! NRI is on unless `nri = false`, as in containerd 2.x. Its socket is one per host
+//! (`/var/run/nri/nri.sock`), and containerd/nri takes it over from whoever serves it (it
+//! removes the file and binds anew). nodus does not: a runtime finding a live NRI server on
+//! its `nri-socket` leaves it alone. With `nri` unset it logs why and runs without NRI, as
+//! containerd runs on when its NRI plugin fails to start, so `nodus up` or `nodus node`
+//! beside containerd still comes up; with `nri = true` it refuses to start.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,9 +37,9 @@ pub struct NriOptions {
 }
 
 impl NriOptions {
-    /// NRI's options from the runtime config; `None` when NRI is off.
+    /// NRI's options from the runtime config; `None` when NRI is off (`nri = false`).
     pub fn from_config(c: &crate::config::RuntimeConfig) -> Option<NriOptions> {
-        c.nri.then(|| NriOptions {
+        (c.nri != Some(false)).then(|| NriOptions {
             socket: c.nri_socket.clone(),
             plugin_path: c.nri_plugin_path.clone(),
             plugin_config_path: c.nri_plugin_config_path.clone(),
@@ -42,6 +47,12 @@ impl NriOptions {
             request_timeout: c.nri_plugin_request_timeout,
         })
     }
+}
+
+/// Whether NRI failing to start fails the runtime's start (`nri = true` was asked for
+/// explicitly) rather than leaving the runtime without NRI.
+pub fn required(c: &crate::config::RuntimeConfig) -> bool {
+    c.nri == Some(true)
 }
 
 /// Reads a Go duration (`5s`, `500ms`) from the config.

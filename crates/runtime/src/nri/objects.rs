@@ -66,18 +66,23 @@ pub(crate) fn state(s: ContainerState) -> api::ContainerState {
 
 /// The container a record describes, with what its bundle's spec runs.
 pub(crate) fn container(rec: &ContainerRecord) -> api::Container {
+    with_record(spec_view(rec), rec)
+}
+
+/// What the container's bundle spec says (read and parsed from `config.json`): the part of
+/// the container's NRI view that changes only when the spec is rewritten.
+pub(crate) fn spec_view(rec: &ContainerRecord) -> api::Container {
     let spec = std::fs::read(rec.bundle.join("config.json"))
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .unwrap_or(Value::Null);
-    let cfg = rec.config();
-    let mut c = from_spec(
-        &rec.id,
-        &rec.sandbox_id,
-        &cfg.metadata.map(|m| m.name).unwrap_or_default(),
-        &spec,
-    );
-    c.labels = cfg.labels;
+    let name = rec.config().metadata.map(|m| m.name).unwrap_or_default();
+    from_spec(&rec.id, &rec.sandbox_id, &name, &spec)
+}
+
+/// `view` (a [`spec_view`]) with the record's labels, state, pids, times and image.
+pub(crate) fn with_record(mut c: api::Container, rec: &ContainerRecord) -> api::Container {
+    c.labels = rec.config().labels;
     c.state = state(rec.state) as i32;
     c.pid = rec.init_pid.unwrap_or(0);
     c.created_at = rec.created_at;

@@ -168,8 +168,8 @@ pub(crate) async fn connect<R: RuntimeService>(
     runtime: Weak<R>,
 ) -> Result<Plugin, String> {
     let pid = stream.peer_cred().ok().and_then(|c| c.pid());
-    let (plugin_conn, runtime_conn) = super::mux::split(stream);
-    let client = Client::new(plugin_conn);
+    let (plugin_conn, runtime_conn, demux) = super::mux::split(stream);
+    let (client, answers) = Client::new(plugin_conn);
     let (reg_tx, reg_rx) = tokio::sync::oneshot::channel::<api::RegisterPluginRequest>();
     let reg_tx = Arc::new(Mutex::new(Some(reg_tx)));
     let name_slot: Arc<Mutex<String>> = Default::default();
@@ -216,7 +216,7 @@ pub(crate) async fn connect<R: RuntimeService>(
             })
         })
     };
-    tokio::spawn(ttrpc::serve(runtime_conn, handler));
+    demux.start(answers, ttrpc::serve(runtime_conn, handler));
 
     let reg = tokio::select! {
         r = tokio::time::timeout(opts.registration_timeout, reg_rx) => match r {
@@ -307,13 +307,15 @@ impl RuntimeService for NoUpdates {
 }
 
 /// For the benchmark: registers and configures the plugin connected on `stream` as the
-/// runtime does, then times `n` PostCreateContainer round trips carrying `container` — the
-/// raw cost of one event, without the runtime's work around it.
+/// runtime does, then times `n` runs of `events` (container events, one round trip each,
+/// carrying `container`) — the raw cost of the events, without the runtime's work around
+/// them.
 pub async fn measure_round_trips(
     stream: UnixStream,
     opts: &NriOptions,
     pod: api::PodSandbox,
     container: api::Container,
+    events: &[api::Event],
     n: usize,
 ) -> Result<Vec<Duration>, String> {
     let keep = Arc::new(NoUpdates);
@@ -325,10 +327,13 @@ pub async fn measure_round_trips(
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let t = std::time::Instant::now();
-        let _: api::Empty = p
-            .call("PostCreateContainer", &req, opts.request_timeout)
-            .await
-            .map_err(|e| e.to_string())?;
+        for e in events {
+            // Every answer decodes as Empty (unknown fields are skipped).
+            let _: api::Empty = p
+                .call(method(*e), &req, opts.request_timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         out.push(t.elapsed());
     }
     p.stop().await;

@@ -81,7 +81,7 @@ impl Stub {
         idx: &str,
         handler: Handler,
     ) -> Result<Stub, String> {
-        let (plugin_conn, runtime_conn) = mux::split(stream);
+        let (plugin_conn, runtime_conn, demux) = mux::split(stream);
         let serve: ttrpc::Handler = Arc::new(move |service, method, payload| {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
@@ -127,8 +127,8 @@ impl Stub {
                 })
             })
         });
-        tokio::spawn(ttrpc::serve(plugin_conn, serve));
-        let runtime = Client::new(runtime_conn);
+        let (runtime, answers) = Client::new(runtime_conn);
+        demux.start(ttrpc::serve(plugin_conn, serve), answers);
         let _: api::Empty = runtime
             .call(
                 RUNTIME_SERVICE,

@@ -3,8 +3,8 @@
 //! 2 response), flags u8 — then a protobuf `ttrpc.Request` or `ttrpc.Response`. Clients use
 //! odd stream ids from 1, one stream per unary call.
 
-use super::mux::{Conn, Reader, Writer};
-use bytes::Bytes;
+use super::mux::{Sink, Writer};
+use bytes::{Bytes, BytesMut};
 use prost::Message as _;
 use std::collections::HashMap;
 use std::future::Future;
@@ -63,19 +63,38 @@ pub(crate) fn frame(stream_id: u32, kind: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Reads one message: (stream id, type, payload).
-async fn read_message(r: &mut Reader) -> std::io::Result<(u32, u8, Bytes)> {
-    let h = r.read_exact(HEADER_LEN).await?;
-    let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
-    let sid = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
-    if len > MAX_MESSAGE {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("ttrpc message of {len} bytes is over the {MAX_MESSAGE}-byte limit"),
-        ));
+/// Reassembles one connection's byte stream into messages.
+#[derive(Default)]
+struct Messages {
+    buf: BytesMut,
+}
+
+impl Messages {
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
     }
-    let p = r.read_exact(len).await?;
-    Ok((sid, h[8], p.freeze()))
+
+    /// The next complete message: (stream id, type, payload).
+    fn next(&mut self) -> std::io::Result<Option<(u32, u8, Bytes)>> {
+        if self.buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let h = &self.buf[..HEADER_LEN];
+        let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let sid = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+        let kind = h[8];
+        if len > MAX_MESSAGE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("ttrpc message of {len} bytes is over the {MAX_MESSAGE}-byte limit"),
+            ));
+        }
+        if self.buf.len() < HEADER_LEN + len {
+            return Ok(None);
+        }
+        let _ = self.buf.split_to(HEADER_LEN);
+        Ok(Some((sid, kind, self.buf.split_to(len).freeze())))
+    }
 }
 
 /// Why a call did not return a response message.
@@ -105,57 +124,26 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// Starts the client's reader on `conn`.
-    pub(crate) fn new(conn: Conn) -> Client {
-        let Conn { mut reader, writer } = conn;
+    /// A client writing on `writer`; its answers arrive through the returned sink.
+    pub(crate) fn new(writer: Writer) -> (Client, Box<dyn Sink>) {
         let pending: Pending = Default::default();
         let closed = Arc::new(AtomicBool::new(false));
         let (closed_tx, _) = tokio::sync::watch::channel(false);
         let closed_tx = Arc::new(closed_tx);
-        {
-            let (pending, closed, closed_tx) = (
-                Arc::clone(&pending),
-                Arc::clone(&closed),
-                Arc::clone(&closed_tx),
-            );
-            tokio::spawn(async move {
-                while let Ok((sid, kind, payload)) = read_message(&mut reader).await {
-                    if kind != TYPE_RESPONSE {
-                        continue;
-                    }
-                    let Some(tx) = pending
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&sid)
-                    else {
-                        continue;
-                    };
-                    let result = match Response::decode(payload) {
-                        Ok(Response {
-                            status: Some(s), ..
-                        }) if s.code != 0 => Err(CallError::Status {
-                            code: s.code,
-                            message: s.message,
-                        }),
-                        Ok(r) => Ok(r.payload),
-                        Err(e) => Err(CallError::Protocol(e.to_string())),
-                    };
-                    let _ = tx.send(result);
-                }
-                closed.store(true, Ordering::SeqCst);
-                for (_, tx) in pending.lock().unwrap_or_else(|p| p.into_inner()).drain() {
-                    let _ = tx.send(Err(CallError::Closed));
-                }
-                let _ = closed_tx.send(true);
-            });
-        }
-        Client {
+        let sink = Answers {
+            messages: Messages::default(),
+            pending: Arc::clone(&pending),
+            closed: Arc::clone(&closed),
+            closed_tx: Arc::clone(&closed_tx),
+        };
+        let client = Client {
             writer,
             next: Arc::new(AtomicU32::new(1)),
             pending,
             closed,
             closed_tx,
-        }
+        };
+        (client, Box::new(sink))
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -234,45 +222,117 @@ impl Client {
     }
 }
 
+/// A client's reading side: each answer goes straight to the call waiting for it.
+struct Answers {
+    messages: Messages,
+    pending: Pending,
+    closed: Arc<AtomicBool>,
+    closed_tx: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Sink for Answers {
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.messages.push(bytes);
+        while let Some((sid, kind, payload)) = self.messages.next()? {
+            if kind != TYPE_RESPONSE {
+                continue;
+            }
+            let Some(tx) = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&sid)
+            else {
+                continue;
+            };
+            let result = match Response::decode(payload) {
+                Ok(Response {
+                    status: Some(s), ..
+                }) if s.code != 0 => Err(CallError::Status {
+                    code: s.code,
+                    message: s.message,
+                }),
+                Ok(r) => Ok(r.payload),
+                Err(e) => Err(CallError::Protocol(e.to_string())),
+            };
+            let _ = tx.send(result);
+        }
+        Ok(())
+    }
+
+    fn closed(&mut self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for (_, tx) in self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+        {
+            let _ = tx.send(Err(CallError::Closed));
+        }
+        let _ = self.closed_tx.send(true);
+    }
+}
+
 /// What a served method answers: a response payload, or a gRPC code and message.
 pub(crate) type Answer = Result<Vec<u8>, (tonic::Code, String)>;
 pub(crate) type Handler = Arc<
     dyn Fn(String, String, Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync,
 >;
 
-/// Serves requests arriving on `conn` with `handler(service, method, payload)` until the
-/// connection closes; each request is handled in its own task, so a slow one does not hold
-/// the others up.
-pub(crate) async fn serve(conn: Conn, handler: Handler) {
-    let Conn { mut reader, writer } = conn;
-    while let Ok((sid, kind, payload)) = read_message(&mut reader).await {
-        if kind != TYPE_REQUEST {
-            continue;
+/// A server's reading side: each request is handled in its own task (a slow one does not
+/// hold the others up) and answered on the writer.
+struct Requests {
+    messages: Messages,
+    handler: Handler,
+    writer: Writer,
+}
+
+impl Sink for Requests {
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.messages.push(bytes);
+        while let Some((sid, kind, payload)) = self.messages.next()? {
+            if kind != TYPE_REQUEST {
+                continue;
+            }
+            let (handler, writer) = (Arc::clone(&self.handler), self.writer.clone());
+            tokio::spawn(async move {
+                let answer = match Request::decode(payload) {
+                    Ok(r) => handler(r.service, r.method, r.payload).await,
+                    Err(e) => Err((tonic::Code::InvalidArgument, e.to_string())),
+                };
+                let resp = match answer {
+                    Ok(p) => Response {
+                        status: None,
+                        payload: p.into(),
+                    },
+                    Err((code, message)) => Response {
+                        status: Some(RpcStatus {
+                            code: code as i32,
+                            message,
+                        }),
+                        payload: Bytes::new(),
+                    },
+                };
+                let _ = writer
+                    .write(&frame(sid, TYPE_RESPONSE, &resp.encode_to_vec()))
+                    .await;
+            });
         }
-        let (handler, writer) = (Arc::clone(&handler), writer.clone());
-        tokio::spawn(async move {
-            let answer = match Request::decode(payload) {
-                Ok(r) => handler(r.service, r.method, r.payload).await,
-                Err(e) => Err((tonic::Code::InvalidArgument, e.to_string())),
-            };
-            let resp = match answer {
-                Ok(p) => Response {
-                    status: None,
-                    payload: p.into(),
-                },
-                Err((code, message)) => Response {
-                    status: Some(RpcStatus {
-                        code: code as i32,
-                        message,
-                    }),
-                    payload: Bytes::new(),
-                },
-            };
-            let _ = writer
-                .write(&frame(sid, TYPE_RESPONSE, &resp.encode_to_vec()))
-                .await;
-        });
+        Ok(())
     }
+
+    fn closed(&mut self) {}
+}
+
+/// Serves requests arriving through the returned sink with `handler(service, method,
+/// payload)`, answering on `writer`.
+pub(crate) fn serve(writer: Writer, handler: Handler) -> Box<dyn Sink> {
+    Box::new(Requests {
+        messages: Messages::default(),
+        handler,
+        writer,
+    })
 }
 
 /// Decodes a request payload for a handler, as a ttrpc server answers a malformed one.
@@ -294,9 +354,13 @@ mod tests {
     #[tokio::test]
     async fn unary_calls_errors_timeouts_and_close() {
         let (a, b) = tokio::net::UnixStream::pair().unwrap();
-        let (a1, _a2) = super::super::mux::split(a);
-        let (b1, _b2) = super::super::mux::split(b);
-        let client = Client::new(a1);
+        let (a1, a2, a_demux) = super::super::mux::split(a);
+        let (b1, b2, b_demux) = super::super::mux::split(b);
+        let (client, answers) = Client::new(a1);
+        a_demux.start(
+            answers,
+            serve(a2, Arc::new(|_, _, _| Box::pin(async { Ok(vec![]) }))),
+        );
         let handler: Handler = Arc::new(|service, method, payload| {
             Box::pin(async move {
                 match method.as_str() {
@@ -313,7 +377,8 @@ mod tests {
                 }
             })
         });
-        let server = tokio::spawn(serve(b1, handler));
+        let (b_client, b_answers) = Client::new(b2);
+        b_demux.start(serve(b1, handler), b_answers);
         let t = Duration::from_secs(5);
         let req = RpcStatus {
             code: 1,
@@ -342,9 +407,8 @@ mod tests {
             client.call::<_, RpcStatus>("s", "Slow", &req, short).await,
             Err(CallError::Timeout(_))
         ));
-        server.abort();
-        drop(_b2);
-        let _ = server.await;
+        // The peer closing the trunk ends the connection: pending and later calls fail.
+        b_client.close().await;
         client.closed().await;
         assert!(matches!(
             client.call::<_, RpcStatus>("s", "Echo", &req, t).await,

@@ -111,11 +111,17 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     .map_err(|e| ServeError::Setup(format!("loading runtime state: {e}")))?;
     let inner = Arc::new(inner);
     inner.recover();
-    if let Some(opts) = crate::nri::NriOptions::from_config(&opts.config) {
-        inner
-            .start_nri(opts)
-            .await
-            .map_err(|e| ServeError::Setup(format!("starting NRI: {e}")))?;
+    if let Some(nri) = crate::nri::NriOptions::from_config(&opts.config) {
+        let socket = nri.socket.clone();
+        if let Err(e) = inner.start_nri(nri).await {
+            if crate::nri::config::required(&opts.config) {
+                return Err(ServeError::Setup(format!("starting NRI: {e}")));
+            }
+            // On by default only: a host where containerd (or another nodus) already
+            // serves NRI still gets a working node, as containerd carries on without a
+            // plugin that failed to start.
+            tracing::warn!(socket = %socket.display(), error = %e, "NRI could not start; running without NRI (nri = true makes this an error, nri = false turns NRI off)");
+        }
     }
     nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::Runtime);
     let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(Arc::clone(&inner)))

@@ -453,7 +453,10 @@ pub async fn create_container(
     // Plugins' CreateContainer hook: their adjustments go into the spec; an error or a
     // conflict between two plugins fails the create, and the undo removes what it made.
     let mut side_effects = None;
-    if let Some(nri) = inner.nri() {
+    // Checked under the sync block: no plugin can join (and miss this container) after it.
+    if let Some(nri) = inner.nri()
+        && nri.wants(cri::nri::Event::CreateContainer)
+    {
         let mut value = serde_json::to_value(&spec)
             .map_err(|e| Status::internal(format!("encoding the OCI spec: {e}")))?;
         let mut view = crate::nri::objects::from_spec(&id, &sandbox.id, &meta.name, &value);
@@ -515,12 +518,10 @@ pub async fn create_container(
         vec![super::container_status::to_status(&rec)],
     );
     if let Some(nri) = inner.nri() {
-        if let Err(e) = nri
-            .post_create_container(
-                crate::nri::objects::pod(&sandbox),
-                crate::nri::objects::container(&rec),
-            )
-            .await
+        if nri.wants(cri::nri::Event::PostCreateContainer)
+            && let Err(e) = nri
+                .post_create_container(crate::nri::objects::pod(&sandbox), nri.container(&rec))
+                .await
         {
             tracing::error!(container = %id, error = %e.message(), "NRI: PostCreateContainer notification failed");
         }

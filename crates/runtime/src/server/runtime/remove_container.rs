@@ -23,8 +23,8 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
             .map_err(|e| Status::unknown(format!("failed to delete container {}: {e}", rec.id)))?;
     }
     // What plugins are told of the container, read before its bundle goes.
-    let nri_view = inner.nri().map(|_| {
-        let mut c = crate::nri::objects::container(&rec);
+    let nri_view = inner.nri().map(|nri| {
+        let mut c = nri.container(&rec);
         c.state = cri::nri::ContainerState::ContainerStopped as i32;
         c
     });

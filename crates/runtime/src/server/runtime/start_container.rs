@@ -46,10 +46,12 @@ pub async fn start_container(
         .clone();
     // Plugins' StartContainer hook: a failure leaves the container created, to be
     // started again.
-    if let Some(nri) = inner.nri() {
+    if let Some(nri) = inner.nri()
+        && nri.wants(cri::nri::Event::StartContainer)
+    {
         nri.start_container(
             super::nri::pod_of(inner, &rec.sandbox_id),
-            crate::nri::objects::container(&rec),
+            nri.container(&rec),
         )
         .await?;
     }
@@ -109,10 +111,11 @@ pub async fn start_container(
     super::container_exit::spawn_monitor(inner, &rec.id, spawned.shim_pid as u32);
     tracing::info!(container = %rec.id, "container started");
     if let Some(nri) = inner.nri()
+        && nri.wants(cri::nri::Event::PostStartContainer)
         && let Err(e) = nri
             .post_start_container(
                 super::nri::pod_of(inner, &rec.sandbox_id),
-                crate::nri::objects::container(&rec),
+                nri.container(&rec),
             )
             .await
     {

@@ -79,19 +79,13 @@ pub async fn update_container_resources(
     // Plugins may change this update and ask for others.
     let pod = super::nri::pod_of(inner, &rec.sandbox_id);
     let (wanted, side) = nri
-        .update_container(
-            pod.clone(),
-            crate::nri::objects::container(&rec),
-            super::nri::to_nri(&res),
-        )
+        .update_container(pod.clone(), nri.container(&rec), super::nri::to_nri(&res))
         .await?;
     res = super::nri::to_cri(res, &wanted);
     let id = rec.id.clone();
     apply(inner, rec, res).await?;
     if let Ok(rec) = inner.find_container(&id)
-        && let Err(e) = nri
-            .post_update_container(pod, crate::nri::objects::container(&rec))
-            .await
+        && let Err(e) = nri.post_update_container(pod, nri.container(&rec)).await
     {
         tracing::error!(container = %id, error = %e.message(), "NRI: PostUpdateContainer notification failed");
     }
@@ -109,6 +103,9 @@ pub(crate) async fn apply(
     if rec.state == ContainerState::Created && rec.shim_pid.is_none() {
         // Not running yet: the new limits go into the bundle the start will use.
         update_bundle(&rec.bundle.join("config.json"), &oci_resources(&res))?;
+        if let Some(nri) = inner.nri() {
+            nri.spec_changed(&rec.id);
+        }
     } else if matches!(rec.state, ContainerState::Created | ContainerState::Running) {
         let rt = inner
             .handlers
