@@ -766,6 +766,31 @@ fn default_node(o: &mut Map<String, Value>) {
     }
 }
 
+/// Upstream's CRD defaults: singular is the lowercased kind, listKind is `<kind>List`, the
+/// conversion strategy is `None`.
+fn default_crd(o: &mut Map<String, Value>) {
+    let Some(Value::Object(spec)) = o.get_mut("spec") else {
+        return;
+    };
+    if let Some(Value::Object(names)) = spec.get_mut("names") {
+        let kind = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if !kind.is_empty() {
+            set_str(names, "singular", &kind.to_lowercase());
+            set_str(names, "listKind", &format!("{kind}List"));
+        }
+    }
+    let conv = spec
+        .entry("conversion")
+        .or_insert_with(|| json!({"strategy": "None"}));
+    if let Value::Object(c) = conv {
+        set_str(c, "strategy", "None");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1044,30 +1069,5 @@ mod tests {
                 .and_then(|c| c.image_pull_policy.as_deref()),
             Some("IfNotPresent")
         );
-    }
-}
-
-/// Upstream's CRD defaults: singular is the lowercased kind, listKind is `<kind>List`, the
-/// conversion strategy is `None`.
-fn default_crd(o: &mut Map<String, Value>) {
-    let Some(Value::Object(spec)) = o.get_mut("spec") else {
-        return;
-    };
-    if let Some(Value::Object(names)) = spec.get_mut("names") {
-        let kind = names
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        if !kind.is_empty() {
-            set_str(names, "singular", &kind.to_lowercase());
-            set_str(names, "listKind", &format!("{kind}List"));
-        }
-    }
-    let conv = spec
-        .entry("conversion")
-        .or_insert_with(|| json!({"strategy": "None"}));
-    if let Value::Object(c) = conv {
-        set_str(c, "strategy", "None");
     }
 }

@@ -101,6 +101,10 @@ fn crd_lifecycle_with_kubectl() {
     assert_eq!(w["spec"]["color"], "red", "{w}");
     assert_eq!(w["metadata"]["generation"], 1, "{w}");
 
+    // Applying again patches it: kubectl sends a JSON merge patch, as the OpenAPI document
+    // offers no strategic merge for custom resources.
+    cp.apply(&widget("w1", "{replicas: 2, color: red}"));
+
     // Printer columns in `kubectl get`.
     let (ok, out, err) = k(&["get", "widgets", "-n", "default"]);
     assert!(ok, "{err}");

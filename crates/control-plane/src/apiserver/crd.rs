@@ -502,7 +502,8 @@ fn json_path(obj: &Value, path: &str) -> Option<Value> {
                     .find(|e| {
                         e.get(k.trim()).is_some_and(|v| match v {
                             Value::String(s) => s == want,
-                            other => other.to_string() == want,
+                            // A number or boolean compares by its JSON text.
+                            other => serde_json::from_str::<Value>(want).is_ok_and(|w| w == *other),
                         })
                     })?
                     .clone();

@@ -255,17 +255,19 @@ fn body(schema: &Value) -> Value {
     json!({"content": {"*/*": {"schema": schema}}, "required": true})
 }
 
-fn patch_body() -> Value {
+/// A PATCH request body. Custom resources take no strategic merge patch, and kubectl
+/// reads its absence here to send them a JSON merge patch on `apply`.
+fn patch_body(r: &ResourceInfo) -> Value {
     let patch = schema_ref(PATCH);
-    json!({
-        "content": {
-            "application/apply-patch+yaml": {"schema": patch},
-            "application/json-patch+json": {"schema": patch},
-            "application/merge-patch+json": {"schema": patch},
-            "application/strategic-merge-patch+json": {"schema": patch},
-        },
-        "required": true,
-    })
+    let mut content = json!({
+        "application/apply-patch+yaml": {"schema": patch},
+        "application/json-patch+json": {"schema": patch},
+        "application/merge-patch+json": {"schema": patch},
+    });
+    if !r.custom {
+        content["application/strategic-merge-patch+json"] = json!({"schema": patch});
+    }
+    json!({"content": content, "required": true})
 }
 
 fn responses(entries: &[(&str, &str, &Value)]) -> Map<String, Value> {
@@ -415,7 +417,7 @@ pub(crate) fn add_resource(
                 format!("partially update the specified {kind}"),
                 operation_id("patch", r.group, r.version, scope, kind),
                 vec![dry_run(), field_manager(), field_validation(), force()],
-                Some(patch_body()),
+                Some(patch_body(r)),
                 responses(&[("200", "OK", &object), ("201", "Created", &object)]),
                 gvk,
             ),
@@ -537,7 +539,7 @@ pub(crate) fn add_resource(
                         &format!("{kind}{suffix}"),
                     ),
                     vec![dry_run(), field_manager(), field_validation(), force()],
-                    Some(patch_body()),
+                    Some(patch_body(r)),
                     responses(&[("200", "OK", &sub_object), ("201", "Created", &sub_object)]),
                     sub_gvk,
                 ),
