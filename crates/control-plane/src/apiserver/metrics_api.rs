@@ -453,7 +453,7 @@ fn serve(
         let obj = st
             .store
             .get(&key)
-            .map_err(|e| ApiError(status::internal(&e.to_string())))?
+            .map_err(crate::apiserver::rest::storage_failure)?
             .ok_or_else(|| not_found(name))?;
         let m = if t.info.kind == "NodeMetrics" {
             node_metrics(st, &obj.object)
@@ -476,7 +476,7 @@ fn serve(
     let (objs, _) = st
         .store
         .list(&source)
-        .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+        .map_err(crate::apiserver::rest::storage_failure)?;
     let items: Vec<Value> = objs
         .iter()
         .filter(|o| {

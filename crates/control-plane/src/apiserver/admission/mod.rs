@@ -382,7 +382,7 @@ fn admit_claim(st: &ApiState, pvc: &mut Value) -> ApiResult<()> {
     let (classes, _) = st
         .store
         .list("/storage.k8s.io/storageclasses/")
-        .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+        .map_err(crate::apiserver::rest::storage_failure)?;
     let newest = classes
         .iter()
         .filter(|c| nodus_k8s::printers::is_default_storage_class(&c.object))
@@ -431,7 +431,7 @@ pub(crate) fn admit_pod(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
         let pc = st
             .store
             .get(&format!("/scheduling.k8s.io/priorityclasses/{class}"))
-            .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+            .map_err(crate::apiserver::rest::storage_failure)?;
         if pc.is_none() {
             return Err(ApiError(status::forbidden_with(
                 "",

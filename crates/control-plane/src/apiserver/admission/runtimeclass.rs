@@ -59,7 +59,7 @@ pub(crate) fn admit(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
             let found = st
                 .store
                 .get(&format!("/node.k8s.io/runtimeclasses/{n}"))
-                .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+                .map_err(crate::apiserver::rest::storage_failure)?;
             match found {
                 Some(rc) => Some(rc.object),
                 None => return Err(forbidden(pod, &Rejection::NotFound(n.clone()))),

@@ -78,7 +78,7 @@ fn service_account(st: &ApiState, ns: &str, name: &str) -> ApiResult<Option<Valu
         st.store
             .get(&key)
             .map(|o| o.map(|s| (*s.object).clone()))
-            .map_err(|e| ApiError(status::internal(&e.to_string())))
+            .map_err(crate::apiserver::rest::storage_failure)
     };
     match get()? {
         Some(sa) => Ok(Some(sa)),

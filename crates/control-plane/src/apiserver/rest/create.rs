@@ -108,7 +108,7 @@ pub fn check_namespace(st: &ApiState, ns: &str) -> ApiResult<()> {
     let ns_obj = st
         .store
         .get(&format!("/core/namespaces/{ns}"))
-        .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+        .map_err(crate::apiserver::rest::storage_failure)?;
     match ns_obj {
         None => Err(ApiError(status::not_found("", "namespaces", ns))),
         Some(n) if n.object.pointer("/metadata/deletionTimestamp").is_some() => {

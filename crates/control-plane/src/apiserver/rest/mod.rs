@@ -85,6 +85,17 @@ pub fn store_error(t: &Target, name: &str, e: StoreError) -> ApiError {
         StoreError::Compacted { requested, oldest } => {
             status::gone(&format!("too old resource version: {requested} ({oldest})"))
         }
+        other => return storage_failure(other),
+    })
+}
+
+/// A storage failure outside a request's own object: etcd unreachable is 503, too slow
+/// 504, a compacted revision 410, anything else 500.
+pub fn storage_failure(e: StoreError) -> ApiError {
+    ApiError(match e {
+        StoreError::Compacted { requested, oldest } => {
+            status::gone(&format!("too old resource version: {requested} ({oldest})"))
+        }
         e @ StoreError::Unavailable(_) => status::service_unavailable(&e.to_string()),
         e @ StoreError::Timeout => status::timeout(&e.to_string()),
         other => status::internal(&other.to_string()),

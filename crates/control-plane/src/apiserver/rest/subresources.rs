@@ -260,7 +260,7 @@ fn evict(req: &Req) -> ApiResult<Response> {
             .st
             .store
             .list(&path::prefix(pdbs, Some(&ns)))
-            .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+            .map_err(crate::apiserver::rest::storage_failure)?;
         let matching: Vec<_> = items
             .iter()
             .filter(|p| selector_matches(p.object.pointer("/spec/selector"), &labels))
@@ -297,7 +297,7 @@ fn evict(req: &Req) -> ApiResult<Response> {
                             Ok(()) => Ok(Mutation::Put(new)),
                         }
                     })
-                    .map_err(|e| ApiError(status::internal(&e.to_string())))?;
+                    .map_err(crate::apiserver::rest::storage_failure)?;
                 if let Some(s) = refused {
                     return Err(ApiError(s));
                 }

@@ -61,7 +61,7 @@ fn get(req: &Req, plural: &str, ns: Option<&str>, name: &str) -> ApiResult<Optio
         .store
         .get(&key)
         .map(|o| o.map(|s| (*s.object).clone()))
-        .map_err(|e| ApiError(status::internal(&e.to_string())))
+        .map_err(crate::apiserver::rest::storage_failure)
 }
 
 pub fn create(req: &Req) -> ApiResult<Response> {

@@ -52,13 +52,28 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) fn status_error(s: tonic::Status) -> StoreError {
     use tonic::Code;
     match s.code() {
-        Code::Unavailable => StoreError::Unavailable(format!("etcd: {}", s.message())),
+        Code::Unavailable => StoreError::Unavailable(format!("etcd: {}", with_causes(&s))),
         Code::Unknown | Code::Cancelled if is_transport(&s) => {
-            StoreError::Unavailable(format!("etcd: {}", s.message()))
+            StoreError::Unavailable(format!("etcd: {}", with_causes(&s)))
         }
         Code::DeadlineExceeded => StoreError::Timeout,
         _ => StoreError::Backend(format!("etcd: {}", s.message())),
     }
+}
+
+/// A gRPC failure's message with its causes ("tcp connect error: Connection refused").
+fn with_causes(s: &tonic::Status) -> String {
+    let mut out = s.message().to_string();
+    let mut cause = std::error::Error::source(s);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 fn is_transport(s: &tonic::Status) -> bool {
@@ -187,7 +202,7 @@ async fn dial(server: &str, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Ch
     let mut m = MaintenanceClient::new(channel.clone());
     match tokio::time::timeout(DIAL_TIMEOUT, m.status(StatusRequest {})).await {
         Ok(Ok(_)) => Ok(channel),
-        Ok(Err(s)) => Err(s.message().to_string()),
+        Ok(Err(s)) => Err(with_causes(&s)),
         Err(_) => Err(format!("no answer within {DIAL_TIMEOUT:?}")),
     }
 }
