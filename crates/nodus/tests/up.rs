@@ -78,6 +78,85 @@ fn up_prints_the_kubeconfig_and_kubectl_works() {
     );
 }
 
+/// `nodus up --store etcd` without `--etcd-servers`: etcd runs as its child with its data
+/// under `<data-dir>/etcd`, objects are there, and it stops with `nodus up`.
+#[test]
+fn up_store_etcd_runs_its_own_etcd_and_stops_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodus"))
+        .args([
+            "up",
+            "--no-node",
+            "--store",
+            "etcd",
+            "--bind-address",
+            "127.0.0.1",
+        ])
+        .args(["--secure-port", "0", "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nodus up starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut printed = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("line");
+        let done = line.starts_with("next: ");
+        printed.push(line);
+        if done {
+            break;
+        }
+    }
+    let kubeconfig = dir.path().join("control-plane/admin.kubeconfig");
+    let pid = child.id();
+    // Any of its threads may have spawned etcd.
+    let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let etcd_pid = children
+        .split_whitespace()
+        .find(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/cmdline")).is_ok_and(|cmd| {
+                cmd.contains("etcd") && cmd.contains(&dir.path().display().to_string())
+            })
+        })
+        .map(str::to_string);
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["create", "configmap", "in-etcd"])
+        .output()
+        .expect("kubectl runs");
+    // SAFETY: signalling the child we started, by its PID.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+    let status = child.wait().expect("nodus up exits");
+    let etcd_pid = etcd_pid.unwrap_or_else(|| panic!("no etcd child of nodus up: {printed:?}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("etcd/member-data/member").is_dir());
+    assert!(
+        status.success(),
+        "nodus up exits cleanly on SIGTERM: {status}"
+    );
+    // Stopped and reaped by nodus up.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{etcd_pid}")).exists(),
+        "etcd ({etcd_pid}) still runs after nodus up stopped"
+    );
+}
+
 mod common;
 
 use common::cluster::{self, kubectl};
