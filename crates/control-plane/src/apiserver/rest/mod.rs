@@ -12,6 +12,7 @@ pub mod proxy;
 pub mod reviews;
 pub mod subresources;
 pub mod tokenrequest;
+mod tunnel;
 pub mod update;
 pub mod watch;
 

@@ -1,7 +1,7 @@
 //! pods/log, exec, attach, portforward and nodes/proxy: forwarded to the node's kubelet
 //! over HTTPS (the cluster CA verifies the kubelet; the API server presents its
 //! kubelet-client certificate). Upgrade requests (SPDY or WebSocket streams) are tunnelled
-//! byte for byte once the kubelet answers 101.
+//! once the kubelet answers 101 ([`super::tunnel`]).
 
 use std::sync::Arc;
 
@@ -282,14 +282,17 @@ pub async fn handle(mut req: Req, method: &Method, sub: &str) -> ApiResult<Respo
         for (k, v) in resp.headers() {
             reply = reply.header(k, v);
         }
+        let websocket = resp
+            .headers()
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
         let kubelet_up = hyper::upgrade::on(resp);
         tokio::spawn(async move {
             let (Ok(c), Ok(k)) = (client_up.await, kubelet_up.await) else {
                 return;
             };
-            let mut c = TokioIo::new(c);
-            let mut k = TokioIo::new(k);
-            let _ = tokio::io::copy_bidirectional(&mut c, &mut k).await;
+            super::tunnel::run(TokioIo::new(c), TokioIo::new(k), websocket).await;
         });
         return reply
             .body(Body::empty())
