@@ -814,7 +814,9 @@ spec:
   selector: {matchLabels: {app: agent}}
   template:
     metadata: {labels: {app: agent}}
-    spec: {containers: [{name: c, image: busybox}]}
+    # n1 has no kubelet: once its grace period runs out it is tainted unreachable, and a
+    # pod that does not tolerate that no longer counts the node as desired.
+    spec: {containers: [{name: c, image: busybox}], tolerations: [{operator: Exists}]}
 ---
 apiVersion: apps/v1
 kind: StatefulSet
