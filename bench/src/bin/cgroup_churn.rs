@@ -52,24 +52,11 @@ fn main() -> Result<()> {
     parent.create();
     let dir = tempfile::tempdir()?;
     let cfg = Config {
-        layout: Layout {
+        enforce_node_allocatable: vec!["pods".into()],
+        ..Config::defaults(Layout {
             root: parent.path(),
             per_qos: true,
-        },
-        cgroup_driver: Default::default(),
-        kube_reserved: Default::default(),
-        system_reserved: Default::default(),
-        kube_reserved_cgroup: None,
-        system_reserved_cgroup: None,
-        eviction_hard: nodus_kubelet::cm::allocatable::default_eviction_hard(),
-        enforce_node_allocatable: vec!["pods".into()],
-        max_pods: 110,
-        pod_pids_limit: None,
-        cpu_cfs_quota: true,
-        cpu_cfs_quota_period_us: 100_000,
-        memory_qos: false,
-        memory_throttling_factor: 0.9,
-        kubelet_psi: false,
+        })
     };
     let cm = ContainerManager::new(cfg, dir.path())?;
     cm.start()?;

@@ -64,26 +64,10 @@ async fn admission() -> Result<(f64, f64, f64, f64)> {
     let parent = testkit::CgroupParent::new("nodus-devbench");
     parent.create();
     let root = tempfile::tempdir()?;
-    let cfg = Config {
-        layout: Layout {
-            root: parent.path(),
-            per_qos: false,
-        },
-        cgroup_driver: Default::default(),
-        kube_reserved: Default::default(),
-        system_reserved: Default::default(),
-        kube_reserved_cgroup: None,
-        system_reserved_cgroup: None,
-        eviction_hard: nodus_kubelet::cm::allocatable::default_eviction_hard(),
-        enforce_node_allocatable: vec![],
-        max_pods: 110,
-        pod_pids_limit: None,
-        cpu_cfs_quota: true,
-        cpu_cfs_quota_period_us: 100_000,
-        memory_qos: false,
-        memory_throttling_factor: 0.9,
-        kubelet_psi: false,
-    };
+    let cfg = Config::defaults(Layout {
+        root: parent.path(),
+        per_qos: false,
+    });
     let cm = Arc::new(ContainerManager::new(cfg, root.path())?);
     let dm = Arc::new(DeviceManager::new(root.path())?);
     let _ = cm.devices.set(Arc::clone(&dm));

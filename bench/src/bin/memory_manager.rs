@@ -23,24 +23,12 @@ const ROUNDS: usize = 2000;
 
 fn cm_config() -> Config {
     Config {
-        layout: Layout {
-            root: "/".into(),
-            per_qos: true,
-        },
-        cgroup_driver: Default::default(),
-        kube_reserved: Default::default(),
-        system_reserved: Default::default(),
-        kube_reserved_cgroup: None,
-        system_reserved_cgroup: None,
         eviction_hard: BTreeMap::from([("memory.available".into(), "100Mi".into())]),
         enforce_node_allocatable: vec!["pods".into()],
-        max_pods: 110,
-        pod_pids_limit: None,
-        cpu_cfs_quota: true,
-        cpu_cfs_quota_period_us: 100_000,
-        memory_qos: false,
-        memory_throttling_factor: 0.9,
-        kubelet_psi: false,
+        ..Config::defaults(Layout {
+            root: "/".into(),
+            per_qos: true,
+        })
     }
 }
 

@@ -38,26 +38,10 @@ fn pod(i: usize, guaranteed: Option<&str>) -> Pod {
 }
 
 fn cm_config(root: String) -> Config {
-    Config {
-        layout: Layout {
-            root,
-            per_qos: false,
-        },
-        cgroup_driver: Default::default(),
-        kube_reserved: Default::default(),
-        system_reserved: Default::default(),
-        kube_reserved_cgroup: None,
-        system_reserved_cgroup: None,
-        eviction_hard: nodus_kubelet::cm::allocatable::default_eviction_hard(),
-        enforce_node_allocatable: vec![],
-        max_pods: 110,
-        pod_pids_limit: None,
-        cpu_cfs_quota: true,
-        cpu_cfs_quota_period_us: 100_000,
-        memory_qos: false,
-        memory_throttling_factor: 0.9,
-        kubelet_psi: false,
-    }
+    Config::defaults(Layout {
+        root,
+        per_qos: false,
+    })
 }
 
 /// p50 and p99 in µs of: a BestEffort pod through the chain without the CPU and topology

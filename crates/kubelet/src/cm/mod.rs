@@ -48,6 +48,30 @@ pub struct Config {
     pub kubelet_psi: bool,
 }
 
+impl Config {
+    /// A manager with upstream's KubeletConfiguration defaults over `layout` (no reservations,
+    /// nothing enforced, 110 pods, CFS quota on with a 100 ms period, throttling factor 0.9).
+    pub fn defaults(layout: qos::Layout) -> Config {
+        Config {
+            layout,
+            cgroup_driver: Default::default(),
+            kube_reserved: Default::default(),
+            system_reserved: Default::default(),
+            kube_reserved_cgroup: None,
+            system_reserved_cgroup: None,
+            eviction_hard: allocatable::default_eviction_hard(),
+            enforce_node_allocatable: vec![],
+            max_pods: 110,
+            pod_pids_limit: None,
+            cpu_cfs_quota: true,
+            cpu_cfs_quota_period_us: 100_000,
+            memory_qos: false,
+            memory_throttling_factor: 0.9,
+            kubelet_psi: false,
+        }
+    }
+}
+
 /// Go's strconv.ParseBool, which the resource managers' policy options are read with.
 pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
     match s {

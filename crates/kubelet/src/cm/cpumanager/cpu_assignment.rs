@@ -22,6 +22,14 @@ pub enum TakeError {
     Accounting(usize),
 }
 
+/// A level of the CPU topology whose groups can be taken whole.
+#[derive(Clone, Copy)]
+enum Level {
+    NumaNode,
+    Socket,
+    Core,
+}
+
 struct Accumulator<'a> {
     topo: &'a CpuTopology,
     /// The CPUs still available.
@@ -179,30 +187,22 @@ impl<'a> Accumulator<'a> {
         self.needed > self.details.len()
     }
 
-    fn take_full_numa_nodes(&mut self) {
-        for n in self.sorted_numa_nodes() {
-            let all = self.topo.cpus_in_numa_nodes(&[n]);
-            if self.avail_in_numa(n) != all.len() || self.needed < all.len() {
-                continue;
-            }
-            self.take(&all);
-        }
-    }
-
-    fn take_full_sockets(&mut self) {
-        for s in self.sorted_sockets() {
-            let all = self.topo.cpus_in_sockets(&[s]);
-            if self.avail_in_socket(s) != all.len() || self.needed < all.len() {
-                continue;
-            }
-            self.take(&all);
-        }
-    }
-
-    fn take_full_cores(&mut self) {
-        for c in self.sorted_cores() {
-            let all = self.topo.cpus_in_cores(&[c]);
-            if self.avail_in_core(c) != self.topo.cpus_per_core() || self.needed < all.len() {
+    /// Takes every group of `level` whose CPUs are all still free and all still needed,
+    /// in the level's sorted order (upstream's takeFullNUMANodes/Sockets/Cores).
+    fn take_full(&mut self, level: Level) {
+        let topo = self.topo;
+        let ids = match level {
+            Level::NumaNode => self.sorted_numa_nodes(),
+            Level::Socket => self.sorted_sockets(),
+            Level::Core => self.sorted_cores(),
+        };
+        for id in ids {
+            let (all, avail) = match level {
+                Level::NumaNode => (topo.cpus_in_numa_nodes(&[id]), self.avail_in_numa(id)),
+                Level::Socket => (topo.cpus_in_sockets(&[id]), self.avail_in_socket(id)),
+                Level::Core => (topo.cpus_in_cores(&[id]), self.avail_in_core(id)),
+            };
+            if avail != all.len() || self.needed < all.len() {
                 continue;
             }
             self.take(&all);
@@ -236,22 +236,22 @@ pub fn take_by_topology_numa_packed(
         });
     }
     if acc.numa_first {
-        acc.take_full_numa_nodes();
+        acc.take_full(Level::NumaNode);
         if acc.satisfied() {
             return Ok(acc.result);
         }
-        acc.take_full_sockets();
+        acc.take_full(Level::Socket);
     } else {
-        acc.take_full_sockets();
+        acc.take_full(Level::Socket);
         if acc.satisfied() {
             return Ok(acc.result);
         }
-        acc.take_full_numa_nodes();
+        acc.take_full(Level::NumaNode);
     }
     if acc.satisfied() {
         return Ok(acc.result);
     }
-    acc.take_full_cores();
+    acc.take_full(Level::Core);
     if acc.satisfied() {
         return Ok(acc.result);
     }

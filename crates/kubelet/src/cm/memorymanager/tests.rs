@@ -14,24 +14,13 @@ const MI: u64 = 1 << 20;
 
 fn cm_config(system_reserved_memory: &str) -> crate::cm::Config {
     crate::cm::Config {
-        layout: crate::cm::qos::Layout {
-            root: "/".into(),
-            per_qos: true,
-        },
-        cgroup_driver: Default::default(),
-        kube_reserved: Default::default(),
         system_reserved: BTreeMap::from([("memory".into(), system_reserved_memory.into())]),
-        kube_reserved_cgroup: None,
-        system_reserved_cgroup: None,
         eviction_hard: BTreeMap::from([("memory.available".into(), "100Mi".into())]),
         enforce_node_allocatable: vec!["pods".into()],
-        max_pods: 110,
-        pod_pids_limit: None,
-        cpu_cfs_quota: true,
-        cpu_cfs_quota_period_us: 100_000,
-        memory_qos: false,
-        memory_throttling_factor: 0.9,
-        kubelet_psi: false,
+        ..crate::cm::Config::defaults(crate::cm::qos::Layout {
+            root: "/".into(),
+            per_qos: true,
+        })
     }
 }
 
