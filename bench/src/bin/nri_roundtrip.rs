@@ -256,7 +256,7 @@ async fn main() -> Result<()> {
     );
     body.push_str(&r);
     body.push_str(&format!(
-        "\nNRI's cost per container: {:.3} ms (p50 difference of the lifecycle rows, within their noise); one container's 4 events: {seq50:.3} ms (4 × the single event: {:.3} ms). Goal: under 1 ms per container.\n",
+        "\nNRI's cost per container: {:.3} ms (p50 difference of the lifecycle rows); one container's 4 events: {seq50:.3} ms (4 × the single event: {:.3} ms). Goal: under 1 ms per container.\n",
         p50 - w50,
         4.0 * raw50
     ));
