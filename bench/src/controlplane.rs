@@ -126,3 +126,34 @@ pub async fn create_rates(clients: &[kube::Client], prefix: &str) -> Result<(f64
     let concurrent = (clients.len() * PER_CLIENT) as f64 / t.elapsed().as_secs_f64();
     Ok((single, concurrent))
 }
+
+/// Fills the store up to `total` pods after [`create_rates`] made its share, the rest spread
+/// over `clients` running at once.
+pub async fn fill_to(clients: &[kube::Client], total: usize) -> Result<()> {
+    let rest = total.saturating_sub(SINGLE + CONCURRENT * PER_CLIENT);
+    let mut tasks = Vec::new();
+    for (k, cl) in clients.iter().enumerate() {
+        let n = rest / clients.len() + usize::from(k < rest % clients.len());
+        tasks.push(tokio::spawn(create_pods(cl.clone(), format!("fill{k}"), n)));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// `rounds` lists of every pod with `params`: each one's time in ms, and the count of the last.
+pub async fn list_pods(
+    c: &kube::Client,
+    params: &kube::api::ListParams,
+    rounds: usize,
+) -> Result<(Vec<f64>, usize)> {
+    let all: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(c.clone());
+    let (mut lat, mut count) = (Vec::new(), 0);
+    for _ in 0..rounds {
+        let t = std::time::Instant::now();
+        count = all.list(params).await?.items.len();
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok((lat, count))
+}

@@ -22,6 +22,17 @@ pub fn write_arg() -> Result<Option<PathBuf>, String> {
     Ok(write)
 }
 
+/// Today's UTC date, `YYYY-MM-DD`, for a section's "Measured …" line.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .map(|t| t.strftime("%Y-%m-%d").to_string())
+        .unwrap_or_default()
+}
+
 /// Replaces the section between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`
 /// in `path` with `body`, or appends it under `heading` when the markers are absent.
 pub fn write_section(path: &Path, name: &str, heading: &str, body: &str) -> std::io::Result<()> {

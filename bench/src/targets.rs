@@ -110,14 +110,20 @@ pub async fn nodus_with_masq(bin: &Path, extra: &str, masq: Masq) -> Result<Targ
         .arg("--state-dir")
         .arg(d.join("state"))
         .arg("--config")
-        .arg(d.join("runtime.toml"))
-        .env("NODUS_LOG", "warn");
-    let mut daemon = Daemon::spawn(
-        "nodus-runtime",
-        cmd,
-        &d.join("log"),
-        Duration::from_secs(10),
-    )?;
+        .arg(d.join("runtime.toml"));
+    // NODUS_BENCH_RUNTIME_LOG=FILE keeps the runtime's debug log of the run there, to trace
+    // where a figure's time goes; the figures are taken at `warn`.
+    let log = match std::env::var_os("NODUS_BENCH_RUNTIME_LOG") {
+        Some(f) => {
+            cmd.env("NODUS_LOG", "debug");
+            PathBuf::from(f)
+        }
+        None => {
+            cmd.env("NODUS_LOG", "warn");
+            d.join("log")
+        }
+    };
+    let mut daemon = Daemon::spawn("nodus-runtime", cmd, &log, Duration::from_secs(10))?;
     daemon.wait_ready(Duration::from_secs(30), || {
         std::os::unix::net::UnixStream::connect(&sock).is_ok()
     })?;

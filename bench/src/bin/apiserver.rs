@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use nodus_bench::controlplane::{
-    CONCURRENT, PER_CLIENT, SINGLE, client, create_pods, create_rates, start,
+    CONCURRENT, PER_CLIENT, SINGLE, client, create_rates, fill_to, list_pods, start,
 };
 use nodus_bench::targets::{pct, rss_kib};
 
@@ -41,36 +41,15 @@ async fn main() -> Result<()> {
     let (single_rate, conc_rate) = create_rates(&clients, "").await?;
 
     // Fill up to 10k pods with 8 clients.
-    let have = SINGLE + CONCURRENT * PER_CLIENT;
-    let rest = TOTAL_PODS.saturating_sub(have);
-    let mut tasks = Vec::new();
-    for (k, cl) in clients.iter().enumerate() {
-        let n = rest / CONCURRENT + usize::from(k < rest % CONCURRENT);
-        tasks.push(tokio::spawn(create_pods(cl.clone(), format!("fill{k}"), n)));
-    }
-    for task in tasks {
-        task.await??;
-    }
+    fill_to(&clients, TOTAL_PODS).await?;
 
-    // List latency at 10k pods (full list, all namespaces).
-    let all: Api<Pod> = Api::all(c.clone());
-    let mut lat = Vec::new();
-    let mut count = 0;
-    for _ in 0..7 {
-        let t = Instant::now();
-        let l = all.list(&ListParams::default()).await?;
-        lat.push(t.elapsed().as_secs_f64() * 1000.0);
-        count = l.items.len();
-    }
-    let mut paged = Vec::new();
-    for _ in 0..7 {
-        let t = Instant::now();
-        all.list(&ListParams::default().limit(500)).await?;
-        paged.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
+    // List latency at 10k pods (all namespaces): the whole list, and a first page of 500.
+    let (mut lat, count) = list_pods(&c, &ListParams::default(), 7).await?;
+    let (mut paged, _) = list_pods(&c, &ListParams::default().limit(500), 7).await?;
     let rss_mib = rss_kib(pid) as f64 / 1024.0;
 
     // Watch fan-out: 50 watchers from the current revision, then WATCH_EVENTS creates.
+    let all: Api<Pod> = Api::all(c.clone());
     let rv = all
         .list(&ListParams::default().limit(1))
         .await?
@@ -114,13 +93,7 @@ async fn main() -> Result<()> {
     }
     let fanout = delivered as f64 / last.duration_since(t).as_secs_f64();
 
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let date = k8s_openapi::jiff::Timestamp::from_second(secs)
-        .map(|t| t.strftime("%Y-%m-%d").to_string())
-        .unwrap_or_default();
+    let date = nodus_bench::today();
     let body = format!(
         "Measured {date} on this machine (2 cores shared with other work), `nodus control-plane` \
 release build, embedded redb store with one fsynced commit per write, kube-rs clients over \

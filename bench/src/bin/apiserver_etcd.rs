@@ -5,14 +5,10 @@
 //! Goal (issue 22): on etcd, within 2× the embedded store's create rate.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
-use nodus_bench::controlplane::{
-    CONCURRENT, PER_CLIENT, SINGLE, client, create_pods, create_rates, start_with,
-};
+use kube::api::ListParams;
+use nodus_bench::controlplane::{CONCURRENT, client, create_rates, fill_to, list_pods, start_with};
 use nodus_bench::targets::{pct, rss_kib};
 use nodus_control_plane::storage::EtcdServer;
 
@@ -40,23 +36,8 @@ async fn run(bin: &std::path::Path, etcd: Option<&EtcdServer>) -> Result<Figures
         clients.push(client(&server.kubeconfig).await?);
     }
     let (single, concurrent) = create_rates(&clients, "").await?;
-    let rest = TOTAL_PODS.saturating_sub(SINGLE + CONCURRENT * PER_CLIENT);
-    let mut tasks = Vec::new();
-    for (k, cl) in clients.iter().enumerate() {
-        let n = rest / CONCURRENT + usize::from(k < rest % CONCURRENT);
-        tasks.push(tokio::spawn(create_pods(cl.clone(), format!("fill{k}"), n)));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    let all: Api<Pod> = Api::all(clients[0].clone());
-    let mut lat = Vec::new();
-    let mut count = 0;
-    for _ in 0..5 {
-        let t = Instant::now();
-        count = all.list(&ListParams::default()).await?.items.len();
-        lat.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
+    fill_to(&clients, TOTAL_PODS).await?;
+    let (mut lat, count) = list_pods(&clients[0], &ListParams::default(), 5).await?;
     let server_mib = rss_kib(pid) as f64 / 1024.0;
     let etcd_mib = etcd.map(|e| rss_kib(e.pid()) as f64 / 1024.0);
     drop(server);
@@ -86,13 +67,7 @@ async fn main() -> Result<()> {
     let on_etcd = run(&bin, Some(&member)).await?;
     drop(member);
 
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let date = k8s_openapi::jiff::Timestamp::from_second(secs)
-        .map(|t| t.strftime("%Y-%m-%d").to_string())
-        .unwrap_or_default();
+    let date = nodus_bench::today();
     let ratio = embedded.single / on_etcd.single.max(f64::MIN_POSITIVE);
     let ratio8 = embedded.concurrent / on_etcd.concurrent.max(f64::MIN_POSITIVE);
     let body = format!(

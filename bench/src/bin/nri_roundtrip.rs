@@ -6,7 +6,11 @@
 //!   back, without the runtime's work around them;
 //! * CreateContainer + StartContainer on `nodus runtime` with NRI on and no plugin, then
 //!   with the plugin (which is called at CreateContainer, PostCreateContainer,
-//!   StartContainer and PostStartContainer), p50/p99 of each and the difference.
+//!   StartContainer and PostStartContainer), p50/p99 of each and the difference. The runs
+//!   alternate in four blocks (without, with, without, with: the plugin is stopped and
+//!   started again between them), so a drift of the runtime's state over the runs (more
+//!   containers made and removed, a warmer page cache) falls on both sides alike instead
+//!   of on whichever side runs second.
 //!
 //! Goal (issue 20): NRI adds under 1 ms per container with one plugin.
 
@@ -105,8 +109,31 @@ async fn raw(bin: &Path, dir: &Path, events: &[api::Event], n: usize) -> Result<
     Ok(d.into_iter().map(ms).collect())
 }
 
-/// create+start times of `runs()` containers in one pod (each removed after it is timed).
-async fn lifecycle(t: &nodus_bench::targets::Target, tag: &str) -> Result<Vec<f64>> {
+/// One container's CreateContainer and StartContainer times.
+#[derive(Default)]
+struct Timed {
+    create: Vec<f64>,
+    start: Vec<f64>,
+}
+
+impl Timed {
+    fn total(&self) -> Vec<f64> {
+        self.create
+            .iter()
+            .zip(&self.start)
+            .map(|(c, s)| c + s)
+            .collect()
+    }
+}
+
+/// create and start times of `n` containers in one pod (each removed after it is timed),
+/// added to `out`.
+async fn lifecycle(
+    t: &nodus_bench::targets::Target,
+    tag: &str,
+    n: usize,
+    out: &mut Timed,
+) -> Result<()> {
     let mut r = t.c.runtime.clone();
     let name = format!("nri-{tag}");
     let log_dir = t.logs.join(&name);
@@ -133,8 +160,7 @@ async fn lifecycle(t: &nodus_bench::targets::Target, tag: &str) -> Result<Vec<f6
         .await?
         .into_inner()
         .pod_sandbox_id;
-    let mut out = Vec::new();
-    for i in 0..runs() {
+    for i in 0..n {
         let c = pb::ContainerConfig {
             metadata: Some(pb::ContainerMetadata {
                 name: format!("app-{i}"),
@@ -158,11 +184,13 @@ async fn lifecycle(t: &nodus_bench::targets::Target, tag: &str) -> Result<Vec<f6
             .await?
             .into_inner()
             .container_id;
+        let t1 = Instant::now();
         r.start_container(pb::StartContainerRequest {
             container_id: id.clone(),
         })
         .await?;
-        out.push(ms(t0.elapsed()));
+        out.create.push(ms(t1 - t0));
+        out.start.push(ms(t1.elapsed()));
         r.stop_container(pb::StopContainerRequest {
             container_id: id.clone(),
             timeout: 0,
@@ -177,7 +205,23 @@ async fn lifecycle(t: &nodus_bench::targets::Target, tag: &str) -> Result<Vec<f6
     .await?;
     r.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: sb })
         .await?;
-    Ok(out)
+    Ok(())
+}
+
+/// Starts the plugin and waits until the runtime has synchronized it.
+async fn connect(bin: &Path, sock: &Path, events: &Path) -> Result<testkit::daemon::Daemon> {
+    let _ = std::fs::remove_file(events);
+    let p = plugin(bin, sock, events)?;
+    for _ in 0..200 {
+        if std::fs::read_to_string(events).is_ok_and(|s| s.contains("\"Synchronize\"")) {
+            return Ok(p);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    anyhow::bail!(
+        "the plugin was not synchronized within 5 s (see {})",
+        events.display()
+    )
 }
 
 fn row(label: &str, v: &mut [f64]) -> (String, f64) {
@@ -213,16 +257,18 @@ async fn main() -> Result<()> {
         ),
     )
     .await?;
-    let mut without = lifecycle(&t, "without").await?;
     let events = dir.path().join("lifecycle.events");
-    let _p = plugin(&bin, &sock, &events)?;
-    for _ in 0..200 {
-        if std::fs::read_to_string(&events).is_ok_and(|s| s.contains("\"Synchronize\"")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let (mut without, mut with) = (Timed::default(), Timed::default());
+    let half = runs().div_ceil(2);
+    for round in 0..2 {
+        lifecycle(&t, &format!("without-{round}"), half, &mut without).await?;
+        let p = connect(&bin, &sock, &events).await?;
+        lifecycle(&t, &format!("with-{round}"), half, &mut with).await?;
+        drop(p);
+        // The runtime drops a plugin when its connection closes; give it that moment so
+        // the next block really runs without one.
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let mut with = lifecycle(&t, "with").await?;
 
     let build = if cfg!(debug_assertions) {
         "debug"
@@ -247,14 +293,22 @@ async fn main() -> Result<()> {
     body.push_str(&r);
     let (r, w50) = row(
         "CreateContainer+StartContainer, NRI on, no plugin",
-        &mut without,
+        &mut without.total(),
     );
     body.push_str(&r);
     let (r, p50) = row(
         "CreateContainer+StartContainer, one plugin (4 events)",
-        &mut with,
+        &mut with.total(),
     );
     body.push_str(&r);
+    for (label, v) in [
+        ("CreateContainer alone, no plugin", &mut without.create),
+        ("CreateContainer alone, one plugin", &mut with.create),
+        ("StartContainer alone, no plugin", &mut without.start),
+        ("StartContainer alone, one plugin", &mut with.start),
+    ] {
+        body.push_str(&row(label, v).0);
+    }
     body.push_str(&format!(
         "\nNRI's cost per container: {:.3} ms (p50 difference of the lifecycle rows); one container's 4 events: {seq50:.3} ms (4 × the single event: {:.3} ms). Goal: under 1 ms per container.\n",
         p50 - w50,

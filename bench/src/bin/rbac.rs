@@ -589,13 +589,7 @@ async fn main() -> Result<()> {
     let Some(path) = write else {
         return Ok(());
     };
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let date = k8s_openapi::jiff::Timestamp::from_second(secs)
-        .map(|t| t.strftime("%Y-%m-%d").to_string())
-        .unwrap_or_default();
+    let date = nodus_bench::today();
     let mut body = format!(
         "Measured {date} by `bash bench/rbac.sh` (bench/src/bin/rbac.rs): the release `nodus \
 control-plane` binary on 127.0.0.1, kube-rs clients over HTTPS with client certificates, one \

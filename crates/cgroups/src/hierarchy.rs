@@ -89,28 +89,18 @@ impl Hierarchy {
     pub fn from_mountinfo(text: &str) -> Option<Hierarchy> {
         let mut mounts = BTreeMap::new();
         let mut cgroup2: Vec<PathBuf> = Vec::new();
-        for line in text.lines() {
-            let Some((pre, post)) = line.split_once(" - ") else {
-                continue;
-            };
-            let Some(mount_point) = pre.split_whitespace().nth(4) else {
-                continue;
-            };
-            let mount_point = PathBuf::from(unescape_mount(mount_point));
-            let mut post = post.split_whitespace();
-            let fstype = post.next().unwrap_or_default();
-            let super_opts = post.nth(1).unwrap_or_default();
-            match fstype {
+        for m in crate::mountinfo::parse(text) {
+            match m.fs_type.as_str() {
                 "cgroup" => {
-                    for opt in super_opts.split(',') {
+                    for opt in m.super_options.split(',') {
                         if V1_CONTROLLERS.contains(&opt) || opt.starts_with("name=") {
                             mounts
                                 .entry(opt.to_string())
-                                .or_insert_with(|| mount_point.clone());
+                                .or_insert_with(|| m.mount_point.clone());
                         }
                     }
                 }
-                "cgroup2" => cgroup2.push(mount_point),
+                "cgroup2" => cgroup2.push(m.mount_point),
                 _ => {}
             }
         }
@@ -247,25 +237,6 @@ pub fn process_cgroup(proc_cgroup: &str, controller: Option<&str>) -> Option<Str
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,12 +295,6 @@ mod tests {
             Some("/user.slice/x.scope")
         );
         assert_eq!(process_cgroup(own, Some("pids")), None);
-    }
-
-    #[test]
-    fn escaped_mount_points() {
-        assert_eq!(unescape_mount(r"/a\040b"), "/a b");
-        assert_eq!(unescape_mount(r"/a\04"), r"/a\04");
     }
 
     #[test]

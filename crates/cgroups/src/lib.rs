@@ -41,6 +41,7 @@ mod controller;
 pub mod error;
 pub mod hierarchy;
 pub mod manager;
+pub mod mountinfo;
 pub mod resources;
 pub mod stats;
 pub mod systemd;

@@ -32,8 +32,8 @@ impl ResourceInfo {
     }
 }
 
-/// Upstream's verb set for an ordinary resource.
-const ALL_VERBS: &[&str] = &[
+/// Upstream's verb set for an ordinary resource (custom resources' too).
+pub const ALL_VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",

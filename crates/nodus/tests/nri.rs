@@ -724,39 +724,10 @@ fn a_live_nri_socket_is_never_taken_over() {
     );
 
     // `nri = true` on the same socket: a start-up error naming the path and the key.
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("runtime.toml");
-    std::fs::write(&cfg, format!("nri = true\n{key}")).unwrap();
-    let mut child = Command::new(nodus_bin())
-        .arg("runtime")
-        .arg("--listen")
-        .arg(dir.path().join("nodus.sock"))
-        .arg("--root-dir")
-        .arg(dir.path().join("root"))
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--config")
-        .arg(&cfg)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run nodus runtime");
-    let mut status = None;
-    for _ in 0..300 {
-        if let Some(s) = child.try_wait().unwrap() {
-            status = Some(s);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("nodus runtime with nri = true started on a socket another runtime serves");
-    }
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(!status.unwrap().success());
+    let err = Runtime::refused(
+        &format!("nri = true\n{key}"),
+        "nri = true on a socket another runtime serves",
+    );
     assert!(
         err.contains(&format!(
             "another runtime is serving NRI on {}",

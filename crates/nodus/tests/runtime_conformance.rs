@@ -123,47 +123,16 @@ fn systemd_cgroup_true_without_systemd_refuses_to_start_naming_the_key() {
         // A systemd host accepts it: kubelet_systemd.rs runs that in the VM lane.
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("runtime.toml");
-    std::fs::write(&cfg, "systemd-cgroup = true\nnri = false\n").unwrap();
-    let mut child = std::process::Command::new(nodus_bin())
-        .arg("runtime")
-        .arg("--listen")
-        .arg(dir.path().join("nodus.sock"))
-        .arg("--root-dir")
-        .arg(dir.path().join("root"))
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--config")
-        .arg(&cfg)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run nodus runtime");
-    // It must exit on its own; a daemon that came up is killed (by its pid) and fails.
-    let mut status = None;
-    for _ in 0..300 {
-        if let Some(s) = child.try_wait().unwrap() {
-            status = Some(s);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("nodus runtime started with systemd-cgroup = true");
-    }
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(!status.unwrap().success());
+    let err = Runtime::refused(
+        "systemd-cgroup = true\nnri = false\n",
+        "systemd-cgroup = true",
+    );
     assert!(
         err.contains(
             "systemd-cgroup = true needs systemd as init, and this machine does not run it"
         ),
         "{err}"
     );
-    assert!(!dir.path().join("nodus.sock").exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -268,39 +268,9 @@ disabled_plugins = [
     }
 }
 
-/// Mount points at or under `dir`, from `/proc/self/mountinfo`, deepest first.
+/// Mount points at or under `dir`, deepest first (none when they cannot be listed).
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    let mut out: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|m| PathBuf::from(unescape_mountinfo(m)))
-        .filter(|m| m.starts_with(dir))
-        .collect();
-    out.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
-    out.dedup();
-    out
-}
-
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    nodus_cgroups::mountinfo::mounts_under(dir).unwrap_or_default()
 }
 
 impl Drop for Containerd {
@@ -337,16 +307,5 @@ impl Drop for Containerd {
                 let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_unescape() {
-        assert_eq!(unescape_mountinfo(r"/a\040b"), "/a b");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
     }
 }

@@ -32,17 +32,6 @@ const PREFIX: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
 /// Upstream's finalizer: the CRD is kept until all its objects are gone.
 pub(crate) const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
-const ALL_VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 /// The scale subresource's JSON paths.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ScalePaths {
@@ -140,7 +129,7 @@ fn rebuild(crds: &[Value]) {
                 namespaced: s(spec, "/scope") == "Namespaced",
                 short_names: catalog::intern_list(&strings(spec.pointer("/names/shortNames"))),
                 categories: catalog::intern_list(&strings(spec.pointer("/names/categories"))),
-                verbs: ALL_VERBS,
+                verbs: nodus_k8s::catalog::ALL_VERBS,
                 subresources: catalog::intern_list(&subresources),
                 custom: true,
             });

@@ -623,64 +623,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The suite's batch scenario, then what only a file-backed store must show: the
+    /// batch is on disk after a reopen.
     #[test]
-    fn a_batch_commits_once_in_order_and_skips_refused_operations() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.redb");
-        let store = EmbeddedStore::open(&path).unwrap();
-        store
-            .create("/core/pods/default/b", json!({"metadata": {"name": "b"}}))
-            .unwrap();
-        let mut rx = store.watch("/core/pods/", store.revision()).unwrap();
-        let mut ops: Vec<MutateOp<'_>> = vec![
-            (
-                "/core/pods/default/a".into(),
-                Box::new(|_cur: Option<&Stored>| {
-                    Ok(Mutation::Put(json!({"metadata": {"name": "a"}, "n": 1})))
-                }),
-            ),
-            // Sees the object the first operation staged.
-            (
-                "/core/pods/default/a".into(),
-                Box::new(|cur: Option<&Stored>| {
-                    let mut v = (*cur.expect("staged a").object).clone();
-                    v["n"] = json!(v["n"].as_i64().unwrap_or(0) + 1);
-                    Ok(Mutation::Put(v))
-                }),
-            ),
-            (
-                "/core/pods/default/missing".into(),
-                Box::new(|_cur: Option<&Stored>| Err(StoreError::NotFound("missing".into()))),
-            ),
-            (
-                "/core/pods/default/b".into(),
-                Box::new(|_cur: Option<&Stored>| Ok(Mutation::Delete)),
-            ),
-        ];
-        let out = store.mutate_many(&mut ops).unwrap();
-        assert!(out[0].is_ok() && out[1].is_ok() && out[3].is_ok());
-        assert!(matches!(out[2], Err(StoreError::NotFound(_))));
-        let a = out[1].as_ref().unwrap().stored.clone().unwrap();
-        assert_eq!(a.object["n"], 2);
-        assert_eq!(a.revision, 3);
-        assert_eq!(
-            out[3].as_ref().unwrap().deleted.as_ref().unwrap().revision,
-            4
-        );
-        let kinds: Vec<(EventKind, u64)> = (0..3)
-            .map(|_| rx.try_recv().map(|e| (e.kind, e.revision)).unwrap())
-            .collect();
-        assert_eq!(
-            kinds,
-            vec![
-                (EventKind::Added, 2),
-                (EventKind::Modified, 3),
-                (EventKind::Deleted, 4)
-            ]
-        );
+    fn a_batch_survives_reopen() {
+        let b = crate::storage::suite::embedded();
+        crate::storage::suite::a_batch_applies_in_order_and_skips_refused_operations(&b);
+        let revision = b.store.revision();
+        let crate::storage::suite::Backend { store, dir, .. } = b;
         drop(store);
-        let store = EmbeddedStore::open(&path).unwrap();
-        assert_eq!(store.revision(), 4);
+        let store = EmbeddedStore::open(&dir.path().join("store.redb")).unwrap();
+        assert_eq!(store.revision(), revision);
         assert_eq!(
             store.get("/core/pods/default/a").unwrap().unwrap().object["n"],
             2

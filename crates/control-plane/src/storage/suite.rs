@@ -15,7 +15,7 @@ use super::{EmbeddedStore, Event, EventKind, MutateOp, Mutation, Store, StoreErr
 /// A store under test and what keeps it alive.
 pub(crate) struct Backend {
     pub store: Arc<dyn Store>,
-    _dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     _etcd: Option<EtcdServer>,
 }
 
@@ -24,7 +24,7 @@ pub(crate) fn embedded() -> Backend {
     let store = EmbeddedStore::open(&dir.path().join("store.redb")).unwrap();
     Backend {
         store: Arc::new(store),
-        _dir: dir,
+        dir,
         _etcd: None,
     }
 }
@@ -36,7 +36,7 @@ pub(crate) fn etcd() -> Backend {
     let store = EtcdStore::connect(&EtcdConfig::new(vec![server.url()])).unwrap();
     Backend {
         store: Arc::new(store),
-        _dir: dir,
+        dir,
         _etcd: Some(server),
     }
 }
@@ -134,7 +134,7 @@ fn create_update_conflict_and_list(b: &Backend) {
     ));
 }
 
-fn a_batch_applies_in_order_and_skips_refused_operations(b: &Backend) {
+pub(crate) fn a_batch_applies_in_order_and_skips_refused_operations(b: &Backend) {
     let s = &*b.store;
     s.create("/core/pods/default/b", json!({"metadata": {"name": "b"}}))
         .unwrap();

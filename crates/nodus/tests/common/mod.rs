@@ -86,6 +86,55 @@ impl Runtime {
         rt
     }
 
+    /// Runs `nodus runtime` with a runtime.toml of exactly `config` and expects it to refuse
+    /// to start: it must exit non-zero on its own within 30 s (a daemon that came up is
+    /// killed by its pid and the test fails, saying it started with `what`) without leaving
+    /// its socket. Returns its stderr.
+    pub fn refused(config: &str, what: &str) -> String {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("runtime.toml");
+        std::fs::write(&cfg, config).expect("write config");
+        let mut child = Command::new(nodus_bin())
+            .arg("runtime")
+            .arg("--listen")
+            .arg(dir.path().join("nodus.sock"))
+            .arg("--root-dir")
+            .arg(dir.path().join("root"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--config")
+            .arg(&cfg)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run nodus runtime");
+        let mut status = None;
+        for _ in 0..300 {
+            if let Some(s) = child.try_wait().expect("wait for nodus runtime") {
+                status = Some(s);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let Some(status) = status else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nodus runtime started with {what}");
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+            .expect("read stderr");
+        assert!(
+            !status.success(),
+            "nodus runtime exited 0 with {what}: {err}"
+        );
+        assert!(
+            !dir.path().join("nodus.sock").exists(),
+            "nodus runtime left its socket behind with {what}"
+        );
+        err
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join("nodus.sock")
     }

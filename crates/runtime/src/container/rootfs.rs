@@ -153,19 +153,26 @@ pub fn idmap_bind_source(
 /// Unmounts every mount at or below `dir`, deepest first. Must run before a container's
 /// directory is removed: an idmapped volume under it is the volume itself.
 pub fn unmount_all_under(dir: &Path) -> Result<(), String> {
-    let mut points = crate::sandbox::namespaces::mounts_under(dir)
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    points.dedup();
-    for p in points {
-        if let Err(e) = unmount(&p) {
-            let still = crate::sandbox::namespaces::mounts_under(&p)
-                .map(|m| m.contains(&p))
-                .unwrap_or(true);
-            if still {
-                return Err(e.to_string());
+    // A mount hidden under another one shows once the upper one is gone: ask again.
+    for _ in 0..16 {
+        let points = nodus_cgroups::mountinfo::mounts_under(dir)
+            .map_err(|e| format!("listing the mounts under {}: {e}", dir.display()))?;
+        if points.is_empty() {
+            return Ok(());
+        }
+        for p in points {
+            if let Err(e) = unmount(&p) {
+                let still = nodus_cgroups::mountinfo::mounts_under(&p)
+                    .map(|m| m.contains(&p))
+                    .unwrap_or(true);
+                if still {
+                    return Err(e.to_string());
+                }
             }
         }
     }
-    Ok(())
+    Err(format!(
+        "{} is still mounted after repeated unmounts",
+        dir.display()
+    ))
 }

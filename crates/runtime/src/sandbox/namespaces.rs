@@ -617,12 +617,11 @@ fn stop_pid_init(dir: &Path) -> Result<(), SandboxError> {
 
 fn unmount_all_under(dir: &Path) -> Result<(), SandboxError> {
     for _ in 0..16 {
-        let mut points = mounts_under(dir)
+        let points = nodus_cgroups::mountinfo::mounts_under(dir)
             .map_err(|e| SandboxError::io("reading", "/proc/self/mountinfo", e))?;
         if points.is_empty() {
             return Ok(());
         }
-        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
         for mp in points {
             match umount2(&mp, MntFlags::MNT_DETACH) {
                 Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
@@ -638,67 +637,9 @@ fn unmount_all_under(dir: &Path) -> Result<(), SandboxError> {
     ))
 }
 
-/// Mount points at or below `dir` in this process's mount namespace.
-pub(crate) fn mounts_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let info = fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(parse_mount_points(&info)
-        .into_iter()
-        .filter(|p| p.starts_with(dir))
-        .collect())
-}
-
-/// The mount point column (5th) of mountinfo, unescaped (`\040` and friends).
-pub(crate) fn parse_mount_points(mountinfo: &str) -> Vec<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(unescape_octal(p)))
-        .collect()
-}
-
-fn unescape_octal(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let v = (bytes[i + 1] - b'0') as u32 * 64
-                + (bytes[i + 2] - b'0') as u32 * 8
-                + (bytes[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sandbox_mountinfo_mount_points_are_unescaped() {
-        let info = "22 1 0:21 / /proc rw,nosuid - proc proc rw\n\
-                    40 22 0:4 net:[4026532] /run/nodus/sandboxes/a\\040b/ns/net rw - nsfs nsfs rw\n";
-        let points = parse_mount_points(info);
-        assert_eq!(
-            points,
-            vec![
-                PathBuf::from("/proc"),
-                PathBuf::from("/run/nodus/sandboxes/a b/ns/net")
-            ]
-        );
-        assert_eq!(unescape_octal("a\\134b\\011"), "a\\b\t");
-        assert_eq!(unescape_octal("trailing\\04"), "trailing\\04");
-    }
 
     #[test]
     fn sandbox_pin_rejects_bad_hostnames_before_touching_anything() {

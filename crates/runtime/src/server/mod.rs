@@ -85,6 +85,12 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let images = ImageManager::open(ImageManagerConfig::new(&opts.root_dir, &opts.config))
         .map_err(|e| ServeError::Setup(format!("opening image store: {e}")))?;
     let listener = bind(&opts.listen)?;
+    // A runtime that fails to start after binding leaves no socket behind for a client to
+    // find and time out on.
+    let setup_failed = |msg: String| {
+        let _ = std::fs::remove_file(&opts.listen);
+        ServeError::Setup(msg)
+    };
     if !opts.config.systemd_cgroup && nodus_cgroups::systemd::running_systemd() {
         // As the kubelet says for its cgroupDriver: systemd owns this tree, and runc's
         // cgroupfs driver writing into it beside systemd is what kubeadm advises against.
@@ -108,14 +114,14 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         &opts.root_dir,
         &opts.state_dir,
     )
-    .map_err(|e| ServeError::Setup(format!("loading runtime state: {e}")))?;
+    .map_err(|e| setup_failed(format!("loading runtime state: {e}")))?;
     let inner = Arc::new(inner);
     inner.recover();
     if let Some(nri) = crate::nri::NriOptions::from_config(&opts.config) {
         let socket = nri.socket.clone();
         if let Err(e) = inner.start_nri(nri).await {
             if crate::nri::config::required(&opts.config) {
-                return Err(ServeError::Setup(format!("starting NRI: {e}")));
+                return Err(setup_failed(format!("starting NRI: {e}")));
             }
             // On by default only: a host where containerd (or another nodus) already
             // serves NRI still gets a working node, as containerd carries on without a

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use cri::runtime::v1::{ContainerConfig, Mount as CriMount, MountPropagation, NamespaceMode};
 use oci_spec::runtime::Mount;
 
+use nodus_cgroups::mountinfo::Mount as HostMount;
+
 use super::{HostFacts, SpecError, SpecInput};
 
 /// The mounts and the rootfs propagation they need.
@@ -246,66 +248,21 @@ fn sandbox_binds(input: &SpecInput, cri: &[Bind]) -> Vec<Bind> {
 }
 
 /// One mountinfo entry: the mount point and its optional fields (`shared:N`, `master:N`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MountInfo {
-    pub mountpoint: String,
-    pub optional: Vec<String>,
-}
-
-fn unescape_mountinfo(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Parse `/proc/<pid>/mountinfo`.
-pub(crate) fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let sep = fields.iter().position(|f| *f == "-")?;
-            if sep < 6 {
-                return None;
-            }
-            Some(MountInfo {
-                mountpoint: unescape_mountinfo(fields[4]),
-                optional: fields[6..sep].iter().map(|s| s.to_string()).collect(),
-            })
-        })
-        .collect()
-}
-
 /// The mount a path lives on: the deepest mount point containing it (the topmost of stacked
 /// mounts).
-fn lookup_mount(host: &HostFacts, path: &Path) -> Result<MountInfo, SpecError> {
+fn lookup_mount(host: &HostFacts, path: &Path) -> Result<HostMount, SpecError> {
     let text = std::fs::read_to_string(&host.mountinfo_path).map_err(|e| {
         SpecError::Internal(format!(
             "failed to read {}: {e}",
             host.mountinfo_path.display()
         ))
     })?;
-    let mut best: Option<MountInfo> = None;
-    for m in parse_mountinfo(&text) {
-        if path.starts_with(&m.mountpoint)
+    let mut best: Option<HostMount> = None;
+    for m in nodus_cgroups::mountinfo::parse(&text) {
+        if path.starts_with(&m.mount_point)
             && best
                 .as_ref()
-                .is_none_or(|b| m.mountpoint.len() >= b.mountpoint.len())
+                .is_none_or(|b| m.mount_point.as_os_str().len() >= b.mount_point.as_os_str().len())
         {
             best = Some(m);
         }
@@ -335,7 +292,7 @@ fn ensure_propagation(host: &HostFacts, path: &Path, allow_slave: bool) -> Resul
     Err(SpecError::FailedPrecondition(format!(
         "path {:?} is mounted on {:?} but it is not {want}",
         path.display().to_string(),
-        info.mountpoint
+        info.mount_point.display().to_string()
     )))
 }
 
@@ -472,26 +429,5 @@ mod tests {
         assert_eq!(depth("/"), 1);
         assert_eq!(depth("/etc/hosts"), 2);
         assert_eq!(depth("/a/b/c/"), 3);
-    }
-
-    #[test]
-    fn mountinfo_parsing() {
-        let text = "\
-22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
-23 22 0:22 / /mnt/with\\040space rw master:3 - tmpfs tmpfs rw
-24 22 0:23 / /private rw - tmpfs tmpfs rw
-";
-        let m = parse_mountinfo(text);
-        assert_eq!(m.len(), 3);
-        assert_eq!(
-            m[0],
-            MountInfo {
-                mountpoint: "/".into(),
-                optional: vec!["shared:1".into()]
-            }
-        );
-        assert_eq!(m[1].mountpoint, "/mnt/with space");
-        assert_eq!(m[1].optional, vec!["master:3".to_string()]);
-        assert!(m[2].optional.is_empty());
     }
 }
