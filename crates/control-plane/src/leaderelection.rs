@@ -608,6 +608,10 @@ mod tests {
         ];
         for row in rows {
             let mut e = Elector::new(ME.into(), Duration::from_secs(15));
+            let kept = row
+                .before
+                .as_ref()
+                .is_some_and(|(b, _)| b.holder_identity == ME);
             let now = match row.before {
                 Some((r, ago)) => {
                     e.set_observed(r, t0);
@@ -627,7 +631,6 @@ mod tests {
                 assert_eq!(r.holder_identity, ME, "{}", row.name);
                 assert_eq!(r.renew_time.as_deref(), Some(wall), "{}", row.name);
                 assert_eq!(r.lease_duration_seconds, 15, "{}", row.name);
-                let kept = row.before.is_some_and(|(b, _)| b.holder_identity == ME);
                 let want = if kept {
                     acquire_before
                 } else {
