@@ -210,12 +210,13 @@ Leases, a one-replica Deployment created through the other at once.\n\n\
 | from SIGKILL to | min | median | max |\n| --- | --- | --- | --- |\n\
 | both Leases held by the survivor | {} |\n\
 | the Deployment's pod bound to a Node | {} |\n\n\
-Upstream's client-go gives the same bound: a candidate takes a Lease once the record it saw \
-last has not changed for leaseDuration by its own clock, and it polls every retryPeriod \
-with up to 1.2× jitter, so a takeover lands between leaseDuration − retryPeriod and \
-leaseDuration + 2.2 × retryPeriod (≈ 13–19.4 s) after the kill. Goal: under 15 s; what the \
-election allows at these defaults is the figure above, the pod follows within a retry \
-period (the new leader's informers list, the ReplicaSet controller creates the pod, the \
+The election sets the figure: a candidate takes a Lease once the record it last saw has \
+not changed for leaseDuration by its own clock, polling every retryPeriod with up to 1.2× \
+jitter (client-go's), so a takeover lands between leaseDuration − retryPeriod and \
+leaseDuration + 2.2 × retryPeriod (≈ 13–19.4 s) after the kill, whatever the implementation. \
+Goal (under 15 s) not met at upstream's defaults, and not reachable with them: only a \
+shorter `--leader-elect-lease-duration` moves it. The pod follows the Leases within a few \
+hundred ms (the new leader's informers list, the ReplicaSet controller creates the pod, the \
 scheduler binds it).\n",
         row(&leases),
         row(&pods),
