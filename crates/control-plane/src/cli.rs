@@ -69,6 +69,62 @@ pub struct ControlPlaneArgs {
     pub node_ipam: NodeIpamArgs,
     #[command(flatten)]
     pub storage: StorageArgs,
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
+}
+
+/// kube-scheduler's and kube-controller-manager's leader-election flags, with their
+/// defaults; `nodus up` takes them too.
+#[derive(Debug, clap::Args)]
+pub struct LeaderElectionArgs {
+    /// Run the scheduler and the controllers only while this process holds their Leases
+    /// (kube-system/kube-scheduler, kube-system/kube-controller-manager), so several
+    /// control planes can share one etcd.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+        default_missing_value = "true", require_equals = true)]
+    pub leader_elect: bool,
+    /// How long a candidate waits after it last saw the lease renewed before taking it.
+    #[arg(long, default_value = "15s")]
+    pub leader_elect_lease_duration: String,
+    /// How long the leader retries renewing before it stops leading.
+    #[arg(long, default_value = "10s")]
+    pub leader_elect_renew_deadline: String,
+    /// How long candidates wait between tries to acquire or renew.
+    #[arg(long, default_value = "2s")]
+    pub leader_elect_retry_period: String,
+    /// The namespace of the Leases.
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+}
+
+impl LeaderElectionArgs {
+    /// The checked configuration (client-go's checks and messages).
+    pub fn config(&self) -> Result<crate::leaderelection::LeaderElectionConfig, RunError> {
+        let duration = |flag: &'static str, v: &str| {
+            nodus_k8s::duration::parse_duration(v).map_err(|_| RunError::Flag {
+                flag,
+                value: v.to_string(),
+                why: "not a duration (e.g. 15s)",
+            })
+        };
+        let cfg = crate::leaderelection::LeaderElectionConfig {
+            leader_elect: self.leader_elect,
+            lease_duration: duration(
+                "leader-elect-lease-duration",
+                &self.leader_elect_lease_duration,
+            )?,
+            renew_deadline: duration(
+                "leader-elect-renew-deadline",
+                &self.leader_elect_renew_deadline,
+            )?,
+            retry_period: duration("leader-elect-retry-period", &self.leader_elect_retry_period)?,
+            resource_namespace: self.leader_elect_resource_namespace.clone(),
+        };
+        if cfg.leader_elect {
+            cfg.validate().map_err(RunError::LeaderElection)?;
+        }
+        Ok(cfg)
+    }
 }
 
 /// kube-apiserver's storage flags: without `--etcd-servers`, the embedded store in the
@@ -192,6 +248,8 @@ pub enum RunError {
     },
     #[error("{0}")]
     NodeIpam(String),
+    #[error("invalid leader election configuration: {0}")]
+    LeaderElection(String),
     #[error("installing signal handlers: {0}")]
     Signal(std::io::Error),
 }
@@ -278,6 +336,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
     cfg.controllers.scheduler = !args.disable_scheduler;
     cfg.controllers.local_storage_path = args.default_local_storage_path.clone();
     cfg.controllers.node_ipam = args.node_ipam.config(false, None, cfg.api.service_cidr)?;
+    cfg.controllers.leader_election = args.leader_election.config()?;
     cfg.storage = args.storage.backend(None)?;
     let handle = server::start(cfg).await?;
     println!(

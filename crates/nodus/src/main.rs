@@ -49,7 +49,7 @@ enum Role {
     /// Run cluster DNS alone (the records CoreDNS's kubernetes plugin serves).
     Dns(nodus_dns::DnsConfig),
     /// Run the API server, scheduler and controllers.
-    ControlPlane(nodus_control_plane::cli::ControlPlaneArgs),
+    ControlPlane(Box<nodus_control_plane::cli::ControlPlaneArgs>),
     /// A crictl-compatible client of any CRI endpoint.
     Crictl(nodus_crictl::Crictl),
     /// Internal: the per-container shim the runtime starts (not for direct use).
@@ -238,7 +238,7 @@ fn main() -> ExitCode {
             Role::NriPlugin(args) => nri_plugin::run(args).await,
             Role::Proxy(args) => nodus_proxy::run(args).await.map_err(Into::into),
             Role::Dns(config) => nodus_dns::run(config).await.map_err(Into::into),
-            Role::ControlPlane(args) => nodus_control_plane::cli::run(args)
+            Role::ControlPlane(args) => nodus_control_plane::cli::run(*args)
                 .await
                 .map_err(Into::into),
             Role::Shim(_) => unreachable!("handled before the async runtime starts"),

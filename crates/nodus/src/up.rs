@@ -39,6 +39,8 @@ pub struct UpArgs {
     pub store: StoreKind,
     #[command(flatten)]
     pub storage: nodus_control_plane::cli::StorageArgs,
+    #[command(flatten)]
+    pub leader_election: nodus_control_plane::cli::LeaderElectionArgs,
     /// Flags for the node after `--`, as `nodus node` takes them (kubelet flags such as
     /// `--hostname-override`, `--cgroup-root`, `--pod-manifest-path`; `--runtime-config`).
     #[arg(last = true)]
@@ -131,6 +133,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut cfg =
         nodus_control_plane::ControlPlaneConfig::new(&cp_dir, args.bind_address, args.secure_port);
     cfg.advertise_address = args.advertise_address;
+    cfg.controllers.leader_election = args.leader_election.config()?;
     cfg.controllers.node_ipam = args.node_ipam.config(
         true,
         Some(nodus_control_plane::cli::UP_CLUSTER_CIDR),

@@ -5,91 +5,14 @@
 //! gives 503 and the server recovers when it is back; an unreachable --etcd-servers
 //! fails at start naming it.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use common::etcd::{b64, control_plane, etcd_http, free_port, kubectl};
 use nodus_control_plane::storage::EtcdServer;
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-struct Killer(Child);
-impl Drop for Killer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn control_plane(dir: &Path, port: u16, etcd: &str) -> Killer {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nodus"))
-        .args(["control-plane", "--data-dir"])
-        .arg(dir)
-        .args(["--secure-port", &port.to_string()])
-        .args(["--etcd-servers", etcd, "--request-timeout", "10s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nodus control-plane starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read");
-    assert!(line.contains("API server at"), "startup line: {line:?}");
-    Killer(child)
-}
-
-/// kubectl as the admin: (success, stdout, stderr).
-fn kubectl(
-    kubeconfig: &Path,
-    home: &Path,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> (bool, String, String) {
-    let mut c = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=30s")
-        .args(args)
-        .env("HOME", home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    if let Some(mut i) = c.stdin.take() {
-        let _ = i.write_all(stdin.unwrap_or("").as_bytes());
-    }
-    let out = c.wait_with_output().expect("kubectl output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// A request to etcd's own JSON gateway (`/v3/...`), as etcdctl would make it.
-fn etcd_http(port: u16, path: &str, body: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("etcd");
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-fn b64(s: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(s)
-}
 
 #[test]
 fn kubectl_against_etcd_create_list_watch_conflict_gone_and_outage() {
@@ -100,7 +23,7 @@ fn kubectl_against_etcd_create_list_watch_conflict_gone_and_outage() {
     let mut etcd = EtcdServer::start(&etcd_dir).expect("etcd starts");
     let (client_port, peer_port) = (etcd.client_port, etcd.peer_port);
     let cp_dir = dir.path().join("cp");
-    let _server = control_plane(&cp_dir, free_port(), &etcd.url());
+    let _server = control_plane(&cp_dir, free_port(), &etcd.url(), &[]);
     let kc = cp_dir.join("admin.kubeconfig");
     let k = |args: &[&str]| kubectl(&kc, &home, args, None);
 

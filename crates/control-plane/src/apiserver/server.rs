@@ -85,6 +85,8 @@ pub struct ServerHandle {
     pub data_dir: PathBuf,
     state: SharedState,
     tasks: JoinSet<()>,
+    /// The leader-election loops, which release their Leases when `stop` turns true.
+    electors: JoinSet<()>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -96,6 +98,15 @@ impl ServerHandle {
     /// Stops serving, ends every connection and controller, and closes the store.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
+        // The electors stop their components and release the Leases (bounded: a store
+        // that does not answer must not hold the shutdown up).
+        let released = async { while self.electors.join_next().await.is_some() {} };
+        if tokio::time::timeout(std::time::Duration::from_secs(8), released)
+            .await
+            .is_err()
+        {
+            self.electors.abort_all();
+        }
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
         // Connection tasks hold clones of the state; wait until they are all dropped so the
@@ -342,6 +353,75 @@ fn advertise_address(cfg: &ControlPlaneConfig) -> IpAddr {
     nodus_serving::hostaddr::choose_host_ip().unwrap_or(IpAddr::from([127, 0, 0, 1]))
 }
 
+/// Opens the store the flags choose. The embedded one is a file only one process may hold.
+fn open_store(cfg: &ControlPlaneConfig) -> Result<Arc<dyn Store>, ServerError> {
+    Ok(match &cfg.storage {
+        StorageBackend::Embedded => {
+            let store_path = cfg.data_dir.join("store.redb");
+            Arc::new(tokio::task::block_in_place(|| {
+                EmbeddedStore::open_with(&store_path, cfg.api.watch_history)
+            })?)
+        }
+        StorageBackend::Etcd(etcd) => {
+            let store = EtcdStore::connect(etcd)?;
+            tracing::info!(server = store.server(), prefix = %etcd.prefix, "storing objects in etcd");
+            Arc::new(store)
+        }
+    })
+}
+
+/// Starts the scheduler and the controllers: on `tasks` at once without leader election,
+/// else each under its Lease, with the electors returned.
+fn spawn_components(
+    st: &SharedState,
+    cfg: &ControlPlaneConfig,
+    controllers_cfg: crate::controllers::ControllersConfig,
+    tasks: &mut JoinSet<()>,
+    stop: &tokio::sync::watch::Sender<bool>,
+) -> JoinSet<()> {
+    use crate::leaderelection::{self, Component};
+    let mut electors = JoinSet::new();
+    let le = controllers_cfg.leader_election.clone();
+    if !le.leader_elect {
+        if controllers_cfg.scheduler {
+            crate::controllers::spawn_scheduler(st, tasks);
+        }
+        if controllers_cfg.controllers {
+            crate::controllers::spawn_controllers(st, &controllers_cfg, tasks);
+        }
+        return electors;
+    }
+    if matches!(cfg.storage, StorageBackend::Embedded) {
+        leaderelection::release_stale(st, &le.resource_namespace);
+    }
+    let identity = leaderelection::identity();
+    tracing::info!(identity = %identity, "leader election on");
+    if controllers_cfg.scheduler {
+        let s = st.clone();
+        electors.spawn(leaderelection::run(
+            st.clone(),
+            Component::Scheduler,
+            le.clone(),
+            identity.clone(),
+            Box::new(move |t| crate::controllers::spawn_scheduler(&s, t)),
+            stop.subscribe(),
+        ));
+    }
+    if controllers_cfg.controllers {
+        let s = st.clone();
+        let c = controllers_cfg.clone();
+        electors.spawn(leaderelection::run(
+            st.clone(),
+            Component::ControllerManager,
+            le,
+            identity,
+            Box::new(move |t| crate::controllers::spawn_controllers(&s, &c, t)),
+            stop.subscribe(),
+        ));
+    }
+    electors
+}
+
 /// Starts the API server and built-in controllers; returns once it is listening.
 pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -350,6 +430,9 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         path: cfg.data_dir.clone(),
         err,
     })?;
+    // The store first: a data dir whose store another process holds must fail before
+    // anything in it (certificates, admin.kubeconfig, tokens) is rewritten.
+    let store = open_store(&cfg)?;
     let advertise = advertise_address(&cfg);
     let service_ip = crate::apiserver::admission::first_service_ip(cfg.api.service_cidr);
     let pki = pki::ensure(
@@ -384,19 +467,6 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         path: token_path,
         err,
     })?;
-    let store: Arc<dyn Store> = match &cfg.storage {
-        StorageBackend::Embedded => {
-            let store_path = cfg.data_dir.join("store.redb");
-            Arc::new(tokio::task::block_in_place(|| {
-                EmbeddedStore::open_with(&store_path, cfg.api.watch_history)
-            })?)
-        }
-        StorageBackend::Etcd(etcd) => {
-            let store = EtcdStore::connect(etcd)?;
-            tracing::info!(server = store.server(), prefix = %etcd.prefix, "storing objects in etcd");
-            Arc::new(store)
-        }
-    };
     let mut api = cfg.api.clone();
     api.secure_port = addr.port();
     api.advertise_address = advertise;
@@ -419,22 +489,20 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     authz::policy::reconcile(&st)?;
     crate::controllers::bootstrapsigner::ensure_cluster_info(&st, &url, &pki.ca_cert_pem)?;
     controllers::sweep(&st);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     // CRDs stored before a restart are served before the first request.
     super::crd::sync(&st);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&pki)?));
     let app = router(st.clone());
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut tasks = JoinSet::new();
-    tasks.spawn(controllers::run(st.clone()));
     tasks.spawn(super::crd::run(st.clone()));
-    tasks.spawn(authz::policy::run_aggregation(st.store.clone()));
     tasks.spawn(metrics_api::run(st.clone()));
     let mut controllers_cfg = cfg.controllers.clone();
     if controllers_cfg.cluster_signing_cert_file.is_none() {
         controllers_cfg.cluster_signing_cert_file = Some(pki.ca_cert_path());
         controllers_cfg.cluster_signing_key_file = Some(pki.dir.join("ca.key"));
     }
-    crate::controllers::spawn(&st, &controllers_cfg, &mut tasks);
+    let electors = spawn_components(&st, &cfg, controllers_cfg, &mut tasks, &stop);
     let limits = st.config.serving;
     tasks.spawn(async move {
         let service = move |cert: Option<CertificateDer<'static>>| {
@@ -459,6 +527,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         data_dir: cfg.data_dir,
         state: st,
         tasks,
+        electors,
         stop,
     })
 }

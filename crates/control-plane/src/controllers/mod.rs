@@ -82,6 +82,9 @@ pub struct ControllersConfig {
     pub cluster_signing_key_file: Option<std::path::PathBuf>,
     /// `--cluster-signing-duration` (8760h): the longest certificate the signer issues.
     pub cluster_signing_duration: Duration,
+    /// `--leader-elect*`: whether the scheduler and the controllers run only while this
+    /// process holds their Leases ([`crate::leaderelection`]).
+    pub leader_election: crate::leaderelection::LeaderElectionConfig,
     /// `--allocate-node-cidrs` with its `--cluster-cidr` and mask sizes, checked
     /// ([`nodeipam::config`]); `None`: Nodes get no pod CIDRs (upstream's default).
     pub node_ipam: Option<nodeipam::NodeIpamConfig>,
@@ -107,88 +110,99 @@ impl Default for ControllersConfig {
             cluster_signing_key_file: None,
             cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
             node_ipam: None,
+            leader_election: Default::default(),
         }
     }
 }
 
-/// Starts what `cfg` enables on `tasks`.
-pub fn spawn(st: &Arc<ApiState>, cfg: &ControllersConfig, tasks: &mut tokio::task::JoinSet<()>) {
-    if cfg.scheduler {
-        tasks.spawn(crate::scheduler::run(st.clone()));
+/// Starts the scheduler on `tasks` (what the `kube-scheduler` Lease guards).
+pub fn spawn_scheduler(st: &Arc<ApiState>, tasks: &mut tokio::task::JoinSet<()>) {
+    tasks.spawn(crate::scheduler::run(st.clone()));
+}
+
+/// Starts the controllers `cfg` enables on `tasks` (what the `kube-controller-manager`
+/// Lease guards), with the API server's ServiceAccount, namespace, garbage-collector and
+/// ClusterRole aggregation loops, which are kube-controller-manager's upstream.
+pub fn spawn_controllers(
+    st: &Arc<ApiState>,
+    cfg: &ControllersConfig,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    tasks.spawn(crate::apiserver::controllers::run(st.clone()));
+    tasks.spawn(crate::apiserver::authz::policy::run_aggregation(
+        st.store.clone(),
+    ));
+    tasks.spawn(nodelifecycle::run(st.clone(), cfg.clone()));
+    tasks.spawn(tainteviction::run(st.clone()));
+    tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
+    tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
+    let on = |name: &str| !cfg.disabled.iter().any(|d| d == name);
+    if on("job") {
+        tasks.spawn(job::run(st.clone()));
     }
-    if cfg.controllers {
-        tasks.spawn(nodelifecycle::run(st.clone(), cfg.clone()));
-        tasks.spawn(tainteviction::run(st.clone()));
-        tasks.spawn(endpointslice::run(st.clone(), cfg.max_endpoints_per_slice));
-        tasks.spawn(podgc::run(st.clone(), cfg.pod_gc_quarantine));
-        let on = |name: &str| !cfg.disabled.iter().any(|d| d == name);
-        if on("job") {
-            tasks.spawn(job::run(st.clone()));
-        }
-        if on("cronjob") {
-            tasks.spawn(cronjob::run(st.clone()));
-        }
-        if on("ttl-after-finished") {
-            tasks.spawn(ttlafterfinished::run(st.clone()));
-        }
-        if on("persistentvolume-binder") {
-            tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
-        }
-        if on("root-ca-cert-publisher") {
-            tasks.spawn(rootcacertpublisher::run(st.clone()));
-        }
-        if on("disruption") {
-            tasks.spawn(disruption::run(st.clone()));
-        }
-        if on("daemonset") {
-            tasks.spawn(daemonset::run(st.clone()));
-        }
-        if on("replicaset") {
-            tasks.spawn(replicaset::run(st.clone(), replicaset::Kind::ReplicaSet));
-        }
-        if on("deployment") {
-            tasks.spawn(deployment::run(st.clone()));
-        }
-        if on("replicationcontroller") {
-            tasks.spawn(replicaset::run(
-                st.clone(),
-                replicaset::Kind::ReplicationController,
-            ));
-        }
-        if on("statefulset") {
-            tasks.spawn(statefulset::run(st.clone()));
-        }
-        if on("csrapproving") {
-            tasks.spawn(csrapproving::run(st.clone()));
-        }
-        if on("csrsigning")
-            && let (Some(cert_file), Some(key_file)) = (
-                cfg.cluster_signing_cert_file.clone(),
-                cfg.cluster_signing_key_file.clone(),
-            )
-        {
-            tasks.spawn(csrsigning::run(
-                st.clone(),
-                csrsigning::SigningConfig {
-                    cert_file,
-                    key_file,
-                    duration: cfg.cluster_signing_duration,
-                },
-            ));
-        }
-        if on("nodeipam")
-            && let Some(ipam) = cfg.node_ipam.clone()
-        {
-            tasks.spawn(nodeipam::run(st.clone(), ipam));
-        }
-        if on("clusterdns") {
-            tasks.spawn(clusterdns::run(st.clone()));
-        }
-        if on("bootstrapsigner") {
-            tasks.spawn(bootstrapsigner::run(st.clone()));
-        }
-        if on("tokencleaner") {
-            tasks.spawn(tokencleaner::run(st.clone()));
-        }
+    if on("cronjob") {
+        tasks.spawn(cronjob::run(st.clone()));
+    }
+    if on("ttl-after-finished") {
+        tasks.spawn(ttlafterfinished::run(st.clone()));
+    }
+    if on("persistentvolume-binder") {
+        tasks.spawn(volume::run(st.clone(), cfg.local_storage_path.clone()));
+    }
+    if on("root-ca-cert-publisher") {
+        tasks.spawn(rootcacertpublisher::run(st.clone()));
+    }
+    if on("disruption") {
+        tasks.spawn(disruption::run(st.clone()));
+    }
+    if on("daemonset") {
+        tasks.spawn(daemonset::run(st.clone()));
+    }
+    if on("replicaset") {
+        tasks.spawn(replicaset::run(st.clone(), replicaset::Kind::ReplicaSet));
+    }
+    if on("deployment") {
+        tasks.spawn(deployment::run(st.clone()));
+    }
+    if on("replicationcontroller") {
+        tasks.spawn(replicaset::run(
+            st.clone(),
+            replicaset::Kind::ReplicationController,
+        ));
+    }
+    if on("statefulset") {
+        tasks.spawn(statefulset::run(st.clone()));
+    }
+    if on("csrapproving") {
+        tasks.spawn(csrapproving::run(st.clone()));
+    }
+    if on("csrsigning")
+        && let (Some(cert_file), Some(key_file)) = (
+            cfg.cluster_signing_cert_file.clone(),
+            cfg.cluster_signing_key_file.clone(),
+        )
+    {
+        tasks.spawn(csrsigning::run(
+            st.clone(),
+            csrsigning::SigningConfig {
+                cert_file,
+                key_file,
+                duration: cfg.cluster_signing_duration,
+            },
+        ));
+    }
+    if on("nodeipam")
+        && let Some(ipam) = cfg.node_ipam.clone()
+    {
+        tasks.spawn(nodeipam::run(st.clone(), ipam));
+    }
+    if on("clusterdns") {
+        tasks.spawn(clusterdns::run(st.clone()));
+    }
+    if on("bootstrapsigner") {
+        tasks.spawn(bootstrapsigner::run(st.clone()));
+    }
+    if on("tokencleaner") {
+        tasks.spawn(tokencleaner::run(st.clone()));
     }
 }

@@ -137,7 +137,13 @@ impl EmbeddedStore {
     pub fn open_with(path: &Path, limit: HistoryLimit) -> Result<EmbeddedStore, StoreError> {
         nodus_serving::private::create_file(path)
             .map_err(|e| StoreError::Backend(format!("{}: {e}", path.display())))?;
-        let mut db = Database::create(path).map_err(be)?;
+        let mut db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Backend(format!(
+                "{}: the store is open in another process (is another nodus control plane running on this --data-dir?)",
+                path.display()
+            )),
+            e => be(e),
+        })?;
         let txn = db.begin_write().map_err(be)?;
         {
             txn.open_table(OBJECTS).map_err(be)?;

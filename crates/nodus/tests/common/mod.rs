@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod etcd;
 pub mod kubelet;
 pub mod kubelet_api;
 pub mod node;
