@@ -307,3 +307,111 @@ async fn watch_true_in_any_spelling_is_a_watch() {
     assert_eq!(v["kind"], "ConfigMapList", "{text}");
     c.handle.shutdown().await;
 }
+
+/// An apply patch sent as raw JSON to `path` with `query`.
+fn apply_request(path: &str, query: &str, body: serde_json::Value) -> http::Request<Vec<u8>> {
+    http::Request::patch(format!("{path}{query}"))
+        .header("Content-Type", "application/apply-patch+yaml")
+        .body(body.to_string().into_bytes())
+        .expect("request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_options_create_and_conflict_status() {
+    let c = common::start().await;
+    let client = c.client().await;
+    let path = "/api/v1/namespaces/default/configmaps/ssa";
+    let cm = |v: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+               "data": {"k": v}})
+    };
+    // Apply needs a field manager (upstream's PatchOptions validation).
+    match client.request_text(apply_request(path, "", cm("1"))).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422);
+            assert_eq!(
+                s.message,
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+            );
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+    // Only apply may force.
+    let merge = http::Request::patch(format!("{path}?force=true"))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(b"{}".to_vec())
+        .expect("request");
+    match client.request_text(merge).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422);
+            assert!(
+                s.message
+                    .contains("force: Forbidden: may not be specified for non-apply patch"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+    // Apply to a missing object creates it, owned by the manager.
+    let created: serde_json::Value = serde_json::from_str(
+        &client
+            .request_text(apply_request(path, "?fieldManager=a", cm("1")))
+            .await
+            .expect("apply creates"),
+    )
+    .expect("json");
+    assert_eq!(created["data"]["k"], "1");
+    assert_eq!(created["metadata"]["managedFields"][0]["manager"], "a");
+    assert_eq!(
+        created["metadata"]["managedFields"][0]["operation"],
+        "Apply"
+    );
+    assert_eq!(
+        created["metadata"]["managedFields"][0]["fieldsV1"],
+        json!({"f:data": {"f:k": {}}})
+    );
+    // Another manager changing it: 409 with upstream's text and a FieldManagerConflict cause.
+    let raw = c
+        .kubectl(&["get", "--raw", "/api/v1/namespaces/default/configmaps/ssa"])
+        .await;
+    assert!(raw.ok().contains("\"manager\":\"a\""), "{}", raw.stdout);
+    match client
+        .request_text(apply_request(path, "?fieldManager=b", cm("2")))
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 409);
+            assert_eq!(s.reason, "Conflict");
+            assert_eq!(
+                s.message,
+                "Apply failed with 1 conflict: conflict with \"a\" using v1: .data.k"
+            );
+            let causes = s.details.map(|d| d.causes).unwrap_or_default();
+            assert_eq!(causes.len(), 1, "{causes:?}");
+            assert_eq!(causes[0].reason, "FieldManagerConflict");
+            assert_eq!(causes[0].message, "conflict with \"a\" using v1");
+            assert_eq!(causes[0].field, ".data.k");
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+    // A PUT is an Update by its `?fieldManager=`, and takes the field it changes.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut cur = api.get("ssa").await.expect("get");
+    cur.data = Some([("k".to_string(), "3".to_string())].into());
+    let pp = PostParams {
+        field_manager: Some("editor".into()),
+        ..PostParams::default()
+    };
+    let updated = api.replace("ssa", &pp, &cur).await.expect("put");
+    let entries = updated.metadata.managed_fields.unwrap_or_default();
+    let editor = entries
+        .iter()
+        .find(|e| e.manager.as_deref() == Some("editor"))
+        .expect("editor entry");
+    assert_eq!(editor.operation.as_deref(), Some("Update"));
+    assert!(
+        entries.iter().all(|e| e.manager.as_deref() != Some("a")),
+        "a lost its only field: {entries:?}"
+    );
+}

@@ -400,10 +400,13 @@ async fn apply_twice_configures_and_describe_node_works() {
     let text = d.ok();
     assert!(text.contains("Name:") && text.contains("n1"), "{text}");
     assert!(text.contains("InternalIP:  10.0.0.5"), "{text}");
+    // Server-side apply over what client-side apply wrote: the replicas it changes belong
+    // to kubectl-client-side-apply, as upstream answers.
     let ssa = c.apply_server_side(&dep(3)).await;
     assert!(
-        ssa.fails()
-            .contains("server-side apply is not supported by nodus yet"),
+        ssa.fails().contains(
+            "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
+        ),
         "{}",
         ssa.stderr
     );

@@ -10,6 +10,7 @@
 //! - [`resources`]: a pod's effective requests (init containers, sidecars, overhead).
 //! - [`scheduling`]: taints against tolerations, node selectors and required node affinity.
 //! - [`selector`]: label and field selectors, and the field-selectable fields per kind.
+//! - [`managedfields`]: managed fields (`FieldsV1`) and server-side apply.
 //! - [`patch`]: JSON merge patch, JSON patch and strategic merge patch.
 //! - [`validation`]: field errors with upstream's texts, name validators, per-kind validation.
 //! - [`defaults`]: upstream's API defaults per kind.
@@ -24,6 +25,7 @@ pub mod defaults;
 pub mod duration;
 pub mod gvk;
 pub mod intstr;
+pub mod managedfields;
 pub mod patch;
 pub mod printers;
 pub mod qos;

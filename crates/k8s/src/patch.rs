@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use crate::gvk::Gvk;
 
 mod json_patch;
-mod schema;
+pub mod schema;
 mod strategic;
 
 pub use json_patch::json_patch;
@@ -44,6 +44,15 @@ pub fn json_merge_patch(target: &mut Value, patch: &Value) {
             }
         }
     }
+}
+
+/// The schema root of a kind for patches and apply: catalogue kinds by name, anything
+/// else (custom resources) with only ObjectMeta known.
+pub fn root_type(gvk: &Gvk) -> schema::Ty {
+    let kind: &'static str = crate::catalog::by_kind(&gvk.group, &gvk.kind)
+        .filter(|r| !r.custom)
+        .map_or("", |r| r.kind);
+    schema::Ty::Root(kind)
 }
 
 /// Built-in kinds served only through subresources, which upstream also patches strategically.

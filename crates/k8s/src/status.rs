@@ -283,6 +283,13 @@ pub fn success_deleted(name: &str, group: &str, kind: &str, uid: &str) -> Value 
            "details": d, "code": 200})
 }
 
+/// 409 for a server-side apply that conflicts with other managers' fields (upstream's
+/// NewApplyConflict: no name or kind in details, one cause per field).
+pub fn apply_conflict(conflicts: &crate::managedfields::Conflicts) -> Value {
+    let d = json!({"causes": conflicts.causes()});
+    failure(409, "Conflict", conflicts.message(), Some(d))
+}
+
 /// Go's `%q` for the strings we meet (names, users): escapes quotes, backslashes, controls.
 pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

@@ -174,8 +174,14 @@ pub fn prepare_for_create(t: &Target, obj: &mut Value) {
 }
 
 pub async fn create(req: &Req) -> ApiResult<Response> {
+    let obj = req.json_body()?;
+    create_object(req, obj, true).await
+}
+
+/// Creates `obj`; `track` records the write as an Update in its managed fields (an apply
+/// that creates has recorded itself already).
+pub async fn create_object(req: &Req, mut obj: Value, track: bool) -> ApiResult<Response> {
     let t = &req.target;
-    let mut obj = req.json_body()?;
     check_type(t, &mut obj)?;
     let gvk = t.gvk();
     let warnings = field_validation(req, &gvk, &obj)?;
@@ -228,6 +234,9 @@ pub async fn create(req: &Req) -> ApiResult<Response> {
     admission::admit_user(&req.user, t, &obj, None)?;
     crate::apiserver::authz::escalation::check(&req.st, &req.user, t, &obj).map_err(ApiError)?;
     validate(t, &obj, None)?;
+    if track {
+        super::apply::track_update(req, None, &mut obj, super::update::Part::Main);
+    }
     let obj = super::convert::events_to_core(&obj);
     if req.dry_run() {
         return Ok(json_response(201, &output::object(req, &obj), &warnings));

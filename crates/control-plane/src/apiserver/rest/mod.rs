@@ -1,6 +1,7 @@
 //! The REST handlers: one module per verb over `serde_json::Value` objects, for every
 //! resource in `nodus_k8s::catalog`.
 
+pub mod apply;
 pub mod certificates;
 pub mod convert;
 pub mod create;
@@ -231,7 +232,7 @@ pub fn not_found_path() -> Value {
         "details": {}, "code": 404})
 }
 
-fn authorize(req: &Req, verb: &str, body: Option<&Value>) -> ApiResult<()> {
+pub(crate) fn authorize(req: &Req, verb: &str, body: Option<&Value>) -> ApiResult<()> {
     let attrs = Attributes {
         verb,
         request: authz::Request::Served(&req.target),

@@ -190,6 +190,7 @@ pub fn write(
     let mut warnings = Vec::new();
     let mut dry: Option<Value> = None;
     let dry_run = req.dry_run();
+    let apply_request = super::apply::is_apply(req);
     let outcome = req.st.store.mutate(&key, &mut |cur| {
         let Some(cur) = cur else {
             failure = Some(ApiError(status::not_found(
@@ -236,6 +237,11 @@ pub fn write(
                     )],
                 )));
             }
+            // An apply computed the managed fields already; the status subresource's
+            // preparation would put back the stored ones.
+            let applied_fields = apply_request
+                .then(|| new.pointer("/metadata/managedFields").cloned())
+                .flatten();
             prepare_for_update(t, &cur_view, &mut new, part);
             crate::apiserver::crd::normalize(t, &mut new);
             if matches!(part, Part::Main | Part::EphemeralContainers) {
@@ -264,6 +270,11 @@ pub fn write(
                 if !errs.is_empty() {
                     return Err(ApiError(status::invalid(&t.gvk().kind, name, &errs)));
                 }
+            }
+            if !apply_request {
+                super::apply::track_update(req, Some(&cur_view), &mut new, part);
+            } else if let Some(f) = applied_fields {
+                meta_mut(&mut new).insert("managedFields".into(), f);
             }
             let new = super::convert::events_to_core(&new);
             if dry_run {
@@ -365,9 +376,11 @@ pub fn apply_patch(ct: &str, gvk: &Gvk, current: &Value, patch: &Value) -> ApiRe
             }
             other => bad(other),
         })
-    } else if ct.starts_with("application/apply-patch+yaml") {
+    } else if ct.starts_with(super::apply::APPLY_PATCH) {
+        // Apply patches of objects go through `apply::apply`; what reaches here is a
+        // subresource (scale) that nodus does not apply to.
         Err(ApiError(status::unsupported_media_type(
-            "server-side apply is not supported by nodus yet: use client-side `kubectl apply` (the default) or a merge, strategic merge or JSON patch",
+            "server-side apply is not supported for this subresource: use a merge, strategic merge or JSON patch",
         )))
     } else {
         Err(ApiError(status::unsupported_media_type(&format!(
@@ -377,6 +390,10 @@ pub fn apply_patch(ct: &str, gvk: &Gvk, current: &Value, patch: &Value) -> ApiRe
 }
 
 pub async fn patch_part(req: &Req, part: Part) -> ApiResult<Response> {
+    if super::apply::is_apply(req) && matches!(part, Part::Main | Part::Status) {
+        return super::apply::apply(req, part).await;
+    }
+    super::apply::validate_patch_options(req)?;
     let name = req.target.name.clone().unwrap_or_default();
     let ct = req
         .headers
