@@ -1,6 +1,8 @@
 //! Objects every cluster has from its first start: the four system namespaces, the
 //! `kubernetes` Service with its Endpoints and EndpointSlice, the two system
-//! PriorityClasses and k3s's default `local-path` StorageClass.
+//! PriorityClasses, k3s's default `local-path` StorageClass, and API Priority and Fairness's
+//! mandatory and suggested PriorityLevelConfigurations and FlowSchemas (stored for kubectl
+//! and tools; nodus's own request limiting is the max-in-flight filter, `super::inflight`).
 
 use serde_json::{Value, json};
 
@@ -79,6 +81,40 @@ pub(crate) fn upsert(
     Ok(())
 }
 
+/// Upstream's APF configuration objects, each FlowSchema marked as referring to a priority
+/// level that exists (the `Dangling=False` condition upstream's config controller writes).
+fn ensure_flowcontrol(st: &ApiState) -> Result<(), StoreError> {
+    use nodus_k8s::flowcontrol::{AUTOUPDATE_ANNOTATION, flow_schemas, priority_levels};
+    const GROUP: &str = "flowcontrol.apiserver.k8s.io";
+    let meta = |name: &str| json!({"name": name, "annotations": {AUTOUPDATE_ANNOTATION: "true"}});
+    for (name, spec) in priority_levels() {
+        let obj = json!({"metadata": meta(name), "spec": spec});
+        ensure_object(st, GROUP, "prioritylevelconfigurations", None, obj)?;
+    }
+    for (name, spec) in flow_schemas() {
+        let level = spec["priorityLevelConfiguration"]["name"].clone();
+        let obj = json!({"metadata": meta(name), "spec": spec});
+        ensure_object(st, GROUP, "flowschemas", None, obj)?;
+        let key = format!("/{GROUP}/flowschemas/{name}");
+        st.store.mutate(&key, &mut |cur| {
+            let Some(cur) = cur else {
+                return Ok(Mutation::Keep);
+            };
+            if cur.object.pointer("/status/conditions").is_some() {
+                return Ok(Mutation::Keep);
+            }
+            let mut new = (*cur.object).clone();
+            let level = level.as_str().unwrap_or("");
+            new["status"] = json!({"conditions": [{
+                "type": "Dangling", "status": "False", "reason": "Found",
+                "message": format!("This FlowSchema references the PriorityLevelConfiguration object named {level:?} and it exists"),
+                "lastTransitionTime": crate::apiserver::rest::now_rfc3339()}]});
+            Ok(Mutation::Put(new))
+        })?;
+    }
+    Ok(())
+}
+
 pub fn ensure(st: &ApiState) -> Result<(), StoreError> {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         ensure_object(
@@ -111,6 +147,7 @@ pub fn ensure(st: &ApiState) -> Result<(), StoreError> {
             "description": desc, "preemptionPolicy": "PreemptLowerPriority"}),
         )?;
     }
+    ensure_flowcontrol(st)?;
     // k3s ships local-path-provisioner's class as the default; nodus provisions it in
     // `controllers::volume::provisioner`.
     ensure_object(

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod authn;
 pub mod authz;
+pub(crate) mod autoregister;
 pub mod bootstrap;
 pub mod controllers;
 pub(crate) mod crd;
