@@ -496,6 +496,29 @@ spec: {controller: k8s.io/ingress-nginx}
     // ADDRESS is empty (no controller wrote a load balancer status).
     assert_eq!(rows[1][..4], ["before", "<none>", "shop.example.com", "80"]);
     assert_eq!(rows[2][..4], ["shop", "nginx", "shop.example.com", "80"]);
+    // `kubectl create ingress` sends a protobuf body.
+    assert_eq!(
+        c.kubectl(&[
+            "create",
+            "ingress",
+            "simple",
+            "--rule=foo.com/bar=svc1:8080"
+        ])
+        .await
+        .ok()
+        .trim(),
+        "ingress.networking.k8s.io/simple created"
+    );
+    let simple = c
+        .kubectl(&[
+            "get",
+            "ingress",
+            "simple",
+            "-o",
+            "jsonpath={.spec.ingressClassName} {.spec.rules[0].http.paths[0].pathType} {.spec.rules[0].http.paths[0].backend.service.port.number}",
+        ])
+        .await;
+    assert_eq!(simple.ok(), "nginx Exact 8080");
     let classes = c.kubectl(&["get", "ingressclass"]).await;
     let text = classes.ok();
     assert!(

@@ -113,11 +113,10 @@ mod tests {
     #[test]
     fn every_catalogue_kind_has_a_message() {
         // apiextensions-apiserver's protos are not vendored: CRDs travel as JSON only. Nor
-        // are networking, flowcontrol and kube-aggregator's yet (generate.py's PACKAGES):
-        // their kinds answer protobuf requests in JSON, which client-go accepts.
-        const JSON_ONLY: [&str; 4] = [
+        // are flowcontrol's and kube-aggregator's yet (generate.py's PACKAGES): their kinds
+        // answer protobuf requests in JSON, which client-go accepts.
+        const JSON_ONLY: [&str; 3] = [
             "apiextensions.k8s.io",
-            "networking.k8s.io",
             "flowcontrol.apiserver.k8s.io",
             "apiregistration.k8s.io",
         ];
