@@ -673,6 +673,36 @@ spec:
         "{err}"
     );
 
+    // A schema naming a level that does not exist is marked as such (MISSINGPL).
+    let orphan = r#"
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {name: batch-jobs}
+spec:
+  priorityLevelConfiguration: {name: batch}
+  rules:
+  - subjects: [{kind: Group, group: {name: batch-runners}}]
+    resourceRules: [{verbs: [list], apiGroups: [batch], resources: [jobs], namespaces: ["*"]}]
+"#;
+    c.kubectl_stdin(&["create", "-f", "-"], Some(orphan))
+        .await
+        .ok();
+    let missing = common::eventually("the Dangling condition", || async {
+        let out = c
+            .kubectl(&[
+                "get",
+                "flowschema",
+                "batch-jobs",
+                "-o",
+                "jsonpath={.spec.matchingPrecedence} {.status.conditions[?(@.type==\"Dangling\")].status}",
+            ])
+            .await;
+        let text = out.ok().to_string();
+        text.ends_with("True").then_some(text)
+    })
+    .await;
+    assert_eq!(missing, "1000 True", "matchingPrecedence defaults to 1000");
+
     // A Local APIService per served group-version, each Available.
     let services = c.kubectl(&["get", "apiservices"]).await;
     let text = services.ok();

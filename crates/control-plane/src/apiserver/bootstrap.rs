@@ -81,8 +81,8 @@ pub(crate) fn upsert(
     Ok(())
 }
 
-/// Upstream's APF configuration objects, each FlowSchema marked as referring to a priority
-/// level that exists (the `Dangling=False` condition upstream's config controller writes).
+/// Upstream's APF configuration objects, each FlowSchema's `Dangling` condition written
+/// before the first request (`super::apfconfig` keeps it current).
 fn ensure_flowcontrol(st: &ApiState) -> Result<(), StoreError> {
     use nodus_k8s::flowcontrol::{AUTOUPDATE_ANNOTATION, flow_schemas, priority_levels};
     const GROUP: &str = "flowcontrol.apiserver.k8s.io";
@@ -92,26 +92,10 @@ fn ensure_flowcontrol(st: &ApiState) -> Result<(), StoreError> {
         ensure_object(st, GROUP, "prioritylevelconfigurations", None, obj)?;
     }
     for (name, spec) in flow_schemas() {
-        let level = spec["priorityLevelConfiguration"]["name"].clone();
         let obj = json!({"metadata": meta(name), "spec": spec});
         ensure_object(st, GROUP, "flowschemas", None, obj)?;
-        let key = format!("/{GROUP}/flowschemas/{name}");
-        st.store.mutate(&key, &mut |cur| {
-            let Some(cur) = cur else {
-                return Ok(Mutation::Keep);
-            };
-            if cur.object.pointer("/status/conditions").is_some() {
-                return Ok(Mutation::Keep);
-            }
-            let mut new = (*cur.object).clone();
-            let level = level.as_str().unwrap_or("");
-            new["status"] = json!({"conditions": [{
-                "type": "Dangling", "status": "False", "reason": "Found",
-                "message": format!("This FlowSchema references the PriorityLevelConfiguration object named {level:?} and it exists"),
-                "lastTransitionTime": crate::apiserver::rest::now_rfc3339()}]});
-            Ok(Mutation::Put(new))
-        })?;
     }
+    crate::apiserver::apfconfig::sync(st);
     Ok(())
 }
 

@@ -427,6 +427,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     let mut tasks = JoinSet::new();
     tasks.spawn(controllers::run(st.clone()));
     tasks.spawn(super::crd::run(st.clone()));
+    tasks.spawn(super::apfconfig::run(st.clone()));
     tasks.spawn(authz::policy::run_aggregation(st.store.clone()));
     tasks.spawn(metrics_api::run(st.clone()));
     let mut controllers_cfg = cfg.controllers.clone();
