@@ -414,3 +414,341 @@ async fn apply_twice_configures_and_describe_node_works() {
     assert_eq!(pods.code, 0, "{}", pods.stderr);
     c.handle.shutdown().await;
 }
+
+/// The networking, flowcontrol and apiregistration groups as kubectl sees them: Ingress
+/// validation texts, DefaultIngressClass admission, NetworkPolicy defaulting, the APF
+/// bootstrap objects, the Local APIServices, discovery and explain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn networking_flowcontrol_and_apiservices() {
+    let c = common::start().await;
+
+    let ingress = |name: &str, path: &str, path_type: &str| {
+        format!(
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: {name}}}
+spec:
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - path: "{path}"
+        pathType: {path_type}
+        backend:
+          service: {{name: web, port: {{number: 80}}}}
+"#
+        )
+    };
+    let bad_type = c
+        .kubectl_stdin(&["create", "-f", "-"], Some(&ingress("bad", "/", "Regex")))
+        .await;
+    assert_eq!(
+        bad_type.fails().trim(),
+        "The Ingress \"bad\" is invalid: spec.rules[0].http.paths[0].pathType: Unsupported value: \"Regex\": supported values: \"Exact\", \"ImplementationSpecific\", \"Prefix\""
+    );
+    let bad_path = c
+        .kubectl_stdin(
+            &["create", "-f", "-"],
+            Some(&ingress("bad", "shop/../admin", "Prefix")),
+        )
+        .await;
+    assert_eq!(
+        bad_path.fails().trim(),
+        "The Ingress \"bad\" is invalid: \n* spec.rules[0].http.paths[0].path: Invalid value: \"shop/../admin\": must be an absolute path\n* spec.rules[0].http.paths[0].path: Invalid value: \"shop/../admin\": must not contain '/../'"
+    );
+
+    // No default class yet: the Ingress keeps no class.
+    c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&ingress("before", "/", "Prefix")),
+    )
+    .await
+    .ok();
+    let class = r#"
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: nginx
+  annotations: {ingressclass.kubernetes.io/is-default-class: "true"}
+spec: {controller: k8s.io/ingress-nginx}
+"#;
+    assert_eq!(
+        c.kubectl_stdin(&["create", "-f", "-"], Some(class))
+            .await
+            .ok()
+            .trim(),
+        "ingressclass.networking.k8s.io/nginx created"
+    );
+    c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&ingress("shop", "/cart", "Exact")),
+    )
+    .await
+    .ok();
+    let get = c.kubectl(&["get", "ingress"]).await;
+    let rows: Vec<Vec<&str>> = get
+        .ok()
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]
+    );
+    // ADDRESS is empty (no controller wrote a load balancer status).
+    assert_eq!(rows[1][..4], ["before", "<none>", "shop.example.com", "80"]);
+    assert_eq!(rows[2][..4], ["shop", "nginx", "shop.example.com", "80"]);
+    // `kubectl create ingress` sends a protobuf body.
+    assert_eq!(
+        c.kubectl(&[
+            "create",
+            "ingress",
+            "simple",
+            "--rule=foo.com/bar=svc1:8080"
+        ])
+        .await
+        .ok()
+        .trim(),
+        "ingress.networking.k8s.io/simple created"
+    );
+    let simple = c
+        .kubectl(&[
+            "get",
+            "ingress",
+            "simple",
+            "-o",
+            "jsonpath={.spec.ingressClassName} {.spec.rules[0].http.paths[0].pathType} {.spec.rules[0].http.paths[0].backend.service.port.number}",
+        ])
+        .await;
+    assert_eq!(simple.ok(), "nginx Exact 8080");
+    let classes = c.kubectl(&["get", "ingressclass"]).await;
+    let text = classes.ok();
+    assert!(
+        text.starts_with("NAME")
+            && text.contains("CONTROLLER")
+            && text.contains("PARAMETERS")
+            && text.contains("k8s.io/ingress-nginx"),
+        "{text}"
+    );
+    let bad_class = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: bad}\nspec: {controller: nginx}\n";
+    assert_eq!(
+        c.kubectl_stdin(&["create", "-f", "-"], Some(bad_class))
+            .await
+            .fails()
+            .trim(),
+        "The IngressClass \"bad\" is invalid: spec.controller: Invalid value: \"nginx\": must be a domain-prefixed path (such as \"acme.io/foo\")"
+    );
+
+    // policyTypes: Ingress always, Egress when there are egress rules.
+    let policies = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-in}
+spec:
+  podSelector: {matchLabels: {app: web}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: out-dns}
+spec:
+  podSelector: {}
+  egress:
+  - ports: [{port: 53}]
+    to:
+    - ipBlock: {cidr: 10.0.0.0/8, except: [10.1.0.0/16]}
+"#;
+    c.kubectl_stdin(&["create", "-f", "-"], Some(policies))
+        .await
+        .ok();
+    let types = |name: &'static str| {
+        let c = &c;
+        async move {
+            c.kubectl(&[
+                "get",
+                "networkpolicy",
+                name,
+                "-o",
+                "jsonpath={.spec.policyTypes}",
+            ])
+            .await
+            .ok()
+            .to_string()
+        }
+    };
+    assert_eq!(types("deny-in").await, r#"["Ingress"]"#);
+    assert_eq!(types("out-dns").await, r#"["Ingress","Egress"]"#);
+    let proto = c
+        .kubectl(&[
+            "get",
+            "netpol",
+            "out-dns",
+            "-o",
+            "jsonpath={.spec.egress[0].ports[0].protocol}",
+        ])
+        .await;
+    assert_eq!(proto.ok(), "TCP");
+    let netpols = c.kubectl(&["get", "netpol"]).await;
+    let text = netpols.ok();
+    assert!(
+        text.contains("POD-SELECTOR") && text.contains("app=web") && text.contains("<none>"),
+        "{text}"
+    );
+    let outside = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: outside}
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - ipBlock: {cidr: 10.0.0.0/16, except: [192.168.0.0/24]}
+"#;
+    assert_eq!(
+        c.kubectl_stdin(&["create", "-f", "-"], Some(outside))
+            .await
+            .fails()
+            .trim(),
+        "The NetworkPolicy \"outside\" is invalid: spec.ingress[0].from[0].ipBlock.except[0]: Invalid value: \"192.168.0.0/24\": must be a strict subset of `cidr`"
+    );
+
+    // API Priority and Fairness: upstream's defaults, readable and protected.
+    let apf = c
+        .kubectl(&["get", "flowschemas,prioritylevelconfigurations"])
+        .await;
+    let text = apf.ok();
+    for want in [
+        "flowschema.flowcontrol.apiserver.k8s.io/exempt",
+        "flowschema.flowcontrol.apiserver.k8s.io/catch-all",
+        "flowschema.flowcontrol.apiserver.k8s.io/global-default",
+        "flowschema.flowcontrol.apiserver.k8s.io/system-leader-election",
+        "prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/exempt",
+        "prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/workload-low",
+        "PRIORITYLEVEL",
+        "MATCHINGPRECEDENCE",
+        "NOMINALCONCURRENCYSHARES",
+        "QUEUELENGTHLIMIT",
+    ] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+    let global = c.kubectl(&["get", "flowschema", "global-default"]).await;
+    let rows: Vec<Vec<String>> = global
+        .ok()
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "NAME",
+            "PRIORITYLEVEL",
+            "MATCHINGPRECEDENCE",
+            "DISTINGUISHERMETHOD",
+            "AGE",
+            "MISSINGPL"
+        ]
+    );
+    assert_eq!(
+        [&rows[1][..4], &rows[1][5..]].concat(),
+        [
+            "global-default",
+            "global-default",
+            "9900",
+            "ByUser",
+            "False"
+        ]
+    );
+    let patched = c
+        .kubectl(&[
+            "patch",
+            "prioritylevelconfiguration",
+            "catch-all",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"limited":{"nominalConcurrencyShares":50}}}"#,
+        ])
+        .await;
+    let err = patched.fails();
+    assert!(
+        err.contains("spec: Invalid value:")
+            && err.contains("spec of 'catch-all' must equal the fixed value"),
+        "{err}"
+    );
+
+    // A schema naming a level that does not exist is marked as such (MISSINGPL).
+    let orphan = r#"
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {name: batch-jobs}
+spec:
+  priorityLevelConfiguration: {name: batch}
+  rules:
+  - subjects: [{kind: Group, group: {name: batch-runners}}]
+    resourceRules: [{verbs: [list], apiGroups: [batch], resources: [jobs], namespaces: ["*"]}]
+"#;
+    c.kubectl_stdin(&["create", "-f", "-"], Some(orphan))
+        .await
+        .ok();
+    let missing = common::eventually("the Dangling condition", || async {
+        let out = c
+            .kubectl(&[
+                "get",
+                "flowschema",
+                "batch-jobs",
+                "-o",
+                "jsonpath={.spec.matchingPrecedence} {.status.conditions[?(@.type==\"Dangling\")].status}",
+            ])
+            .await;
+        let text = out.ok().to_string();
+        text.ends_with("True").then_some(text)
+    })
+    .await;
+    assert_eq!(missing, "1000 True", "matchingPrecedence defaults to 1000");
+
+    // A Local APIService per served group-version, each Available.
+    let services = c.kubectl(&["get", "apiservices"]).await;
+    let text = services.ok();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["NAME", "SERVICE", "AVAILABLE", "AGE"]);
+    for name in [
+        "v1.",
+        "v1.apps",
+        "v1.networking.k8s.io",
+        "v1.flowcontrol.apiserver.k8s.io",
+        "v1.apiregistration.k8s.io",
+        "v1beta1.metrics.k8s.io",
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"));
+        assert_eq!(row[1..3], ["Local", "True"], "{text}");
+    }
+
+    let resources = c.kubectl(&["api-resources", "-o", "name"]).await;
+    let text = resources.ok();
+    for name in [
+        "ingresses.networking.k8s.io",
+        "ingressclasses.networking.k8s.io",
+        "networkpolicies.networking.k8s.io",
+        "flowschemas.flowcontrol.apiserver.k8s.io",
+        "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
+        "apiservices.apiregistration.k8s.io",
+    ] {
+        assert!(text.lines().any(|l| l == name), "{name} missing:\n{text}");
+    }
+    let explain = c.kubectl(&["explain", "ingress.spec.rules"]).await;
+    let text = explain.ok();
+    assert!(
+        text.contains("KIND:       Ingress")
+            && text.contains("GROUP:      networking.k8s.io")
+            && text.contains("FIELD: rules <[]IngressRule>")
+            && text.contains("http\t<HTTPIngressRuleValue>"),
+        "{text}"
+    );
+    c.handle.shutdown().await;
+}

@@ -206,6 +206,36 @@ fn api_resources_lists_the_catalogue_with_upstream_columns() {
             "PriorityClass"
         ]
     );
+    assert_eq!(
+        row(&rows, "ingresses", "networking.k8s.io/v1"),
+        [
+            "ingresses",
+            "ing",
+            "networking.k8s.io/v1",
+            "true",
+            "Ingress"
+        ]
+    );
+    assert_eq!(
+        row(&rows, "networkpolicies", "networking.k8s.io/v1"),
+        [
+            "networkpolicies",
+            "netpol",
+            "networking.k8s.io/v1",
+            "true",
+            "NetworkPolicy"
+        ]
+    );
+    assert_eq!(
+        row(&rows, "apiservices", "apiregistration.k8s.io/v1"),
+        [
+            "apiservices",
+            "",
+            "apiregistration.k8s.io/v1",
+            "false",
+            "APIService"
+        ]
+    );
     // Every catalogue resource appears, and subresources do not.
     for r in nodus_k8s::catalog::all() {
         let api_version = if r.group.is_empty() {
@@ -258,6 +288,9 @@ fn api_versions_lists_every_group_version() {
         "coordination.k8s.io/v1",
         "discovery.k8s.io/v1",
         "events.k8s.io/v1",
+        "apiregistration.k8s.io/v1",
+        "flowcontrol.apiserver.k8s.io/v1",
+        "networking.k8s.io/v1",
         "node.k8s.io/v1",
         "policy/v1",
         "scheduling.k8s.io/v1",

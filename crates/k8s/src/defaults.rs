@@ -47,6 +47,24 @@ pub fn default_object(gvk: &Gvk, obj: &mut Value) {
         ("scheduling.k8s.io", "PriorityClass") => {
             set_val(o, "preemptionPolicy", json!("PreemptLowerPriority"))
         }
+        ("networking.k8s.io", "NetworkPolicy") => default_network_policy(o),
+        ("networking.k8s.io", "IngressClass") => {
+            if let Some(Value::Object(p)) = o.get_mut("spec").and_then(|s| s.get_mut("parameters"))
+            {
+                set_str(p, "scope", "Cluster");
+            }
+        }
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => {
+            set_val(obj_mut(o, "spec"), "matchingPrecedence", json!(1000));
+        }
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => {
+            default_priority_level(obj_mut(o, "spec"))
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            if let Some(Value::Object(svc)) = o.get_mut("spec").and_then(|s| s.get_mut("service")) {
+                set_val(svc, "port", json!(443));
+            }
+        }
         ("apps", "Deployment") => default_deployment(o),
         ("apps", "ReplicaSet") => {
             let spec = obj_mut(o, "spec");
@@ -175,6 +193,60 @@ fn set_str(o: &mut Map<String, Value>, key: &str, value: &str) {
 fn set_val(o: &mut Map<String, Value>, key: &str, value: Value) {
     if matches!(o.get(key), None | Some(Value::Null)) {
         o.insert(key.to_string(), value);
+    }
+}
+
+/// Upstream's `SetDefaults_NetworkPolicy`: a policy naming no types is an Ingress policy,
+/// and an Egress one too when it has egress rules; ports default to TCP.
+fn default_network_policy(o: &mut Map<String, Value>) {
+    let spec = obj_mut(o, "spec");
+    obj_mut(spec, "podSelector");
+    let has_egress = spec
+        .get("egress")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if spec
+        .get("policyTypes")
+        .and_then(Value::as_array)
+        .is_none_or(|a| a.is_empty())
+    {
+        let mut types = vec![json!("Ingress")];
+        if has_egress {
+            types.push(json!("Egress"));
+        }
+        spec.insert("policyTypes".into(), Value::Array(types));
+    }
+    for dir in ["ingress", "egress"] {
+        for rule in arr_mut(spec, dir) {
+            if let Value::Object(r) = rule {
+                for port in arr_mut(r, "ports") {
+                    if let Value::Object(p) = port {
+                        set_str(p, "protocol", "TCP");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Upstream's v1 PriorityLevelConfiguration defaults (30 nominal shares for a limited level,
+/// 64 queues of hand size 8 and length 50 when queuing).
+fn default_priority_level(spec: &mut Map<String, Value>) {
+    if let Some(Value::Object(ex)) = spec.get_mut("exempt") {
+        set_val(ex, "nominalConcurrencyShares", json!(0));
+        set_val(ex, "lendablePercent", json!(0));
+    }
+    if let Some(Value::Object(l)) = spec.get_mut("limited") {
+        set_val(l, "nominalConcurrencyShares", json!(30));
+        set_val(l, "lendablePercent", json!(0));
+        if let Some(Value::Object(q)) = l
+            .get_mut("limitResponse")
+            .and_then(|r| r.get_mut("queuing"))
+        {
+            set_val(q, "queues", json!(64));
+            set_val(q, "handSize", json!(8));
+            set_val(q, "queueLengthLimit", json!(50));
+        }
     }
 }
 

@@ -555,6 +555,93 @@ pub fn columns(gvk: &Gvk) -> Vec<Value> {
             ),
             age_col(),
         ],
+        ("networking.k8s.io", "Ingress") => vec![
+            name_col(),
+            s("Class", "The name of the IngressClass resource."),
+            s(
+                "Hosts",
+                "Hosts that incoming requests are matched against before the ingress rule",
+            ),
+            s(
+                "Address",
+                "Address is a list containing ingress points for the load-balancer",
+            ),
+            s("Ports", "Ports of TLS configurations that open"),
+            age_col(),
+        ],
+        ("networking.k8s.io", "IngressClass") => vec![
+            name_col(),
+            s(
+                "Controller",
+                "Controller that is responsible for handling this class",
+            ),
+            s(
+                "Parameters",
+                "A reference to a resource with additional parameters",
+            ),
+            age_col(),
+        ],
+        ("networking.k8s.io", "NetworkPolicy") => vec![
+            name_col(),
+            s(
+                "Pod-Selector",
+                "podSelector selects the pods to which this NetworkPolicy object applies. The array of rules is applied to any pods selected by this field. An empty selector matches all pods in the policy's namespace. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is optional. If it is not specified, it defaults to an empty selector.",
+            ),
+            age_col(),
+        ],
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => vec![
+            name_col(),
+            s(
+                "PriorityLevel",
+                "name is the name of the priority level configuration being referenced Required.",
+            ),
+            s(
+                "MatchingPrecedence",
+                "matchingPrecedence is used to choose among the FlowSchemas that match a given request. The chosen FlowSchema is among those with the numerically lowest (which we take to be logically highest) MatchingPrecedence.  Each MatchingPrecedence value must be ranged in [1,10000]. Note that if the precedence is not specified, it will be set to 1000 as default.",
+            ),
+            s(
+                "DistinguisherMethod",
+                "`type` is the type of flow distinguisher method The supported types are \"ByUser\" and \"ByNamespace\". Required.",
+            ),
+            age_col(),
+            s(
+                "MissingPL",
+                "indicates whether the referenced PriorityLevelConfiguration object does not exist",
+            ),
+        ],
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => vec![
+            name_col(),
+            s(
+                "Type",
+                "`type` indicates whether this priority level is subject to limitation on request execution.  A value of `\"Exempt\"` means that requests of this priority level are not subject to a limit (and thus are never queued) and do not detract from the capacity made available to other priority levels.  A value of `\"Limited\"` means that (a) requests of this priority level _are_ subject to limits and (b) some of the server's limited capacity is made available exclusively to this priority level. Required.",
+            ),
+            s(
+                "NominalConcurrencyShares",
+                "nominalConcurrencyShares (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level.",
+            ),
+            s(
+                "Queues",
+                "`queues` is the number of queues for this priority level. The queues exist independently at each apiserver. The value must be positive.  Setting it to 1 effectively precludes shufflesharding and thus makes the distinguisher method of associated flow schemas irrelevant.  This field has a default value of 64.",
+            ),
+            s(
+                "HandSize",
+                "`handSize` is a small positive number that configures the shuffle sharding of requests into queues.",
+            ),
+            s(
+                "QueueLengthLimit",
+                "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time; excess requests are rejected.  This value must be positive.  If not specified, it will be defaulted to 50.",
+            ),
+            age_col(),
+        ],
+        ("apiregistration.k8s.io", "APIService") => vec![
+            name_col(),
+            s(
+                "Service",
+                "The reference to the service that hosts this API endpoint.",
+            ),
+            s("Available", "Whether this service is available."),
+            age_col(),
+        ],
         _ => vec![name_col(), age_col()],
     }
 }
@@ -932,6 +1019,86 @@ fn cells(gvk: &Gvk, o: &Value, now: Timestamp) -> (Vec<Value>, Option<Value>) {
             ]
         }
         ("node.k8s.io", "RuntimeClass") => vec![name, json!(s_at(o, "/handler")), age],
+        ("networking.k8s.io", "Ingress") => ingress_cells(o, name, age),
+        ("networking.k8s.io", "IngressClass") => {
+            let parameters = match o.pointer("/spec/parameters") {
+                Some(p) if p.is_object() => {
+                    let mut out = s_at(p, "/kind").to_string();
+                    if let Some(g) = p.get("apiGroup").and_then(Value::as_str) {
+                        out = format!("{out}.{g}");
+                    }
+                    format!("{out}/{}", s_at(p, "/name"))
+                }
+                _ => "<none>".to_string(),
+            };
+            vec![
+                name,
+                json!(s_at(o, "/spec/controller")),
+                json!(parameters),
+                age,
+            ]
+        }
+        ("networking.k8s.io", "NetworkPolicy") => {
+            vec![
+                name,
+                json!(label_selector_string(o.pointer("/spec/podSelector"))),
+                age,
+            ]
+        }
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => {
+            let method = o
+                .pointer("/spec/distinguisherMethod/type")
+                .and_then(Value::as_str)
+                .unwrap_or("<none>");
+            let missing = arr(o, "/status/conditions")
+                .iter()
+                .find(|c| s_at(c, "/type") == "Dangling")
+                .map(|c| s_at(c, "/status"))
+                .unwrap_or("?");
+            vec![
+                name,
+                json!(s_at(o, "/spec/priorityLevelConfiguration/name")),
+                json!(i_at(o, "/spec/matchingPrecedence").to_string()),
+                json!(method),
+                age,
+                json!(missing),
+            ]
+        }
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => {
+            let num = |ptr: &str| {
+                o.pointer(ptr)
+                    .and_then(Value::as_i64)
+                    .map_or("<none>".to_string(), |n| n.to_string())
+            };
+            let q = "/spec/limited/limitResponse/queuing";
+            vec![
+                name,
+                json!(s_at(o, "/spec/type")),
+                json!(num("/spec/limited/nominalConcurrencyShares")),
+                json!(num(&format!("{q}/queues"))),
+                json!(num(&format!("{q}/handSize"))),
+                json!(num(&format!("{q}/queueLengthLimit"))),
+                age,
+            ]
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            let service = match o.pointer("/spec/service") {
+                Some(svc) if svc.is_object() => {
+                    format!("{}/{}", s_at(svc, "/namespace"), s_at(svc, "/name"))
+                }
+                _ => "Local".to_string(),
+            };
+            let available = arr(o, "/status/conditions")
+                .iter()
+                .find(|c| s_at(c, "/type") == "Available")
+                .map(|c| match (s_at(c, "/status"), s_at(c, "/reason")) {
+                    ("True", _) => "True".to_string(),
+                    (st, "") => st.to_string(),
+                    (st, reason) => format!("{st} ({reason})"),
+                })
+                .unwrap_or_else(|| "Unknown".to_string());
+            vec![name, json!(service), json!(available), age]
+        }
         ("", "PersistentVolume") => persistent_volume_cells(o, name, age),
         ("", "PersistentVolumeClaim") => persistent_volume_claim_cells(o, name, age),
         ("storage.k8s.io", "StorageClass") => storage_class_cells(o, age),
@@ -1104,6 +1271,62 @@ fn selector_string(o: &Value) -> String {
         Ok(s) => s.to_string(),
         Err(()) => "<invalid>".to_string(),
     }
+}
+
+/// Upstream's `metav1.FormatLabelSelector`: `<none>` for an empty selector.
+fn label_selector_string(sel: Option<&Value>) -> String {
+    let Some(sel) = sel.filter(|v| !v.is_null()) else {
+        return "<none>".to_string();
+    };
+    match serde_json::from_value(sel.clone())
+        .map_err(|_| ())
+        .and_then(|s| crate::selector::from_metav1(&s).map_err(|_| ()))
+    {
+        Ok(s) => or_none(&s.to_string()),
+        Err(()) => "<error>".to_string(),
+    }
+}
+
+/// Upstream's `printIngress`: hosts (`*` when a rule has none), the load balancer's
+/// addresses, and `80, 443` once TLS is configured.
+fn ingress_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
+    let class = o
+        .pointer("/spec/ingressClassName")
+        .and_then(Value::as_str)
+        .unwrap_or("<none>");
+    let hosts: Vec<String> = arr(o, "/spec/rules")
+        .iter()
+        .map(|r| match s_at(r, "/host") {
+            "" => "*".to_string(),
+            h => h.to_string(),
+        })
+        .collect();
+    let hosts = if hosts.is_empty() {
+        "*".to_string()
+    } else {
+        list_with_more(&hosts)
+    };
+    let addrs: Vec<&str> = arr(o, "/status/loadBalancer/ingress")
+        .iter()
+        .filter_map(|i| {
+            [s_at(i, "/ip"), s_at(i, "/hostname")]
+                .into_iter()
+                .find(|a| !a.is_empty())
+        })
+        .collect();
+    let ports = if arr(o, "/spec/tls").is_empty() {
+        "80"
+    } else {
+        "80, 443"
+    };
+    vec![
+        name,
+        json!(class),
+        json!(hosts),
+        json!(addrs.join(",")),
+        json!(ports),
+        age,
+    ]
 }
 
 fn list_with_more(list: &[String]) -> String {

@@ -29,8 +29,10 @@ fn round_trip<T: DeserializeOwned + Serialize>(obj: &Value) -> Result<Value, Str
 /// The typed round trip for catalogue kinds; `None` for kinds without a struct here.
 fn typed_round_trip(gvk: &Gvk, obj: &Value) -> Option<Result<Value, String>> {
     use k8s_openapi::api::{
-        apps, coordination, core, discovery, events, node, policy, rbac, scheduling,
+        apps, coordination, core, discovery, events, flowcontrol, networking, node, policy, rbac,
+        scheduling,
     };
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
     let mut input = obj.clone();
     // The typed structs insist on their own apiVersion/kind; the caller has already routed
     // the object by its URL, so fill them in when the body omits them.
@@ -59,6 +61,22 @@ fn typed_round_trip(gvk: &Gvk, obj: &Value) -> Option<Result<Value, String>> {
             }
             ("events.k8s.io", "v1", "Event") => round_trip::<events::v1::Event>(v),
             ("node.k8s.io", "v1", "RuntimeClass") => round_trip::<node::v1::RuntimeClass>(v),
+            ("networking.k8s.io", "v1", "Ingress") => round_trip::<networking::v1::Ingress>(v),
+            ("networking.k8s.io", "v1", "IngressClass") => {
+                round_trip::<networking::v1::IngressClass>(v)
+            }
+            ("networking.k8s.io", "v1", "NetworkPolicy") => {
+                round_trip::<networking::v1::NetworkPolicy>(v)
+            }
+            ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema") => {
+                round_trip::<flowcontrol::v1::FlowSchema>(v)
+            }
+            ("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration") => {
+                round_trip::<flowcontrol::v1::PriorityLevelConfiguration>(v)
+            }
+            ("apiregistration.k8s.io", "v1", "APIService") => {
+                round_trip::<apiregistration::v1::APIService>(v)
+            }
             ("policy", "v1", "PodDisruptionBudget") => {
                 round_trip::<policy::v1::PodDisruptionBudget>(v)
             }

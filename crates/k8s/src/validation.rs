@@ -9,14 +9,17 @@ use std::fmt;
 use serde_json::Value;
 
 mod apiextensions;
+mod apiregistration;
 mod batch;
 pub mod certificates;
 mod cluster;
 mod common;
 mod config;
+mod flowcontrol;
 mod meta;
 mod names;
 mod network;
+mod networking;
 mod object;
 mod pod;
 mod rbac;

@@ -27,7 +27,7 @@ PACKAGES = [
     "api/core/v1", "api/apps/v1", "api/coordination/v1", "api/discovery/v1",
     "api/events/v1", "api/node/v1", "api/policy/v1", "api/scheduling/v1",
     "api/autoscaling/v1", "api/authentication/v1", "api/batch/v1", "api/storage/v1",
-    "api/rbac/v1", "api/authorization/v1",
+    "api/rbac/v1", "api/authorization/v1", "api/networking/v1",
     "apimachinery/pkg/apis/meta/v1", "apimachinery/pkg/runtime",
     "apimachinery/pkg/api/resource", "apimachinery/pkg/util/intstr",
 ]

@@ -1,6 +1,8 @@
 //! Objects every cluster has from its first start: the four system namespaces, the
 //! `kubernetes` Service with its Endpoints and EndpointSlice, the two system
-//! PriorityClasses and k3s's default `local-path` StorageClass.
+//! PriorityClasses, k3s's default `local-path` StorageClass, and API Priority and Fairness's
+//! mandatory and suggested PriorityLevelConfigurations and FlowSchemas (stored for kubectl
+//! and tools; nodus's own request limiting is the max-in-flight filter, `super::inflight`).
 
 use serde_json::{Value, json};
 
@@ -79,6 +81,24 @@ pub(crate) fn upsert(
     Ok(())
 }
 
+/// Upstream's APF configuration objects, each FlowSchema's `Dangling` condition written
+/// before the first request (`super::apfconfig` keeps it current).
+fn ensure_flowcontrol(st: &ApiState) -> Result<(), StoreError> {
+    use nodus_k8s::flowcontrol::{AUTOUPDATE_ANNOTATION, flow_schemas, priority_levels};
+    const GROUP: &str = "flowcontrol.apiserver.k8s.io";
+    let meta = |name: &str| json!({"name": name, "annotations": {AUTOUPDATE_ANNOTATION: "true"}});
+    for (name, spec) in priority_levels() {
+        let obj = json!({"metadata": meta(name), "spec": spec});
+        ensure_object(st, GROUP, "prioritylevelconfigurations", None, obj)?;
+    }
+    for (name, spec) in flow_schemas() {
+        let obj = json!({"metadata": meta(name), "spec": spec});
+        ensure_object(st, GROUP, "flowschemas", None, obj)?;
+    }
+    crate::apiserver::apfconfig::sync(st);
+    Ok(())
+}
+
 pub fn ensure(st: &ApiState) -> Result<(), StoreError> {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         ensure_object(
@@ -111,6 +131,7 @@ pub fn ensure(st: &ApiState) -> Result<(), StoreError> {
             "description": desc, "preemptionPolicy": "PreemptLowerPriority"}),
         )?;
     }
+    ensure_flowcontrol(st)?;
     // k3s ships local-path-provisioner's class as the default; nodus provisions it in
     // `controllers::volume::provisioner`.
     ensure_object(

@@ -291,6 +291,7 @@ pub(crate) fn sync(st: &ApiState) {
         settled.push(crd);
     }
     rebuild(&settled);
+    super::autoregister::sync(st);
     for crd in settled
         .iter()
         .filter(|c| c.pointer("/metadata/deletionTimestamp").is_some())

@@ -3,8 +3,10 @@
 //! (bootstrap objects, admission, garbage collection, namespace deletion).
 
 pub mod admission;
+pub(crate) mod apfconfig;
 pub mod authn;
 pub mod authz;
+pub(crate) mod autoregister;
 pub mod bootstrap;
 pub mod controllers;
 pub(crate) mod crd;

@@ -496,6 +496,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     let app = router(st.clone());
     let mut tasks = JoinSet::new();
     tasks.spawn(super::crd::run(st.clone()));
+    tasks.spawn(super::apfconfig::run(st.clone()));
     tasks.spawn(metrics_api::run(st.clone()));
     let mut controllers_cfg = cfg.controllers.clone();
     if controllers_cfg.cluster_signing_cert_file.is_none() {

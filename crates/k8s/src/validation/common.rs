@@ -90,6 +90,9 @@ pub(super) fn name_fn(gvk: &Gvk) -> NameFn {
         ("", "Namespace") => name_is_dns_label,
         ("", "Service") => name_is_dns1035_label,
         ("rbac.authorization.k8s.io", _) => name_is_path_segment,
+        // `<version>.<group>`, `v1.` for the core group; the exact form is checked by
+        // `apiregistration::validate_api_service`.
+        ("apiregistration.k8s.io", _) => name_is_path_segment,
         _ => name_is_dns_subdomain,
     }
 }
@@ -275,5 +278,18 @@ pub(super) fn semantic(v: &Value) -> Value {
         ),
         Value::Array(a) => Value::Array(a.iter().map(semantic).collect()),
         other => other.clone(),
+    }
+}
+
+/// Upstream's `ValidateLabelSelector` as far as parsing a selector checks it (operators,
+/// values per operator, label keys and values).
+pub(super) fn label_selector(errs: &mut Errs, path: Path, sel: &Value) {
+    let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
+        serde_json::from_value(sel.clone());
+    let checked = parsed
+        .map_err(|e| e.to_string())
+        .and_then(|s| crate::selector::from_metav1(&s).map_err(|e| e.to_string()));
+    if let Err(e) = checked {
+        errs.push(FieldError::invalid(path, sel.clone(), e));
     }
 }

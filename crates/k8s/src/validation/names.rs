@@ -121,6 +121,29 @@ pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
     errs
 }
 
+const WILDCARD_DNS1123_SUBDOMAIN_FMT: &str =
+    "\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const WILDCARD_DNS1123_SUBDOMAIN_ERR: &str = "a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character";
+
+/// Upstream's `IsWildcardDNS1123Subdomain` (Ingress hosts such as `*.example.com`).
+pub fn is_wildcard_dns1123_subdomain(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
+        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH));
+    }
+    let ok = value
+        .strip_prefix("*.")
+        .is_some_and(is_dns1123_subdomain_syntax);
+    if !ok {
+        errs.push(regex_error(
+            WILDCARD_DNS1123_SUBDOMAIN_ERR,
+            WILDCARD_DNS1123_SUBDOMAIN_FMT,
+            &["*.example.com"],
+        ));
+    }
+    errs
+}
+
 /// Upstream's `IsDNS1035Label`.
 pub fn is_dns1035_label(value: &str) -> Vec<String> {
     let mut errs = Vec::new();

@@ -85,6 +85,24 @@ pub fn validate_object(gvk: &Gvk, obj: &Value, old: Option<&Value>) -> Vec<Field
         ("apps", "ControllerRevision") => validate_controller_revision(&mut errs, obj, old),
         ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut errs, obj, old),
         ("node.k8s.io", "RuntimeClass") => validate_runtime_class(&mut errs, obj, old),
+        ("networking.k8s.io", "Ingress") => {
+            super::networking::validate_ingress(&mut errs, obj, old)
+        }
+        ("networking.k8s.io", "IngressClass") => {
+            super::networking::validate_ingress_class(&mut errs, obj, old)
+        }
+        ("networking.k8s.io", "NetworkPolicy") => {
+            super::networking::validate_network_policy(&mut errs, obj, old)
+        }
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => {
+            super::flowcontrol::validate_flow_schema(&mut errs, obj)
+        }
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => {
+            super::flowcontrol::validate_priority_level(&mut errs, obj)
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            super::apiregistration::validate_api_service(&mut errs, obj)
+        }
         ("", "PersistentVolume") => validate_persistent_volume(&mut errs, obj, old),
         ("", "PersistentVolumeClaim") => validate_persistent_volume_claim(&mut errs, obj, old),
         ("storage.k8s.io", "StorageClass") => validate_storage_class(&mut errs, obj, old),

@@ -727,18 +727,7 @@ fn weight(errs: &mut Errs, v: &Value, p: &Path) {
 
 fn validate_pod_affinity_term(errs: &mut Errs, term: &Value, p: &Path) {
     if let Some(sel) = term.get("labelSelector").filter(|v| !v.is_null()) {
-        let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
-            serde_json::from_value(sel.clone());
-        let checked = parsed
-            .map_err(|e| e.to_string())
-            .and_then(|s| crate::selector::from_metav1(&s).map_err(|e| e.to_string()));
-        if let Err(e) = checked {
-            errs.push(FieldError::invalid(
-                p.child("labelSelector"),
-                sel.clone(),
-                e,
-            ));
-        }
+        super::common::label_selector(errs, p.child("labelSelector"), sel);
     }
     let key = s(term, "topologyKey");
     if key.is_empty() {

@@ -372,14 +372,7 @@ pub(super) fn validate_pdb(errs: &mut Errs, obj: &Value) {
         true,
     );
     if let Some(sel) = spec.get("selector").filter(|v| !v.is_null()) {
-        let parsed: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, _> =
-            serde_json::from_value(sel.clone());
-        let checked = parsed
-            .map_err(|e| e.to_string())
-            .and_then(|sel| crate::selector::from_metav1(&sel).map_err(|e| e.to_string()));
-        if let Err(e) = checked {
-            errs.push(FieldError::invalid(sp.child("selector"), sel.clone(), e));
-        }
+        super::common::label_selector(errs, sp.child("selector"), sel);
     }
     if let Some(p) = spec
         .get("unhealthyPodEvictionPolicy")

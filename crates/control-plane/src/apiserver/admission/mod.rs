@@ -3,8 +3,10 @@
 //! Priority (priorityClassName → priority), Service ClusterIP and NodePort allocation,
 //! DefaultStorageClass (a claim without a class gets the default one) and
 //! StorageObjectInUseProtection (the pvc-/pv-protection finalizers on create).
-//! NodeRestriction, ServiceAccount and [`runtimeclass`] admission are modules of their own.
+//! NodeRestriction, ServiceAccount, [`runtimeclass`] and [`defaultingressclass`] admission are
+//! modules of their own.
 
+pub(crate) mod defaultingressclass;
 pub(crate) mod noderestriction;
 pub(crate) mod runtimeclass;
 pub mod serviceaccount;
@@ -325,6 +327,10 @@ pub async fn create<'a>(
         }
         ("", "PersistentVolume") => {
             add_finalizer(obj, PV_PROTECTION);
+            Ok(None)
+        }
+        ("networking.k8s.io", "Ingress") => {
+            defaultingressclass::admit(st, obj)?;
             Ok(None)
         }
         ("", "Service") => {

@@ -50,6 +50,7 @@ macro_rules! kind_table {
 
 kind_table! {
     "", "v1", "Binding" => api::core::v1::Binding, false;
+    "apiregistration.k8s.io", "v1", "APIService" => k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService, true;
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition" => k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition, true;
     "", "v1", "ComponentStatus" => api::core::v1::ComponentStatus, true;
     "", "v1", "ConfigMap" => api::core::v1::ConfigMap, true;
@@ -87,6 +88,8 @@ kind_table! {
     "coordination.k8s.io", "v1", "Lease" => api::coordination::v1::Lease, true;
     "discovery.k8s.io", "v1", "EndpointSlice" => api::discovery::v1::EndpointSlice, true;
     "events.k8s.io", "v1", "Event" => api::events::v1::Event, true;
+    "flowcontrol.apiserver.k8s.io", "v1", "FlowSchema" => api::flowcontrol::v1::FlowSchema, true;
+    "flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration" => api::flowcontrol::v1::PriorityLevelConfiguration, true;
     "networking.k8s.io", "v1", "Ingress" => api::networking::v1::Ingress, true;
     "networking.k8s.io", "v1", "IngressClass" => api::networking::v1::IngressClass, true;
     "networking.k8s.io", "v1", "NetworkPolicy" => api::networking::v1::NetworkPolicy, true;

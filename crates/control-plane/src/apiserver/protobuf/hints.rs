@@ -39,6 +39,7 @@ pub(super) static INLINE: &[(&str, &str)] = &[
         "localObjectReference",
     ),
     ("k8s.io.api.core.v1.Volume", "volumeSource"),
+    ("k8s.io.api.networking.v1.IngressRule", "ingressRuleValue"),
 ];
 
 /// Required fields (no `omitempty` upstream): JSON carries them even when zero.
@@ -591,4 +592,22 @@ pub(super) static REQUIRED: &[(&str, &str)] = &[
         "serverAddress",
     ),
     ("k8s.io.apimachinery.pkg.apis.meta.v1.Status", "metadata"),
+    ("k8s.io.api.networking.v1.HTTPIngressPath", "pathType"),
+    ("k8s.io.api.networking.v1.HTTPIngressPath", "backend"),
+    ("k8s.io.api.networking.v1.IPBlock", "cidr"),
+    ("k8s.io.api.networking.v1.Ingress", "metadata"),
+    ("k8s.io.api.networking.v1.IngressClass", "metadata"),
+    (
+        "k8s.io.api.networking.v1.IngressClassParametersReference",
+        "kind",
+    ),
+    (
+        "k8s.io.api.networking.v1.IngressClassParametersReference",
+        "name",
+    ),
+    ("k8s.io.api.networking.v1.IngressPortStatus", "port"),
+    ("k8s.io.api.networking.v1.IngressPortStatus", "protocol"),
+    ("k8s.io.api.networking.v1.IngressServiceBackend", "name"),
+    ("k8s.io.api.networking.v1.NetworkPolicy", "metadata"),
+    ("k8s.io.api.networking.v1.NetworkPolicySpec", "podSelector"),
 ];

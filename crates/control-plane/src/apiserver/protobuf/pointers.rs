@@ -133,6 +133,14 @@ pub(super) static POINTERS: &[(&str, &str)] = fields! {
     "k8s.io.api.discovery.v1" "EndpointConditions": ["ready", "serving", "terminating"];
     "k8s.io.api.discovery.v1" "EndpointPort": ["name", "protocol", "port", "appProtocol"];
 
+    "k8s.io.api.networking.v1" "IngressSpec": ["ingressClassName"];
+    "k8s.io.api.networking.v1" "HTTPIngressPath": ["pathType"];
+    "k8s.io.api.networking.v1" "IngressClassParametersReference": [
+        "apiGroup", "scope", "namespace",
+    ];
+    "k8s.io.api.networking.v1" "IngressPortStatus": ["error"];
+    "k8s.io.api.networking.v1" "NetworkPolicyPort": ["protocol", "endPort"];
+
     "k8s.io.api.policy.v1" "PodDisruptionBudgetSpec": ["unhealthyPodEvictionPolicy"];
 
     "k8s.io.api.scheduling.v1" "PriorityClass": ["preemptionPolicy"];
