@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use kube::api::ListParams;
-use nodus_bench::controlplane::{CONCURRENT, client, create_rates, fill_to, list_pods, start_with};
+use nodus_bench::controlplane::{
+    CONCURRENT, PER_CLIENT, SINGLE, client, create_rates, fill_to, list_pods, start_with,
+};
 use nodus_bench::targets::{pct, rss_kib};
 use nodus_control_plane::storage::EtcdServer;
 
