@@ -322,7 +322,11 @@ fn prune_list(items: &mut Vec<Value>, remove: &FieldSet, keep: Option<&FieldSet>
                     prune_map(m, sub, keep_sub, f.ty);
                 }
             }
-            PathElement::Value(v) if member => items.retain(|i| i.to_string() != *v),
+            PathElement::Value(v) if member => {
+                if let Ok(member) = serde_json::from_str::<Value>(v) {
+                    items.retain(|i| *i != member);
+                }
+            }
             _ => {}
         }
     }
