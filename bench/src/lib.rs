@@ -22,6 +22,22 @@ pub fn write_arg() -> Result<Option<PathBuf>, String> {
     Ok(write)
 }
 
+/// The nodus binary under test: `$NODUS_BIN`, else the workspace's release build.
+pub fn nodus_bin() -> PathBuf {
+    std::env::var_os("NODUS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "target/release/nodus".into())
+}
+
+/// Which profile built `bin`, for a section's "Measured …" line.
+pub fn build_profile(bin: &Path) -> &'static str {
+    if bin.to_string_lossy().contains("/debug/") {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 /// Today's UTC date, `YYYY-MM-DD`, for a section's "Measured …" line.
 pub fn today() -> String {
     let secs = std::time::SystemTime::now()

@@ -27,8 +27,7 @@ async fn main() -> Result<()> {
         .skip_while(|a| a != "--write")
         .nth(1)
         .map(PathBuf::from);
-    let bin =
-        PathBuf::from(std::env::var("NODUS_BIN").unwrap_or_else(|_| "target/release/nodus".into()));
+    let bin = nodus_bench::nodus_bin();
     let server = start(&bin)?;
     let pid = server.child.id();
     let c = client(&server.kubeconfig).await?;

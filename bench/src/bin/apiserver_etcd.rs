@@ -61,8 +61,7 @@ async fn main() -> Result<()> {
         .nth(1)
         .map(PathBuf::from);
     let build = std::env::var("BENCH_BUILD").unwrap_or_else(|_| "release".into());
-    let bin =
-        PathBuf::from(std::env::var("NODUS_BIN").unwrap_or_else(|_| "target/release/nodus".into()));
+    let bin = nodus_bench::nodus_bin();
     let embedded = run(&bin, None).await?;
     let dir = tempfile::Builder::new().prefix("bench-etcd-").tempdir()?;
     let member = EtcdServer::start(dir.path())?;

@@ -7,7 +7,7 @@
 //! - EndpointSlice latency: from a pod's Ready status write to the slice showing the
 //!   endpoint ready, 100 samples.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -279,8 +279,7 @@ async fn endpointslices(bin: &Path) -> Result<(f64, f64, f64)> {
 async fn main() -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
-    let bin =
-        PathBuf::from(std::env::var("NODUS_BIN").unwrap_or_else(|_| "target/release/nodus".into()));
+    let bin = nodus_bench::nodus_bin();
     let (rate, total, rss) = scheduling(&bin).await?;
     let (p50, p99, max) = endpointslices(&bin).await?;
     let reaction = lifecycle(&bin).await?;

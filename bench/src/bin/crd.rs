@@ -3,7 +3,6 @@
 //! and of a ConfigMap carrying the same payload, through kube-rs over HTTPS. The two
 //! workloads alternate in rounds so machine noise hits both alike.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -37,13 +36,8 @@ const CRD: &str = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomRe
 async fn main() -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
-    let bin =
-        PathBuf::from(std::env::var("NODUS_BIN").unwrap_or_else(|_| "target/release/nodus".into()));
-    let build = if bin.to_string_lossy().contains("/debug/") {
-        "debug"
-    } else {
-        "release"
-    };
+    let bin = nodus_bench::nodus_bin();
+    let build = nodus_bench::build_profile(&bin);
     let server = start(&bin)?;
     let c = client(&server.kubeconfig).await?;
 

@@ -8,7 +8,7 @@
 //! next round's standby. Upstream's bound for (a) is leaseDuration + up to one jittered
 //! retry period after the candidate saw the last renewal. Goal (issue 22): under 15 s.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -114,8 +114,7 @@ async fn main() -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
     let build = std::env::var("BENCH_BUILD").unwrap_or_else(|_| "release".into());
-    let bin =
-        PathBuf::from(std::env::var("NODUS_BIN").unwrap_or_else(|_| "target/release/nodus".into()));
+    let bin = nodus_bench::nodus_bin();
     let etcd_dir = tempfile::Builder::new()
         .prefix("bench-ha-etcd-")
         .tempdir()?;

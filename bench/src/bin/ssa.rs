@@ -5,7 +5,6 @@
 //! changes the replicas and an annotation so that none is a no-op; the two alternate in
 //! rounds so machine noise hits both alike.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -33,13 +32,8 @@ fn deployment(name: &str, n: usize) -> serde_json::Value {
 async fn main() -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let write = nodus_bench::write_arg().map_err(anyhow::Error::msg)?;
-    let bin =
-        PathBuf::from(std::env::var("NODUS_BIN").unwrap_or_else(|_| "target/release/nodus".into()));
-    let build = if bin.to_string_lossy().contains("/debug/") {
-        "debug"
-    } else {
-        "release"
-    };
+    let bin = nodus_bench::nodus_bin();
+    let build = nodus_bench::build_profile(&bin);
     let server = start(&bin)?;
     let c = client(&server.kubeconfig).await?;
     let deps: Api<Deployment> = Api::namespaced(c.clone(), "default");

@@ -250,37 +250,45 @@ fn validate_subject(errs: &mut Errs, subject: &Value, p: &Path) {
 }
 
 fn validate_verbs(errs: &mut Errs, rule: &Value, p: &Path) {
-    let verbs = strings(rule, "verbs");
-    let vp = p.child("verbs");
-    if verbs.is_empty() {
-        errs.push(FieldError::required(
-            vp,
-            "verbs must contain at least one value",
+    let empty = Some("verbs must contain at least one value");
+    if let Some(verbs) = wildcard_list(errs, rule, "verbs", p, empty, "verbs")
+        && !verbs.iter().all(|v| VERBS.contains(&v.as_str()))
+    {
+        errs.push(FieldError::not_supported(
+            p.child("verbs"),
+            json!(verbs),
+            &VERBS,
         ));
-    } else if has_wildcard(&verbs) {
-        if verbs.len() > 1 {
-            errs.push(FieldError::invalid(
-                vp,
-                json!(verbs),
-                "if '*' is present, must not specify other verbs",
-            ));
-        }
-    } else if !verbs.iter().all(|v| VERBS.contains(&v.as_str())) {
-        errs.push(FieldError::not_supported(vp, json!(verbs), &VERBS));
     }
 }
 
-/// A list that must not be empty and may hold `*` only alone.
-fn wildcard_list(errs: &mut Errs, rule: &Value, key: &str, p: &Path, empty: &str, other: &str) {
+/// A list that must not be empty (when `empty` gives the message) and may hold `*` only
+/// alone. Returns the list when it names items rather than `*`, for per-item checks.
+fn wildcard_list(
+    errs: &mut Errs,
+    rule: &Value,
+    key: &str,
+    p: &Path,
+    empty: Option<&str>,
+    other: &str,
+) -> Option<Vec<String>> {
     let list = strings(rule, key);
     if list.is_empty() {
-        errs.push(FieldError::required(p.child(key), empty));
-    } else if list.len() > 1 && has_wildcard(&list) {
-        errs.push(FieldError::invalid(
-            p.child(key),
-            json!(list),
-            format!("if '*' is present, must not specify other {other}"),
-        ));
+        if let Some(msg) = empty {
+            errs.push(FieldError::required(p.child(key), msg));
+        }
+        None
+    } else if has_wildcard(&list) {
+        if list.len() > 1 {
+            errs.push(FieldError::invalid(
+                p.child(key),
+                json!(list),
+                format!("if '*' is present, must not specify other {other}"),
+            ));
+        }
+        None
+    } else {
+        Some(list)
     }
 }
 
@@ -291,7 +299,7 @@ fn validate_resource_rule(errs: &mut Errs, rule: &Value, p: &Path) {
         rule,
         "apiGroups",
         p,
-        "resource rules must supply at least one api group",
+        Some("resource rules must supply at least one api group"),
         "api groups",
     );
     wildcard_list(
@@ -299,63 +307,41 @@ fn validate_resource_rule(errs: &mut Errs, rule: &Value, p: &Path) {
         rule,
         "resources",
         p,
-        "resource rules must supply at least one resource",
+        Some("resource rules must supply at least one resource"),
         "resources",
     );
-    let namespaces = strings(rule, "namespaces");
     let cluster_scope = rule
         .get("clusterScope")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let empty = (!cluster_scope)
+        .then_some("resource rules that are not cluster scoped must supply at least one namespace");
+    let Some(namespaces) = wildcard_list(errs, rule, "namespaces", p, empty, "namespaces") else {
+        return;
+    };
     let np = p.child("namespaces");
-    if namespaces.is_empty() && !cluster_scope {
-        errs.push(FieldError::required(
-            np,
-            "resource rules that are not cluster scoped must supply at least one namespace",
-        ));
-    } else if has_wildcard(&namespaces) {
-        if namespaces.len() > 1 {
+    for (i, ns) in namespaces.iter().enumerate() {
+        for m in name_is_dns_label(ns, false) {
             errs.push(FieldError::invalid(
-                np,
-                json!(namespaces),
-                "if '*' is present, must not specify other namespaces",
+                np.index(i),
+                json!(ns),
+                format!("{NS_ERR_INTRO}{m}"),
             ));
-        }
-    } else {
-        for (i, ns) in namespaces.iter().enumerate() {
-            for m in name_is_dns_label(ns, false) {
-                errs.push(FieldError::invalid(
-                    np.index(i),
-                    json!(ns),
-                    format!("{NS_ERR_INTRO}{m}"),
-                ));
-            }
         }
     }
 }
 
 fn validate_non_resource_rule(errs: &mut Errs, rule: &Value, p: &Path) {
     validate_verbs(errs, rule, p);
-    let urls = strings(rule, "nonResourceURLs");
-    let up = p.child("nonResourceURLs");
-    if urls.is_empty() {
-        errs.push(FieldError::required(
-            up,
-            "nonResourceURLs must contain at least one value",
-        ));
-    } else if has_wildcard(&urls) {
-        if urls.len() > 1 {
-            errs.push(FieldError::invalid(
-                up,
-                json!(urls),
-                "if '*' is present, must not specify other non-resource URLs",
-            ));
-        }
-    } else {
-        for (i, url) in urls.iter().enumerate() {
-            if let Some(m) = non_resource_url_error(url) {
-                errs.push(FieldError::invalid(up.index(i), json!(url), m));
-            }
+    let empty = Some("nonResourceURLs must contain at least one value");
+    let key = "nonResourceURLs";
+    let Some(urls) = wildcard_list(errs, rule, key, p, empty, "non-resource URLs") else {
+        return;
+    };
+    let up = p.child(key);
+    for (i, url) in urls.iter().enumerate() {
+        if let Some(m) = non_resource_url_error(url) {
+            errs.push(FieldError::invalid(up.index(i), json!(url), m));
         }
     }
 }
@@ -547,4 +533,80 @@ fn validate_queuing(errs: &mut Errs, q: &Value, p: &Path) {
 /// Upstream's `shufflesharding.RequiredEntropyBits`: ceil(log2(deck^hand)).
 fn required_entropy_bits(deck: i64, hand: i64) -> f64 {
     ((deck as f64).log2() * hand as f64).ceil()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule_errors(rule: Value) -> Vec<String> {
+        let obj = json!({"metadata": {"name": "s"}, "spec": {
+            "matchingPrecedence": 500,
+            "priorityLevelConfiguration": {"name": "workload-low"},
+            "rules": [rule]}});
+        let mut errs = Vec::new();
+        validate_flow_schema(&mut errs, &obj);
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn rule_lists_as_upstream() {
+        let group = json!([{"kind": "Group", "group": {"name": "g"}}]);
+        let cases: &[(Value, &[&str])] = &[
+            (
+                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"],
+                       "namespaces": ["*"]}),
+                &[],
+            ),
+            (
+                json!({"verbs": [], "apiGroups": [""], "resources": ["pods"],
+                       "clusterScope": true}),
+                &["verbs: Required value: verbs must contain at least one value"],
+            ),
+            (
+                json!({"verbs": ["*", "get"], "apiGroups": [""], "resources": ["pods"],
+                       "clusterScope": true}),
+                &["if '*' is present, must not specify other verbs"],
+            ),
+            (
+                json!({"verbs": ["fly"], "apiGroups": [""], "resources": ["pods"],
+                       "clusterScope": true}),
+                &["verbs: Unsupported value"],
+            ),
+            (
+                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}),
+                &["not cluster scoped must supply at least one namespace"],
+            ),
+            (
+                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"],
+                       "namespaces": ["*", "default"]}),
+                &["if '*' is present, must not specify other namespaces"],
+            ),
+            (
+                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"],
+                       "namespaces": ["Not_A_Label"]}),
+                &["namespaces[0]: Invalid value: \"Not_A_Label\""],
+            ),
+            (
+                json!({"verbs": ["get"], "nonResourceURLs": []}),
+                &["nonResourceURLs must contain at least one value"],
+            ),
+            (
+                json!({"verbs": ["get"], "nonResourceURLs": ["*", "/healthz"]}),
+                &["if '*' is present, must not specify other non-resource URLs"],
+            ),
+        ];
+        for (rule, want) in cases {
+            let key = if rule.get("nonResourceURLs").is_some() {
+                "nonResourceRules"
+            } else {
+                "resourceRules"
+            };
+            let errs = rule_errors(json!({"subjects": group, key: [rule]}));
+            assert_eq!(errs.len(), want.len(), "{rule}: {errs:?}");
+            for (e, w) in errs.iter().zip(want.iter()) {
+                assert!(e.contains(w), "{rule}: {e:?} lacks {w:?}");
+            }
+        }
+    }
 }
