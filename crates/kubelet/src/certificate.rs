@@ -130,19 +130,7 @@ pub fn current_valid(cert_dir: &Path, kind: Kind) -> bool {
 }
 
 fn write_private(path: &Path, contents: &[u8]) -> Result<(), CertificateError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    f.write_all(contents).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    nodus_serving::private::write(path, contents).map_err(io(path))
 }
 
 /// Stores a new certificate and key as `<prefix>-<unix time>.pem` and points

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod dns;
 mod join;
+mod loadbalancer;
 mod node;
 mod nri_plugin;
 mod token;

@@ -29,9 +29,14 @@ pub struct NodeArgs {
     #[arg(long)]
     pub control_plane_data_dir: Option<PathBuf>,
     /// The API server URL written into issued credentials [default: the one in the
-    /// control plane's admin.kubeconfig].
+    /// control plane's admin.kubeconfig]. Several, comma-separated (the API servers of one
+    /// HA control plane): the node reaches them through a local load balancer on
+    /// 127.0.0.1:--apiserver-lb-port, as k3s's agent does, and fails over when one dies.
     #[arg(long)]
     pub server: Option<String>,
+    /// The port of the local API server load balancer (with several --server URLs).
+    #[arg(long, default_value_t = crate::loadbalancer::DEFAULT_PORT)]
+    pub apiserver_lb_port: u16,
     /// A bootstrap token (`nodus token create`) to join the cluster at --server with.
     #[arg(long)]
     pub token: Option<String>,
@@ -146,10 +151,11 @@ async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow
         args.control_plane_data_dir.is_none(),
         "--token and --control-plane-data-dir are alternatives"
     );
-    let server = args
-        .server
-        .clone()
-        .context("--token needs --server https://HOST:PORT (the API server to join)")?;
+    let servers = crate::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
+    anyhow::ensure!(
+        !servers.is_empty(),
+        "--token needs --server https://HOST:PORT (the API server to join)"
+    );
     let hashes = args
         .discovery_token_ca_cert_hash
         .iter()
@@ -174,7 +180,23 @@ async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow
         );
     let ca = dir.join("pki").join("ca.crt");
     if !joined {
-        let info = crate::join::discover(&server, token, &hashes).await?;
+        // Discovery from the first API server that answers; the bootstrap kubeconfig names
+        // that one (with several servers the node's own kubeconfig is rewritten to the local
+        // load balancer afterwards).
+        let mut found = None;
+        for server in &servers {
+            match crate::join::discover(server, token, &hashes).await {
+                Ok(info) => {
+                    found = Some((server.clone(), info));
+                    break;
+                }
+                Err(e) if servers.len() > 1 => {
+                    tracing::warn!(server = %server, error = %e, "discovery failed; trying the next API server")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let (server, info) = found.context("no API server answered discovery")?;
         let (bootstrap, _) = crate::join::write_bootstrap(&dir, &server, token, &info)?;
         tracing::info!(server = %server, "cluster-info verified with the token and the CA hash");
         nodus_kubelet::certificate::bootstrap_client(&kubeconfig, &bootstrap, &cert_dir, node)
@@ -201,8 +223,9 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
         // The kube-dns Service of a control plane on the default service CIDR.
         args.kubelet.default_cluster_dns = vec![DEFAULT_CLUSTER_DNS.to_string()];
     }
+    let servers = crate::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
     if let Some(cp) = &args.control_plane_data_dir {
-        let server = match &args.server {
+        let server = match servers.first() {
             Some(s) => s.clone(),
             None => server_of(&cp.join("admin.kubeconfig"))?,
         };
@@ -238,10 +261,26 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     if let Some(token) = args.token.clone() {
         join_with_token(&mut args, &node, &token).await?;
     }
-    let Some(kubeconfig) = args.kubelet.kubeconfig.clone() else {
+    let Some(mut kubeconfig) = args.kubelet.kubeconfig.clone() else {
         anyhow::bail!(
             "`nodus node` needs --server URL --token T --discovery-token-ca-cert-hash sha256:H, --kubeconfig FILE (a system:node:<name> kubeconfig) or --control-plane-data-dir DIR"
         );
+    };
+    // Kept alive for the node's lifetime: every component's connections go through it.
+    let _lb = if servers.len() > 1 {
+        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], args.apiserver_lb_port));
+        let lb = crate::loadbalancer::LoadBalancer::start(listen, &servers).await?;
+        let lb_kubeconfig = args
+            .data_dir
+            .join("kubelet")
+            .join("apiserver-lb.kubeconfig");
+        nodus_serving::private::create_dir(&args.data_dir.join("kubelet"))?;
+        crate::loadbalancer::rewrite_kubeconfig(&kubeconfig, &lb_kubeconfig, &lb.url())?;
+        kubeconfig = lb_kubeconfig;
+        args.kubelet.kubeconfig = Some(kubeconfig.clone());
+        Some(lb)
+    } else {
+        None
     };
     let socket = args.data_dir.join("run").join("nodus.sock");
     if args.kubelet.container_runtime_endpoint.is_none() {

@@ -125,6 +125,33 @@ impl ControlPlane {
         cp
     }
 
+    /// A second control plane of the same cluster in `netns`, listening on `bind` with
+    /// `extra` flags: it starts from a copy of this one's PKI, as kubeadm's
+    /// `join --control-plane` copies it (same CA, same service-account key).
+    pub fn start_peer(&self, bind: std::net::IpAddr, extra: &[&str]) -> ControlPlane {
+        let dir = tempfile::Builder::new()
+            .prefix("nodus-cp-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let pki = dir.path().join("data").join("pki");
+        std::fs::create_dir_all(&pki).expect("pki dir");
+        for f in std::fs::read_dir(self.data_dir().join("pki")).expect("pki") {
+            let f = f.expect("entry").path();
+            std::fs::copy(&f, pki.join(f.file_name().expect("name"))).expect("copy pki");
+        }
+        let mut cp = ControlPlane {
+            daemon: None,
+            netns: Arc::clone(&self.netns),
+            dir,
+            starts: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            bind,
+        };
+        cp.spawn();
+        cp
+    }
+
     fn spawn(&mut self) {
         self.starts += 1;
         let mut cmd = self.netns.command(nodus_bin()).expect("command in netns");
