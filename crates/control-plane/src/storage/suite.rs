@@ -290,3 +290,61 @@ fn concurrent_read_modify_writes_lose_nothing(b: &Backend) {
     }
     assert_eq!(b.store.get(key).unwrap().unwrap().object["n"], 80);
 }
+
+/// Polls `f` until it succeeds; panics with the last error after 30 s.
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Result<T, StoreError>) -> T {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(_) if start.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+/// Three etcd members: the store loses the one it uses and goes on through the next, as
+/// kube-apiserver does with several `--etcd-servers`.
+#[test]
+fn etcd_store_fails_over_to_the_next_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut members = EtcdServer::start_cluster(&dir.path().join("etcd"), 3)
+        .unwrap_or_else(|e| panic!("starting a 3-member etcd: {e}"));
+    let urls: Vec<String> = members.iter().map(EtcdServer::url).collect();
+    let store = EtcdStore::connect(&EtcdConfig::new(urls.clone())).unwrap();
+    assert_eq!(store.server(), urls[0]);
+    let cm = |name: &str| json!({"metadata": {"name": name, "namespace": "default"}});
+    // A fresh cluster may still be electing its leader.
+    eventually("the first write", || {
+        store.create("/core/configmaps/default/before", cm("before"))
+    });
+    let from = store.revision();
+    let mut rx = store.watch("/core/configmaps/", from).unwrap();
+
+    members[0].stop();
+    // The watch on the lost member ends: its consumer re-watches from its last revision.
+    let start = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            _ if start.elapsed() > Duration::from_secs(30) => {
+                panic!("the watch on the stopped member did not end")
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let before = eventually("a read after the loss", || {
+        store.get("/core/configmaps/default/before")
+    });
+    assert!(before.is_some(), "the object written before is gone");
+    assert_eq!(store.server(), urls[1], "the next member took over");
+    let after = eventually("a write after the loss", || {
+        store.create("/core/configmaps/default/after", cm("after"))
+    });
+    let mut rx = store.watch("/core/configmaps/", from).unwrap();
+    let ev = recv(&mut rx);
+    assert_eq!(ev.key, "/core/configmaps/default/after");
+    assert_eq!(ev.revision, after.revision);
+}

@@ -151,18 +151,27 @@ impl Drop for Bridge {
     }
 }
 
-/// A channel to the first of `cfg.servers` that answers a Status request; the channel
-/// reconnects by itself when etcd comes back after an outage.
-pub(crate) async fn connect(cfg: &EtcdConfig) -> Result<(Channel, String), StoreError> {
+/// A channel per `cfg.servers` URL (each connects lazily and reconnects by itself when its
+/// member comes back after an outage), and the index of the first that answers a Status
+/// request. Every URL must parse; at least one member must answer.
+pub(crate) async fn connect(cfg: &EtcdConfig) -> Result<(Vec<Channel>, usize), StoreError> {
     if cfg.servers.is_empty() {
         return Err(StoreError::Unavailable("--etcd-servers is empty".into()));
     }
     let tls = tls_config(cfg)?;
+    let channels = cfg
+        .servers
+        .iter()
+        .map(|server| {
+            channel(server, tls.clone())
+                .map_err(|e| StoreError::Backend(format!("--etcd-servers {server}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut errors = Vec::new();
-    for server in &cfg.servers {
-        match dial(server, tls.clone()).await {
-            Ok(ch) => return Ok((ch, server.clone())),
-            Err(e) => errors.push(format!("{server}: {e}")),
+    for (i, ch) in channels.iter().enumerate() {
+        match probe(ch).await {
+            Ok(()) => return Ok((channels, i)),
+            Err(e) => errors.push(format!("{}: {e}", cfg.servers[i])),
         }
     }
     Err(StoreError::Unavailable(format!(
@@ -172,7 +181,17 @@ pub(crate) async fn connect(cfg: &EtcdConfig) -> Result<(Channel, String), Store
     )))
 }
 
-async fn dial(server: &str, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Channel, String> {
+/// Whether the member behind `ch` answers a Status request within [`DIAL_TIMEOUT`].
+async fn probe(ch: &Channel) -> Result<(), String> {
+    let mut m = MaintenanceClient::new(ch.clone());
+    match tokio::time::timeout(DIAL_TIMEOUT, m.status(StatusRequest {})).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(s)) => Err(with_causes(&s)),
+        Err(_) => Err(format!("no answer within {DIAL_TIMEOUT:?}")),
+    }
+}
+
+fn channel(server: &str, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Channel, String> {
     let uri: Uri = server
         .parse()
         .map_err(|e| format!("not a URL ({e}); expected e.g. http://127.0.0.1:2379"))?;
@@ -192,18 +211,12 @@ async fn dial(server: &str, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Ch
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(5))
         .keep_alive_while_idle(true);
-    let channel = match (https, tls) {
-        (false, _) => ep.connect_lazy(),
+    match (https, tls) {
+        (false, _) => Ok(ep.connect_lazy()),
         (true, None) => {
-            return Err("https needs --etcd-cafile (and --etcd-certfile/--etcd-keyfile)".into());
+            Err("https needs --etcd-cafile (and --etcd-certfile/--etcd-keyfile)".into())
         }
-        (true, Some(tls)) => ep.connect_with_connector_lazy(TlsConnector(tls)),
-    };
-    let mut m = MaintenanceClient::new(channel.clone());
-    match tokio::time::timeout(DIAL_TIMEOUT, m.status(StatusRequest {})).await {
-        Ok(Ok(_)) => Ok(channel),
-        Ok(Err(s)) => Err(with_causes(&s)),
-        Err(_) => Err(format!("no answer within {DIAL_TIMEOUT:?}")),
+        (true, Some(tls)) => Ok(ep.connect_with_connector_lazy(TlsConnector(tls))),
     }
 }
 

@@ -24,7 +24,7 @@ pub(crate) mod pb {
 }
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -55,20 +55,69 @@ const WATCH_BUFFER: usize = 1024;
 /// The store in etcd.
 pub struct EtcdStore {
     bridge: Bridge,
-    kv: KvClient<Channel>,
-    watch: WatchClient<Channel>,
+    members: Members,
     layout: KeyLayout,
     /// The newest revision any response carried.
     revision: AtomicU64,
     /// The newest compaction this process made or saw.
     compacted: AtomicU64,
-    server: String,
+}
+
+/// The `--etcd-servers` members, one lazily connected channel each. Requests go to the
+/// current member; when it is unavailable the next one becomes current, as etcd's own
+/// client switches endpoints, so an API server outlives the loss of the member it used
+/// (while the cluster keeps quorum).
+struct Members {
+    urls: Vec<String>,
+    kv: Vec<KvClient<Channel>>,
+    watch: Vec<WatchClient<Channel>>,
+    current: AtomicUsize,
+}
+
+impl Members {
+    fn current(&self) -> usize {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    fn kv(&self) -> (usize, KvClient<Channel>) {
+        let i = self.current();
+        (i, self.kv[i].clone())
+    }
+
+    fn watch(&self) -> (usize, WatchClient<Channel>) {
+        let i = self.current();
+        (i, self.watch[i].clone())
+    }
+
+    /// Member `i` failed a request with `err`: when that leaves the store unavailable and
+    /// `i` is still current, the next member takes over. True when the caller may try again.
+    fn failed(&self, i: usize, err: &StoreError) -> bool {
+        let n = self.urls.len();
+        if n < 2 || !matches!(err, StoreError::Unavailable(_) | StoreError::Timeout) {
+            return false;
+        }
+        let next = (i + 1) % n;
+        if self
+            .current
+            .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::warn!(from = %self.urls[i], to = %self.urls[next], error = %err, "etcd member unavailable; switching to the next of --etcd-servers");
+        }
+        true
+    }
+}
+
+/// Whether a failed request never reached its member (the connection could not be
+/// made), so sending it to another member cannot apply it twice.
+fn never_sent(err: &StoreError) -> bool {
+    matches!(err, StoreError::Unavailable(m) if m.contains("connect"))
 }
 
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("server", &self.server)
+            .field("server", &self.server())
             .finish()
     }
 }
@@ -155,28 +204,38 @@ impl EtcdStore {
             rx.recv()
                 .unwrap_or_else(|_| Err(StoreError::Backend("etcd client stopped".into())))
         };
-        let (channel, server) = match tokio::runtime::Handle::try_current() {
+        let (channels, first) = match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(wait)?
             }
             _ => wait()?,
         };
+        let members = Members {
+            urls: cfg.servers.clone(),
+            kv: channels
+                .iter()
+                .map(|c| KvClient::new(c.clone()).max_decoding_message_size(64 << 20))
+                .collect(),
+            watch: channels
+                .iter()
+                .map(|c| WatchClient::new(c.clone()).max_decoding_message_size(64 << 20))
+                .collect(),
+            current: AtomicUsize::new(first),
+        };
         let store = EtcdStore {
             bridge,
-            kv: KvClient::new(channel.clone()).max_decoding_message_size(64 << 20),
-            watch: WatchClient::new(channel).max_decoding_message_size(64 << 20),
+            members,
             layout: KeyLayout::new(&cfg.prefix),
             revision: AtomicU64::new(0),
             compacted: AtomicU64::new(0),
-            server,
         };
         store.revision();
         Ok(store)
     }
 
     /// The etcd URL in use.
-    pub fn server(&self) -> &str {
-        &self.server
+    pub fn server(&self) -> String {
+        self.members.urls[self.members.current()].clone()
     }
 
     fn saw(&self, header: Option<&rpc::ResponseHeader>) -> u64 {
@@ -185,8 +244,21 @@ impl EtcdStore {
         rev
     }
 
+    /// A read, tried once more on the next member when the current one is unavailable
+    /// (reads cannot apply twice).
     fn range(&self, req: RangeRequest) -> Result<rpc::RangeResponse, StoreError> {
-        let mut kv = self.kv.clone();
+        let (i, kv) = self.members.kv();
+        match self.range_on(kv, req.clone()) {
+            Err(e) if self.members.failed(i, &e) => self.range_on(self.members.kv().1, req),
+            r => r,
+        }
+    }
+
+    fn range_on(
+        &self,
+        mut kv: KvClient<Channel>,
+        req: RangeRequest,
+    ) -> Result<rpc::RangeResponse, StoreError> {
         let out = self.bridge.run(async move {
             kv.range(req).await.map(|r| r.into_inner()).map_err(|s| {
                 if is_compacted(&s) {
@@ -203,8 +275,22 @@ impl EtcdStore {
         Ok(out)
     }
 
+    /// A transaction; sent to the next member only when it never reached the current one.
     fn txn(&self, req: TxnRequest) -> Result<rpc::TxnResponse, StoreError> {
-        let mut kv = self.kv.clone();
+        let (i, kv) = self.members.kv();
+        match self.txn_on(kv, req.clone()) {
+            Err(e) if self.members.failed(i, &e) && never_sent(&e) => {
+                self.txn_on(self.members.kv().1, req)
+            }
+            r => r,
+        }
+    }
+
+    fn txn_on(
+        &self,
+        mut kv: KvClient<Channel>,
+        req: TxnRequest,
+    ) -> Result<rpc::TxnResponse, StoreError> {
         let out = self.bridge.run(async move {
             kv.txn(req)
                 .await
@@ -416,7 +502,7 @@ impl Store for EtcdStore {
                 },
             )),
         };
-        let mut client = self.watch.clone();
+        let (member, mut client) = self.members.watch();
         let stream = self.bridge.run(async move {
             req_tx
                 .send(create)
@@ -435,6 +521,9 @@ impl Store for EtcdStore {
                 ))),
                 None => Err(StoreError::Unavailable("etcd ended the watch".into())),
             }
+        });
+        let stream = stream.inspect_err(|e| {
+            self.members.failed(member, e);
         })?;
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let layout = self.layout.clone();
@@ -488,7 +577,7 @@ impl Store for EtcdStore {
         if upto == 0 || upto <= self.compacted.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let mut kv = self.kv.clone();
+        let (member, mut kv) = self.members.kv();
         let r = self.bridge.run(async move {
             match kv
                 .compact(CompactionRequest {
@@ -503,8 +592,13 @@ impl Store for EtcdStore {
                 Err(s) => Err(status_error(s)),
             }
         });
-        if r.is_ok() {
-            self.compacted.fetch_max(upto, Ordering::Relaxed);
+        match &r {
+            Ok(()) => {
+                self.compacted.fetch_max(upto, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.members.failed(member, e);
+            }
         }
         r
     }

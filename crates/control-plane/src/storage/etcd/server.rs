@@ -60,6 +60,54 @@ impl EtcdServer {
         client_port: u16,
         peer_port: u16,
     ) -> std::io::Result<EtcdServer> {
+        let cluster = format!("nodus=http://127.0.0.1:{peer_port}");
+        Self::spawn("nodus", data_dir, client_port, peer_port, &cluster)
+    }
+
+    /// Starts a cluster of `members` members on free ports, each with its data under
+    /// `data_dir/<name>`; returns once every one serves clients (they elect a leader once
+    /// a quorum is up).
+    pub fn start_cluster(data_dir: &Path, members: usize) -> std::io::Result<Vec<EtcdServer>> {
+        let ports = (0..members)
+            .map(|_| Ok((free_port()?, free_port()?)))
+            .collect::<std::io::Result<Vec<(u16, u16)>>>()?;
+        let cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut started = Vec::new();
+        for (i, (client, peer)) in ports.into_iter().enumerate() {
+            let name = format!("m{i}");
+            let dir = data_dir.join(&name);
+            started.push(Self::spawn_only(&name, &dir, client, peer, &cluster)?);
+        }
+        for m in &mut started {
+            m.wait_ready()?;
+        }
+        Ok(started)
+    }
+
+    fn spawn(
+        name: &str,
+        data_dir: &Path,
+        client_port: u16,
+        peer_port: u16,
+        cluster: &str,
+    ) -> std::io::Result<EtcdServer> {
+        let mut server = Self::spawn_only(name, data_dir, client_port, peer_port, cluster)?;
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn spawn_only(
+        name: &str,
+        data_dir: &Path,
+        client_port: u16,
+        peer_port: u16,
+        cluster: &str,
+    ) -> std::io::Result<EtcdServer> {
         std::fs::create_dir_all(data_dir)?;
         let client = format!("http://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
@@ -69,7 +117,7 @@ impl EtcdServer {
             .open(data_dir.join("etcd.log"))?;
         let bin = etcd_binary();
         let child = Command::new(&bin)
-            .arg("--name=nodus")
+            .arg(format!("--name={name}"))
             .arg(format!(
                 "--data-dir={}",
                 data_dir.join("member-data").display()
@@ -78,21 +126,19 @@ impl EtcdServer {
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=nodus={peer}"))
+            .arg(format!("--initial-cluster={cluster}"))
             .arg("--initial-cluster-state=new")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", bin.display())))?;
-        let mut server = EtcdServer {
+        Ok(EtcdServer {
             child,
             client_port,
             peer_port,
             data_dir: data_dir.to_path_buf(),
-        };
-        server.wait_ready()?;
-        Ok(server)
+        })
     }
 
     fn wait_ready(&mut self) -> std::io::Result<()> {
