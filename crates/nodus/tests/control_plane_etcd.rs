@@ -61,6 +61,17 @@ fn kubectl_against_etcd_create_list_watch_conflict_gone_and_outage() {
         "resourceVersion {rv1} is etcd's mod_revision: {raw}"
     );
 
+    // The create is in upstream's etcd request metrics.
+    let (ok, metrics, err) = k(&["get", "--raw", "/metrics"]);
+    assert!(ok, "{err}");
+    for line in [
+        "etcd_requests_total{operation=\"create\",type=\"configmaps\"}",
+        "etcd_request_duration_seconds_count{operation=\"create\",type=\"configmaps\"}",
+        "etcd_request_duration_seconds_bucket{operation=\"get\",type=\"namespaces\",le=\"0.005\"}",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from /metrics");
+    }
+
     // List.
     let (ok, out, err) = k(&["create", "configmap", "b", "--from-literal=k=v"]);
     assert!(ok, "{err}");

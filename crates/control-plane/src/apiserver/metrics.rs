@@ -326,7 +326,9 @@ pub(crate) async fn handler(State(st): State<SharedState>) -> Response {
     let objects = tokio::task::spawn_blocking(move || storage_objects(&st2))
         .await
         .unwrap_or_default();
-    let mut r = Response::new(Body::from(st.metrics.encode(&objects)));
+    let mut text = st.metrics.encode(&objects);
+    st.store.metrics(&mut text);
+    let mut r = Response::new(Body::from(text));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(prometheus::CONTENT_TYPE),

@@ -172,6 +172,9 @@ pub trait Store: Send + Sync {
     fn oldest_watchable(&self) -> u64;
     /// Forgets events at or before `revision`.
     fn compact(&self, revision: u64) -> Result<(), StoreError>;
+    /// Appends the backend's own metrics in the Prometheus text format (etcd's request
+    /// metrics; the embedded store has none).
+    fn metrics(&self, _out: &mut String) {}
 }
 
 /// One operation of [`Store::mutate_many`]: a key and what to make of it.

@@ -10,6 +10,7 @@
 
 mod client;
 mod keys;
+mod metrics;
 pub mod server;
 
 // Generated code: its oneof variant names are etcd's.
@@ -25,6 +26,7 @@ pub(crate) mod pb {
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -33,6 +35,7 @@ use tonic::transport::Channel;
 use client::{Bridge, is_compacted, status_error};
 pub use client::{DEFAULT_PREFIX, EtcdConfig};
 use keys::KeyLayout;
+use metrics::Operation;
 use pb::etcdserverpb::{
     self as rpc, CompactionRequest, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
     RequestOp, TxnRequest, WatchCreateRequest, WatchRequest, compare, kv_client::KvClient,
@@ -61,6 +64,7 @@ pub struct EtcdStore {
     revision: AtomicU64,
     /// The newest compaction this process made or saw.
     compacted: AtomicU64,
+    metrics: metrics::RequestMetrics,
 }
 
 /// The `--etcd-servers` members, one lazily connected channel each. Requests go to the
@@ -228,6 +232,7 @@ impl EtcdStore {
             layout: KeyLayout::new(&cfg.prefix),
             revision: AtomicU64::new(0),
             compacted: AtomicU64::new(0),
+            metrics: Default::default(),
         };
         store.revision();
         Ok(store)
@@ -340,12 +345,9 @@ impl EtcdStore {
     }
 }
 
-impl Store for EtcdStore {
-    fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
-        self.read(key, &self.layout.etcd_key(key))
-    }
-
-    fn list(&self, prefix: &str) -> Result<(Vec<Stored>, u64), StoreError> {
+impl EtcdStore {
+    /// Every object under `prefix`, paged, at one revision.
+    fn list_all(&self, prefix: &str) -> Result<(Vec<Stored>, u64), StoreError> {
         let (mut start, end) = self.layout.range(prefix);
         let mut at = 0i64;
         let mut items = Vec::new();
@@ -378,7 +380,7 @@ impl Store for EtcdStore {
         Ok((items, at as u64))
     }
 
-    fn create(&self, key: &str, object: Value) -> Result<Stored, StoreError> {
+    fn create_new(&self, key: &str, object: Value) -> Result<Stored, StoreError> {
         let ek = self.layout.etcd_key(key);
         let value = encode(object)?;
         let resp = self.txn(TxnRequest {
@@ -397,7 +399,7 @@ impl Store for EtcdStore {
         })
     }
 
-    fn mutate(
+    fn guaranteed_update(
         &self,
         key: &str,
         f: &mut dyn FnMut(Option<&Stored>) -> Result<Mutation, StoreError>,
@@ -471,6 +473,50 @@ impl Store for EtcdStore {
             key: key.to_string(),
             current: current.map(|c| c.revision).unwrap_or(0),
         })
+    }
+}
+
+impl Store for EtcdStore {
+    fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
+        let started = Instant::now();
+        let r = self.read(key, &self.layout.etcd_key(key));
+        self.metrics.record(Operation::Get, key, started, &r);
+        r
+    }
+
+    fn list(&self, prefix: &str) -> Result<(Vec<Stored>, u64), StoreError> {
+        let started = Instant::now();
+        let r = self.list_all(prefix);
+        self.metrics.record(Operation::List, prefix, started, &r);
+        r
+    }
+
+    fn create(&self, key: &str, object: Value) -> Result<Stored, StoreError> {
+        let started = Instant::now();
+        let r = self.create_new(key, object);
+        self.metrics.record(Operation::Create, key, started, &r);
+        r
+    }
+
+    fn mutate(
+        &self,
+        key: &str,
+        f: &mut dyn FnMut(Option<&Stored>) -> Result<Mutation, StoreError>,
+    ) -> Result<MutateOutcome, StoreError> {
+        let started = Instant::now();
+        let r = self.guaranteed_update(key, f);
+        let op = match &r {
+            Ok(MutateOutcome {
+                deleted: Some(_), ..
+            }) => Operation::Delete,
+            _ => Operation::Update,
+        };
+        self.metrics.record(op, key, started, &r);
+        r
+    }
+
+    fn metrics(&self, out: &mut String) {
+        self.metrics.encode(out);
     }
 
     fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
