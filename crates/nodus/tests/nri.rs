@@ -191,13 +191,20 @@ async fn events_in_order_with_metadata_and_adjustments_in_the_running_container(
         "echo env=$NRI_INJECTED; cat /nri-data/file; test -c {0} && echo x > {0} && echo device-ok; sleep 1000",
         dev.display()
     );
-    let app = n
-        .run(
-            &sb,
-            &sb_cfg,
-            n.container_config("app", &["sh", "-c", &script]),
-        )
-        .await;
+    // RuntimeDefault seccomp: the profile stays out of the plugin's view and must come
+    // through the adjustment unchanged.
+    let mut app_cfg = n.container_config("app", &["sh", "-c", &script]);
+    app_cfg.linux = Some(pb::LinuxContainerConfig {
+        security_context: Some(pb::LinuxContainerSecurityContext {
+            seccomp: Some(pb::SecurityProfile {
+                profile_type: pb::security_profile::ProfileType::RuntimeDefault as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let app = n.run(&sb, &sb_cfg, app_cfg).await;
     let log = wait_log(n, "nri-order", "app", "device-ok").await;
     assert!(log.contains("env=hello"), "{log}");
     assert!(log.contains("from-the-host"), "{log}");
@@ -214,6 +221,10 @@ async fn events_in_order_with_metadata_and_adjustments_in_the_running_container(
     )
     .unwrap();
     assert_eq!(spec["annotations"]["example.com/nri"], "yes");
+    assert_eq!(
+        spec["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO",
+        "the seccomp profile was lost in the NRI adjustment"
+    );
 
     n.c.runtime
         .clone()
