@@ -483,6 +483,17 @@ spec:
         )
         .await
         .expect("uncordon");
+    // The node lifecycle controller lifts the `unschedulable` taint after the uncordon;
+    // until then n1 would be refused for the taint, not for the volume.
+    eventually("n1's unschedulable taint lifted", || async {
+        let n = nodes.get("n1").await.ok()?;
+        let tainted = n.spec.and_then(|s| s.taints).is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == "node.kubernetes.io/unschedulable")
+        });
+        (!tainted).then_some(())
+    })
+    .await;
     let first_uid = pods.get("db-0").await.expect("db-0").metadata.uid;
     pods.delete("db-0", &DeleteParams::default().grace_period(0))
         .await
