@@ -133,7 +133,10 @@ build_image() {
   root=$CACHE/build-$$
   rm -rf "$root"
   mkdir -p "$root"
-  trap 'umount -R "$root/proc" "$root/sys" "$root/dev" 2>/dev/null; rm -rf "$root"' RETURN
+  # A RETURN trap stays set after it fires (and would fire again when main returns, with
+  # $root gone), and under errexit a failing umount (3: nothing mounted any more) would end
+  # the lane: so it tolerates that and removes itself.
+  trap 'umount -R "$root/proc" "$root/sys" "$root/dev" 2>/dev/null || true; rm -rf "$root"; trap - RETURN' RETURN
   log "building the guest image (debootstrap bookworm, $(IFS=,; echo "${GUEST_PACKAGES[*]}"))"
   local pkgs
   pkgs=$(IFS=,; echo "${GUEST_PACKAGES[*]}")
