@@ -187,13 +187,7 @@ async fn main() -> Result<()> {
     drop((leader, standby));
     drop(member);
 
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let date = k8s_openapi::jiff::Timestamp::from_second(secs)
-        .map(|t| t.strftime("%Y-%m-%d").to_string())
-        .unwrap_or_default();
+    let date = nodus_bench::today();
     let row = |v: &[f64]| {
         let mut v = v.to_vec();
         let min = v.iter().cloned().fold(f64::INFINITY, f64::min);

@@ -84,13 +84,7 @@ async fn main() -> Result<()> {
         "no apply entry: {managers:?}"
     );
 
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let date = k8s_openapi::jiff::Timestamp::from_second(secs)
-        .map(|t| t.strftime("%Y-%m-%d").to_string())
-        .unwrap_or_default();
+    let date = nodus_bench::today();
     let body = format!(
         "Measured {date} on this machine (2 cores shared with other work), `nodus control-plane` \
 {build} build, one kube-rs client over HTTPS, writes one after another, {ROUNDS} alternating \
