@@ -62,10 +62,13 @@ fn ready_status(node: &Value) -> &str {
 /// The NoSchedule taints the node's conditions call for (upstream's nodeConditionToTaintKeyStatusMap).
 fn condition_taints(node: &Value) -> Vec<&'static str> {
     let mut out = Vec::new();
-    match ready_status(node) {
-        "False" => out.push(NOT_READY),
-        "True" => {}
-        _ => out.push(UNREACHABLE),
+    // Only a Ready condition that says False or Unknown taints, as upstream's map: a node
+    // that never posted one (just registered, or made by hand) is left alone until the
+    // startup grace period marks it Unknown.
+    match condition(node, "Ready").map(|c| s(c, "/status")) {
+        Some("False") => out.push(NOT_READY),
+        Some("Unknown") => out.push(UNREACHABLE),
+        _ => {}
     }
     for (cond, taint) in [
         ("MemoryPressure", "node.kubernetes.io/memory-pressure"),
@@ -442,6 +445,20 @@ pub async fn run(st: Arc<ApiState>, cfg: ControllersConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_false_or_unknown_ready_condition_taints() {
+        let ready =
+            |status: &str| json!({"status": {"conditions": [{"type": "Ready", "status": status}]}});
+        assert_eq!(
+            condition_taints(&json!({"metadata": {"name": "bare"}})),
+            Vec::<&str>::new()
+        );
+        assert_eq!(condition_taints(&ready("True")), Vec::<&str>::new());
+        assert_eq!(condition_taints(&ready("False")), [NOT_READY]);
+        assert_eq!(condition_taints(&ready("Unknown")), [UNREACHABLE]);
+        assert_eq!(condition_taints(&ready("garbage")), Vec::<&str>::new());
+    }
 
     #[test]
     fn taints_follow_conditions_and_keep_foreign_ones() {
