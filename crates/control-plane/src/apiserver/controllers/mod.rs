@@ -396,10 +396,13 @@ pub async fn run(st: Arc<ApiState>) {
         if full {
             let st2 = st.clone();
             graph = tokio::task::spawn_blocking(move || {
-                sweep(&st2);
-                // The graph from a listing and a watch from the same revision.
+                // The graph from a listing and a watch from the same revision, then the
+                // sweep: what changes while it runs arrives on the watch. (Swept first, an
+                // object made between the sweep's reads and the listing sat in the graph
+                // unattended until the next full sweep, 30 s later.)
                 let (all, rev) = st2.store.list("/").ok()?;
                 let rx = st2.store.watch("/", rev).ok()?;
+                sweep(&st2);
                 Some((graph::Graph::from_list(&all), rx))
             })
             .await
