@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, on a fresh machine with no internet: `nodus up` starts a whole cluster
-# (API server, scheduler, controllers, and a node: kubelet + CRI runtime + kube-proxy) in
-# one process, and the lesson's hands-on lab runs against it with the real kubectl:
+# (a node: kubelet + CRI runtime + kube-proxy, whose kubelet runs etcd, the API server, the
+# scheduler and the controllers as static pods, as kubeadm bootstraps), and the lesson's
+# hands-on lab runs against it with the real kubectl:
 #   1. the node's runtime, capacity and allocatable   2. the node Lease being renewed
 #   3. static pods and their mirror pods               4. containers at the CRI level (crictl)
 #   5. QoS classes from requests and limits            6. a memory limit read back from the cgroup
@@ -97,7 +98,8 @@ nsenter --net="/run/netns/$NS" "$BIN/nodus" up --data-dir "$UP" -- \
   --runtime-config "$WORK/runtime.toml" --hostname-override "$NODE" --cgroup-root "/$CG" \
   --pod-logs-dir "$WORK/pod-logs" --cluster-cidr 10.85.0.0/24 > "$WORK/up.out" 2> "$WORK/up.log" &
 PIDS+=("$!")
-for _ in $(seq 100); do grep -q '^next:' "$WORK/up.out" 2>/dev/null && break; sleep 0.1; done
+# The first start builds the control plane's images from the binary and starts its static pods.
+for _ in $(seq 1200); do grep -q '^next:' "$WORK/up.out" 2>/dev/null && break; sleep 0.1; done
 cat "$WORK/up.out"
 export KUBECONFIG=$UP/control-plane/admin.kubeconfig
 export HOME=$WORK
@@ -119,7 +121,18 @@ kubectl get lease -n kube-node-lease -o jsonpath='{.items[0].spec.renewTime}{"\n
 sleep 12
 kubectl get lease -n kube-node-lease -o jsonpath='{.items[0].spec.renewTime}{"\n"}'
 
-echo; echo "== 3. a static pod from the manifest directory, and its mirror pod"
+echo; echo "== 3. the control plane's static pods (kubeadm-style), seen as mirror pods"
+for _ in $(seq 300); do
+  [[ $(quiet get pods -n kube-system -l tier=control-plane --field-selector status.phase=Running -o name | wc -l) == 4 ]] && break
+  sleep 0.2
+done
+kubectl get pods -n kube-system -o wide
+ls "$UP/manifests"
+echo "# challenge 4: deleting etcd's mirror pod through the API does not remove it"
+kubectl delete pod -n kube-system "etcd-$NODE" --wait=false
+for _ in $(seq 100); do quiet get pod -n kube-system "etcd-$NODE" >/dev/null && break; sleep 0.2; done
+kubectl get pods -n kube-system | grep etcd
+echo "# a static pod of our own from the manifest directory, and its mirror pod"
 cat > "$UP/manifests/node-agent.yaml" <<'YAML'
 apiVersion: v1
 kind: Pod

@@ -33,7 +33,7 @@ GUEST_PACKAGES=(
   systemd systemd-sysv dbus udev kmod libpam-systemd
   linux-image-amd64 initramfs-tools
   runc crun containernetworking-plugins containerd
-  busybox-static docker-registry
+  busybox-static docker-registry etcd-server
   iproute2 nftables iptables procps util-linux ca-certificates
 )
 IMAGE_VERSION=1
@@ -118,6 +118,8 @@ TimeoutStartSec=infinity
 WantedBy=multi-user.target
 EOF
   chroot "$root" systemctl enable nodus-vm-suite.service >/dev/null 2>&1
+  # etcd is there for `nodus up`'s static pod, not as a service of its own.
+  chroot "$root" systemctl disable etcd.service >/dev/null 2>&1 || true
   # Journals of the guest help when a run fails; keep them in memory only.
   mkdir -p "$root/etc/systemd/journald.conf.d"
   printf '[Journal]\nStorage=volatile\n' > "$root/etc/systemd/journald.conf.d/volatile.conf"

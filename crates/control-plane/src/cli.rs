@@ -98,6 +98,29 @@ pub struct LeaderElectionArgs {
 }
 
 impl LeaderElectionArgs {
+    /// The flags as given, for a component started in a process of its own.
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--leader-elect={}", self.leader_elect),
+            format!(
+                "--leader-elect-lease-duration={}",
+                self.leader_elect_lease_duration
+            ),
+            format!(
+                "--leader-elect-renew-deadline={}",
+                self.leader_elect_renew_deadline
+            ),
+            format!(
+                "--leader-elect-retry-period={}",
+                self.leader_elect_retry_period
+            ),
+            format!(
+                "--leader-elect-resource-namespace={}",
+                self.leader_elect_resource_namespace
+            ),
+        ]
+    }
+
     /// The checked configuration (client-go's checks and messages).
     pub fn config(&self) -> Result<crate::leaderelection::LeaderElectionConfig, RunError> {
         let duration = |flag: &'static str, v: &str| {
@@ -153,6 +176,30 @@ pub struct StorageArgs {
 }
 
 impl StorageArgs {
+    /// The flags as given, with `etcd_servers` standing in when `--etcd-servers` is not.
+    pub fn to_args(&self, etcd_servers: &[String]) -> Vec<String> {
+        let servers = if self.etcd_servers.is_empty() {
+            etcd_servers
+        } else {
+            &self.etcd_servers
+        };
+        let mut out = vec![
+            format!("--etcd-servers={}", servers.join(",")),
+            format!("--etcd-prefix={}", self.etcd_prefix),
+            format!("--request-timeout={}", self.request_timeout),
+        ];
+        for (flag, file) in [
+            ("--etcd-cafile", &self.etcd_cafile),
+            ("--etcd-certfile", &self.etcd_certfile),
+            ("--etcd-keyfile", &self.etcd_keyfile),
+        ] {
+            if let Some(f) = file {
+                out.push(format!("{flag}={}", f.display()));
+            }
+        }
+        out
+    }
+
     /// The backend the flags choose; `etcd_servers` stands in when the flag is not given
     /// (`nodus up --store etcd` with its own member).
     pub fn backend(
@@ -214,6 +261,27 @@ pub struct NodeIpamArgs {
 pub const UP_CLUSTER_CIDR: &str = "10.88.0.0/16";
 
 impl NodeIpamArgs {
+    /// The flags, with `nodus up`'s defaults (`allocate`, `cluster_cidr`) written out.
+    pub fn to_args(&self, allocate: bool, cluster_cidr: Option<&str>) -> Vec<String> {
+        let mut out = vec![format!(
+            "--allocate-node-cidrs={}",
+            self.allocate_node_cidrs.unwrap_or(allocate)
+        )];
+        if let Some(c) = self.cluster_cidr.as_deref().or(cluster_cidr) {
+            out.push(format!("--cluster-cidr={c}"));
+        }
+        for (flag, v) in [
+            ("--node-cidr-mask-size", self.node_cidr_mask_size),
+            ("--node-cidr-mask-size-ipv4", self.node_cidr_mask_size_ipv4),
+            ("--node-cidr-mask-size-ipv6", self.node_cidr_mask_size_ipv6),
+        ] {
+            if let Some(v) = v {
+                out.push(format!("{flag}={v}"));
+            }
+        }
+        out
+    }
+
     /// The checked configuration; `allocate` and `cluster_cidr` are the defaults when the
     /// flags are not given (upstream's: false and none; `nodus up`'s, as k3s: true and
     /// [`UP_CLUSTER_CIDR`]).
@@ -288,8 +356,36 @@ fn parse_range(s: &str) -> Result<(u16, u16), RunError> {
     Ok((a, b))
 }
 
+/// Which part of the control plane a process runs: all of it (`nodus control-plane`) or
+/// one component, as kubeadm's static pods split them (`nodus kube-apiserver`,
+/// `nodus kube-controller-manager`, `nodus kube-scheduler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    All,
+    ApiServer,
+    ControllerManager,
+    Scheduler,
+}
+
+impl Component {
+    /// Upstream's name of the component.
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::All => "control plane",
+            Component::ApiServer => "kube-apiserver",
+            Component::ControllerManager => "kube-controller-manager",
+            Component::Scheduler => "kube-scheduler",
+        }
+    }
+}
+
 /// Runs the control plane until SIGTERM/SIGINT.
 pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
+    run_component(args, Component::All).await
+}
+
+/// Runs `component` until SIGTERM/SIGINT.
+pub async fn run_component(args: ControlPlaneArgs, component: Component) -> Result<(), RunError> {
     let mut cfg = ControlPlaneConfig::new(&args.data_dir, args.bind_address, args.secure_port);
     cfg.api.service_cidr = parse_cidr(&args.service_cluster_ip_range)?;
     cfg.api.node_port_range = parse_range(&args.service_node_port_range)?;
@@ -338,12 +434,28 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
     cfg.controllers.node_ipam = args.node_ipam.config(false, None, cfg.api.service_cidr)?;
     cfg.controllers.leader_election = args.leader_election.config()?;
     cfg.storage = args.storage.backend(None)?;
-    let handle = server::start(cfg).await?;
-    println!(
-        "nodus control plane: API server at {} ; kubeconfig {}",
-        handle.url,
-        handle.kubeconfig.display()
-    );
+    cfg.controllers.scheduler &= matches!(component, Component::All | Component::Scheduler);
+    cfg.controllers.controllers &=
+        matches!(component, Component::All | Component::ControllerManager);
+    enum Handle {
+        Server(server::ServerHandle),
+        Components(server::ComponentsHandle),
+    }
+    let handle = match component {
+        Component::All | Component::ApiServer => {
+            let handle = server::start(cfg).await?;
+            println!(
+                "nodus {}: API server at {} ; kubeconfig {}",
+                component.name(),
+                handle.url,
+                handle.kubeconfig.display()
+            );
+            Handle::Server(handle)
+        }
+        Component::ControllerManager | Component::Scheduler => {
+            Handle::Components(server::start_components(cfg, component.name()).await?)
+        }
+    };
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
     let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
@@ -352,6 +464,9 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
         _ = int.recv() => {}
     }
     tracing::info!("shutting down");
-    handle.shutdown().await;
+    match handle {
+        Handle::Server(h) => h.shutdown().await,
+        Handle::Components(h) => h.shutdown().await,
+    }
     Ok(())
 }

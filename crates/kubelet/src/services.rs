@@ -47,13 +47,16 @@ impl ServiceLister {
         }
     }
 
-    /// The variables for a pod in `namespace` (upstream's getServiceEnvVarMap).
+    /// The variables for a pod in `namespace` (upstream's getServiceEnvVarMap). An API pod
+    /// waits until services have been listed once; a static pod does not (it may be the
+    /// API server itself, which no list can precede) and gets what is known so far.
     pub fn env_for(
         &self,
         namespace: &str,
         enable_service_links: bool,
+        static_pod: bool,
     ) -> Result<BTreeMap<String, String>, String> {
-        if !self.synced.load(Ordering::Acquire) {
+        if !static_pod && !self.synced.load(Ordering::Acquire) {
             return Err(
                 "services have not yet been read at least once, cannot construct envvars".into(),
             );

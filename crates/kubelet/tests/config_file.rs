@@ -235,3 +235,39 @@ async fn a_single_manifest_file_is_a_valid_path() {
     let add = next_op(&mut rx, PodOperation::Add).await;
     assert_eq!(image(&add.pods[0]), "busybox:2");
 }
+
+#[tokio::test]
+async fn a_manifest_edited_into_something_invalid_keeps_its_pod_until_it_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "api.yaml", &manifest("api", "img:1"));
+    let (config, mut rx) = PodConfig::new();
+    let tx = config.channel(FILE_SOURCE);
+    let _source = spawn_file_source(dir.path().to_path_buf(), "node-a".into(), NO_RESYNC, tx);
+    let add = next_op(&mut rx, PodOperation::Add).await;
+    let uid = add.pods[0].metadata.uid.clone().unwrap();
+
+    // A typo: the file no longer parses, and the running pod stays.
+    write(
+        dir.path(),
+        "api.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: [\n",
+    );
+    // A second file proves the source has read the directory since the typo.
+    write(dir.path(), "other.yaml", &manifest("other", "img:1"));
+    let add = next_op(&mut rx, PodOperation::Add).await;
+    assert_eq!(names(&add.pods), vec!["other-node-a"]);
+    let pods = config.pods();
+    assert!(
+        pods.iter()
+            .any(|p| p.metadata.uid.as_deref() == Some(uid.as_str())),
+        "{:?}",
+        names(&pods)
+    );
+
+    // Fixed: the new definition replaces the old pod.
+    write(dir.path(), "api.yaml", &manifest("api", "img:2"));
+    let remove = next_op(&mut rx, PodOperation::Remove).await;
+    assert_eq!(remove.pods[0].metadata.uid.as_deref(), Some(uid.as_str()));
+    let add = next_op(&mut rx, PodOperation::Add).await;
+    assert_eq!(image(&add.pods[0]), "img:2");
+}

@@ -11,6 +11,7 @@ mod join;
 mod loadbalancer;
 mod node;
 mod nri_plugin;
+mod staticpods;
 mod token;
 mod up;
 
@@ -51,6 +52,12 @@ enum Role {
     Dns(nodus_dns::DnsConfig),
     /// Run the API server, scheduler and controllers.
     ControlPlane(Box<nodus_control_plane::cli::ControlPlaneArgs>),
+    /// Run the API server alone (kubeadm's `kube-apiserver` static pod).
+    KubeApiserver(Box<nodus_control_plane::cli::ControlPlaneArgs>),
+    /// Run the controllers alone, on the API server's etcd and PKI (`kube-controller-manager`).
+    KubeControllerManager(Box<nodus_control_plane::cli::ControlPlaneArgs>),
+    /// Run the scheduler alone, on the API server's etcd and PKI (`kube-scheduler`).
+    KubeScheduler(Box<nodus_control_plane::cli::ControlPlaneArgs>),
     /// A crictl-compatible client of any CRI endpoint.
     Crictl(nodus_crictl::Crictl),
     /// Internal: the per-container shim the runtime starts (not for direct use).
@@ -158,6 +165,13 @@ async fn runtime(cmd: RuntimeCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn control_plane_component(
+    args: nodus_control_plane::cli::ControlPlaneArgs,
+    component: nodus_control_plane::cli::Component,
+) -> anyhow::Result<()> {
+    Ok(nodus_control_plane::cli::run_component(args, component).await?)
+}
+
 /// `nodus shim`'s own command line, parsed without the rest of the CLI.
 #[derive(Parser)]
 #[command(name = "nodus shim")]
@@ -195,13 +209,20 @@ fn main() -> ExitCode {
             Role::Node(_) => expect(&[Component::Runtime, Component::Kubelet]),
             Role::Kubelet(_) => expect(&[Component::Kubelet]),
             Role::Runtime(r) if r.action.is_none() => expect(&[Component::Runtime]),
-            Role::ControlPlane(_) => expect(&[Component::ControlPlane]),
+            Role::ControlPlane(_)
+            | Role::KubeApiserver(_)
+            | Role::KubeControllerManager(_)
+            | Role::KubeScheduler(_) => expect(&[Component::ControlPlane]),
             _ => {}
         }
     }
     if matches!(
         cli.role,
-        Role::Up(_) | Role::Node(_) | Role::Kubelet(_) | Role::ControlPlane(_)
+        Role::Up(_)
+            | Role::Node(_)
+            | Role::Kubelet(_)
+            | Role::ControlPlane(_)
+            | Role::KubeApiserver(_)
     ) {
         // Servers holding thousands of connections (and watches) need more than 1024 fds.
         if let Err(e) = nodus_serving::rlimit::raise_nofile_limit() {
@@ -222,6 +243,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    use nodus_control_plane::cli::Component;
     let result: anyhow::Result<()> = rt.block_on(async {
         match cli.role {
             Role::Runtime(cmd) => runtime(cmd).await,
@@ -242,6 +264,11 @@ fn main() -> ExitCode {
             Role::ControlPlane(args) => nodus_control_plane::cli::run(*args)
                 .await
                 .map_err(Into::into),
+            Role::KubeApiserver(args) => control_plane_component(*args, Component::ApiServer).await,
+            Role::KubeControllerManager(args) => {
+                control_plane_component(*args, Component::ControllerManager).await
+            }
+            Role::KubeScheduler(args) => control_plane_component(*args, Component::Scheduler).await,
             Role::Shim(_) => unreachable!("handled before the async runtime starts"),
         }
     });

@@ -373,8 +373,9 @@ fn up_unit_is_ready_with_the_whole_cluster_and_restarts_with_pods_running() {
     // READY=1 waits for the API server, the runtime and the kubelet.
     up.ctl("start");
     let journal_text = journal(up.name);
+    // The API server runs in its static pod: `nodus up` says when it answers.
     for line in [
-        "API server listening",
+        "nodus is up: API server at",
         "nodus runtime serving the CRI",
         "kubelet started",
     ] {

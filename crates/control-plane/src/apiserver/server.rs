@@ -44,6 +44,12 @@ pub enum ServerError {
     },
     #[error("{path}: {err}")]
     Io { path: PathBuf, err: std::io::Error },
+    #[error(
+        "{0} reaches the objects in etcd: give --etcd-servers (the embedded store is a file only the API server's process may hold)"
+    )]
+    EmbeddedStoreNotShared(&'static str),
+    #[error("no cluster CA in {0}: start kube-apiserver with this --data-dir first")]
+    NoClusterCa(PathBuf),
 }
 
 /// How to start the control plane.
@@ -83,6 +89,35 @@ pub struct ServerHandle {
     pub url: String,
     pub kubeconfig: PathBuf,
     pub data_dir: PathBuf,
+    running: Running,
+}
+
+impl ServerHandle {
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.running.state.store.clone()
+    }
+
+    /// Stops serving, ends every connection and controller, and closes the store.
+    pub async fn shutdown(self) {
+        self.running.shutdown().await
+    }
+}
+
+/// kube-controller-manager or kube-scheduler in a process of its own
+/// ([`start_components`]): no API served, the objects read and written in etcd.
+pub struct ComponentsHandle {
+    running: Running,
+}
+
+impl ComponentsHandle {
+    /// Stops the components (releasing their Leases) and closes the store.
+    pub async fn shutdown(self) {
+        self.running.shutdown().await
+    }
+}
+
+/// What a started process runs: its state, tasks and leader-election loops.
+struct Running {
     state: SharedState,
     tasks: JoinSet<()>,
     /// The leader-election loops, which release their Leases when `stop` turns true.
@@ -90,13 +125,8 @@ pub struct ServerHandle {
     stop: tokio::sync::watch::Sender<bool>,
 }
 
-impl ServerHandle {
-    pub fn store(&self) -> Arc<dyn Store> {
-        self.state.store.clone()
-    }
-
-    /// Stops serving, ends every connection and controller, and closes the store.
-    pub async fn shutdown(mut self) {
+impl Running {
+    async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         // The electors stop their components and release the Leases (bounded: a store
         // that does not answer must not hold the shutdown up).
@@ -422,6 +452,117 @@ fn spawn_components(
     electors
 }
 
+/// The state every request and controller shares.
+fn shared_state(
+    cfg: &ControlPlaneConfig,
+    store: Arc<dyn Store>,
+    pki: &pki::Pki,
+    advertise: IpAddr,
+    port: u16,
+) -> Result<SharedState, ServerError> {
+    let sa_keys = authn::serviceaccount::Keys::from_pkcs8(&pki::service_account_key(&pki.dir)?)
+        .map_err(pki::PkiError::Invalid)?;
+    let token_path = cfg.data_dir.join("tokens.csv");
+    nodus_serving::private::restrict_file(&token_path).map_err(|err| ServerError::Io {
+        path: token_path.clone(),
+        err,
+    })?;
+    let tokens = authn::load_token_file(&token_path).map_err(|err| ServerError::Io {
+        path: token_path,
+        err,
+    })?;
+    let mut api = cfg.api.clone();
+    api.secure_port = port;
+    api.advertise_address = advertise;
+    let st: SharedState = Arc::new(ApiState {
+        store: store.clone(),
+        config: api,
+        tokens,
+        authz: authz::Chain::new(&cfg.api.authorization_modes, store.clone()),
+        ca_pem: pki.ca_cert_pem.clone(),
+        kubelet_tls: kubelet_tls(pki)
+            .map(Arc::new)
+            .map_err(|e| tracing::warn!(error = %e, "no TLS client for kubelets"))
+            .ok(),
+        sa_keys: Arc::new(sa_keys),
+        alloc_lock: tokio::sync::Mutex::new(()),
+        metrics: Default::default(),
+        resource_metrics: Default::default(),
+    });
+    Ok(st)
+}
+
+/// Signs CSRs with the cluster CA unless the flags name another signer.
+fn with_signer(
+    mut controllers: crate::controllers::ControllersConfig,
+    pki: &pki::Pki,
+) -> crate::controllers::ControllersConfig {
+    if controllers.cluster_signing_cert_file.is_none() {
+        controllers.cluster_signing_cert_file = Some(pki.ca_cert_path());
+        controllers.cluster_signing_key_file = Some(pki.dir.join("ca.key"));
+    }
+    controllers
+}
+
+/// Starts the controllers or the scheduler (as `cfg.controllers` selects) without the API
+/// server, as kube-controller-manager and kube-scheduler run in static pods of their own.
+/// They share the API server's etcd and PKI; its data dir must hold the cluster CA.
+pub async fn start_components(
+    cfg: ControlPlaneConfig,
+    name: &'static str,
+) -> Result<ComponentsHandle, ServerError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if matches!(cfg.storage, StorageBackend::Embedded) {
+        return Err(ServerError::EmbeddedStoreNotShared(name));
+    }
+    let pki_dir = cfg.data_dir.join("pki");
+    if !pki_dir.join("ca.crt").exists() || !pki_dir.join("ca.key").exists() {
+        return Err(ServerError::NoClusterCa(pki_dir));
+    }
+    let store = open_store(&cfg)?;
+    // No addresses: the API server's serving certificate is its own to renew.
+    let pki = pki::ensure(&cfg.data_dir, &[])?;
+    let advertise = advertise_address(&cfg);
+    let st = shared_state(&cfg, store, &pki, advertise, cfg.secure_port)?;
+    let (stop, _) = tokio::sync::watch::channel(false);
+    // The CRD registry, so garbage collection and quotas see custom kinds.
+    super::crd::sync(&st);
+    let mut tasks = JoinSet::new();
+    tasks.spawn(super::crd::run(st.clone()));
+    let controllers_cfg = with_signer(cfg.controllers.clone(), &pki);
+    let electors = spawn_components(&st, &cfg, controllers_cfg, &mut tasks, &stop);
+    tracing::info!(component = name, "started");
+    nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::ControlPlane);
+    Ok(ComponentsHandle {
+        running: Running {
+            state: st,
+            tasks,
+            electors,
+            stop,
+        },
+    })
+}
+
+/// The cluster CA, service-account key and the API server's serving certificate (naming
+/// the bind, advertised and first service addresses) in the data dir, made where missing:
+/// what [`start`] serves with, and what `nodus up` needs before the API server runs in a
+/// static pod (a node's credentials are issued from this CA).
+pub fn ensure_pki(cfg: &ControlPlaneConfig) -> Result<pki::Pki, ServerError> {
+    nodus_serving::private::create_dir(&cfg.data_dir).map_err(|err| ServerError::Io {
+        path: cfg.data_dir.clone(),
+        err,
+    })?;
+    let service_ip = crate::apiserver::admission::first_service_ip(cfg.api.service_cidr);
+    Ok(pki::ensure(
+        &cfg.data_dir,
+        &[
+            cfg.bind_address,
+            advertise_address(cfg),
+            IpAddr::V4(service_ip),
+        ],
+    )?)
+}
+
 /// Starts the API server and built-in controllers; returns once it is listening.
 pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -434,13 +575,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     // anything in it (certificates, admin.kubeconfig, tokens) is rewritten.
     let store = open_store(&cfg)?;
     let advertise = advertise_address(&cfg);
-    let service_ip = crate::apiserver::admission::first_service_ip(cfg.api.service_cidr);
-    let pki = pki::ensure(
-        &cfg.data_dir,
-        &[cfg.bind_address, advertise, IpAddr::V4(service_ip)],
-    )?;
-    let sa_keys = authn::serviceaccount::Keys::from_pkcs8(&pki::service_account_key(&pki.dir)?)
-        .map_err(pki::PkiError::Invalid)?;
+    let pki = ensure_pki(&cfg)?;
     let addr = SocketAddr::new(cfg.bind_address, cfg.secure_port);
     let listener = TcpListener::bind(addr)
         .await
@@ -458,33 +593,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         IpAddr::V4(v4) => format!("https://{v4}:{}", addr.port()),
     };
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &url)?;
-    let token_path = cfg.data_dir.join("tokens.csv");
-    nodus_serving::private::restrict_file(&token_path).map_err(|err| ServerError::Io {
-        path: token_path.clone(),
-        err,
-    })?;
-    let tokens = authn::load_token_file(&token_path).map_err(|err| ServerError::Io {
-        path: token_path,
-        err,
-    })?;
-    let mut api = cfg.api.clone();
-    api.secure_port = addr.port();
-    api.advertise_address = advertise;
-    let st: SharedState = Arc::new(ApiState {
-        store: store.clone(),
-        config: api,
-        tokens,
-        authz: authz::Chain::new(&cfg.api.authorization_modes, store.clone()),
-        ca_pem: pki.ca_cert_pem.clone(),
-        kubelet_tls: kubelet_tls(&pki)
-            .map(Arc::new)
-            .map_err(|e| tracing::warn!(error = %e, "no TLS client for kubelets"))
-            .ok(),
-        sa_keys: Arc::new(sa_keys),
-        alloc_lock: tokio::sync::Mutex::new(()),
-        metrics: Default::default(),
-        resource_metrics: Default::default(),
-    });
+    let st = shared_state(&cfg, store, &pki, advertise, addr.port())?;
     bootstrap::ensure(&st)?;
     authz::policy::reconcile(&st)?;
     crate::controllers::bootstrapsigner::ensure_cluster_info(&st, &url, &pki.ca_cert_pem)?;
@@ -498,11 +607,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     tasks.spawn(super::crd::run(st.clone()));
     tasks.spawn(super::apfconfig::run(st.clone()));
     tasks.spawn(metrics_api::run(st.clone()));
-    let mut controllers_cfg = cfg.controllers.clone();
-    if controllers_cfg.cluster_signing_cert_file.is_none() {
-        controllers_cfg.cluster_signing_cert_file = Some(pki.ca_cert_path());
-        controllers_cfg.cluster_signing_key_file = Some(pki.dir.join("ca.key"));
-    }
+    let controllers_cfg = with_signer(cfg.controllers.clone(), &pki);
     let electors = spawn_components(&st, &cfg, controllers_cfg, &mut tasks, &stop);
     let limits = st.config.serving;
     tasks.spawn(async move {
@@ -526,9 +631,11 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         url,
         kubeconfig,
         data_dir: cfg.data_dir,
-        state: st,
-        tasks,
-        electors,
-        stop,
+        running: Running {
+            state: st,
+            tasks,
+            electors,
+            stop,
+        },
     })
 }

@@ -265,9 +265,19 @@ impl FileSource {
         let path_str = path.to_string_lossy();
         let (pods, errors) =
             decode_manifest(&data, ManifestOrigin::File(&path_str), &self.node_name);
-        for e in errors {
+        for e in &errors {
             tracing::warn!(path = %path.display(), error = %e, "Can't process manifest file");
         }
+        // A manifest edited into something invalid leaves the pod it defined running (a
+        // control-plane component is not stopped by a typo), until the file is valid again
+        // or removed.
+        let pods = match self.files.get(path) {
+            Some(prev) if pods.is_empty() && !errors.is_empty() && !prev.pods.is_empty() => {
+                tracing::warn!(path = %path.display(), "the pods this manifest defined before keep running until it is valid again");
+                prev.pods.clone()
+            }
+            _ => pods,
+        };
         self.files.insert(path.to_path_buf(), Parsed { data, pods });
     }
 

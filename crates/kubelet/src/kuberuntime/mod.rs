@@ -107,7 +107,7 @@ impl KubeRuntime {
             .as_ref()
             .and_then(|s| s.enable_service_links)
             .unwrap_or(true);
-        env::ServiceEnv(lister.env_for(ns, links))
+        env::ServiceEnv(lister.env_for(ns, links, crate::config::is_static_pod(pod)))
     }
 
     /// The CRI runtime handler for the pod's RuntimeClass (upstream's LookupRuntimeHandler);

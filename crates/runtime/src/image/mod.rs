@@ -5,7 +5,8 @@
 //! [`distribution`] resolves the manifest and streams blobs → [`content`] stores each blob
 //! by digest after verifying it → [`unpack`] applies each layer into a [`snapshot`] keyed by
 //! its chain ID → [`store`] records the image (tags, digests, layers) atomically.
-//! [`manager`] orchestrates all of it (and [`import`] for OCI archives); [`error`] is what
+//! [`manager`] orchestrates all of it (and [`import`] for OCI archives, [`local`] for images
+//! made from host files); [`error`] is what
 //! callers see.
 
 pub mod content;
@@ -14,6 +15,7 @@ pub mod distribution;
 pub mod error;
 pub mod hosts;
 pub mod import;
+pub mod local;
 pub mod manager;
 pub mod reference;
 pub mod snapshot;

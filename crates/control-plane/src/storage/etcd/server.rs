@@ -32,25 +32,58 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
+/// The client and peer ports of the member whose data is in `data_dir`: the ones it used
+/// before (kept in `data_dir/ports`, so a restarted member has the peer URL its data
+/// records), else `preferred` when both are free (etcd's 2379 and 2380 for `nodus up`'s
+/// static pod), else free ones.
+pub fn member_ports(data_dir: &Path, preferred: Option<(u16, u16)>) -> std::io::Result<(u16, u16)> {
+    let file = data_dir.join("ports");
+    let recorded = std::fs::read_to_string(&file).ok().and_then(|s| {
+        let (c, p) = s.trim().split_once(' ')?;
+        Some((c.parse().ok()?, p.parse().ok()?))
+    });
+    if let Some(ports) = recorded {
+        return Ok(ports);
+    }
+    let free = |p: u16| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok();
+    let ports = match preferred {
+        Some((c, p)) if free(c) && free(p) => (c, p),
+        _ => (free_port()?, free_port()?),
+    };
+    std::fs::create_dir_all(data_dir)?;
+    std::fs::write(&file, format!("{} {}\n", ports.0, ports.1))?;
+    Ok(ports)
+}
+
+/// etcd's flags for member `name` of `cluster` (`name=peer-url,…`), serving clients and
+/// peers on 127.0.0.1 with its data in `data_dir/member-data`.
+pub fn member_args(
+    name: &str,
+    data_dir: &Path,
+    client_port: u16,
+    peer_port: u16,
+    cluster: &str,
+) -> Vec<String> {
+    let client = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    vec![
+        format!("--name={name}"),
+        format!("--data-dir={}", data_dir.join("member-data").display()),
+        format!("--listen-client-urls={client}"),
+        format!("--advertise-client-urls={client}"),
+        format!("--listen-peer-urls={peer}"),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!("--initial-cluster={cluster}"),
+        "--initial-cluster-state=new".to_string(),
+    ]
+}
+
 impl EtcdServer {
     /// Starts a member with its data in `data_dir`: on the ports it used before (kept in
     /// `data_dir/ports`, so a restarted member has the peer URL its data records), else on
     /// free ones.
     pub fn start(data_dir: &Path) -> std::io::Result<EtcdServer> {
-        let file = data_dir.join("ports");
-        let recorded = std::fs::read_to_string(&file).ok().and_then(|s| {
-            let (c, p) = s.trim().split_once(' ')?;
-            Some((c.parse().ok()?, p.parse().ok()?))
-        });
-        let (client, peer) = match recorded {
-            Some(ports) => ports,
-            None => {
-                let ports = (free_port()?, free_port()?);
-                std::fs::create_dir_all(data_dir)?;
-                std::fs::write(&file, format!("{} {}\n", ports.0, ports.1))?;
-                ports
-            }
-        };
+        let (client, peer) = member_ports(data_dir, None)?;
         Self::start_on(data_dir, client, peer)
     }
 
@@ -109,25 +142,13 @@ impl EtcdServer {
         cluster: &str,
     ) -> std::io::Result<EtcdServer> {
         std::fs::create_dir_all(data_dir)?;
-        let client = format!("http://127.0.0.1:{client_port}");
-        let peer = format!("http://127.0.0.1:{peer_port}");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(data_dir.join("etcd.log"))?;
         let bin = etcd_binary();
         let child = Command::new(&bin)
-            .arg(format!("--name={name}"))
-            .arg(format!(
-                "--data-dir={}",
-                data_dir.join("member-data").display()
-            ))
-            .arg(format!("--listen-client-urls={client}"))
-            .arg(format!("--advertise-client-urls={client}"))
-            .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster={cluster}"))
-            .arg("--initial-cluster-state=new")
+            .args(member_args(name, data_dir, client_port, peer_port, cluster))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
