@@ -434,6 +434,10 @@ pub async fn run_component(args: ControlPlaneArgs, component: Component) -> Resu
     cfg.controllers.node_ipam = args.node_ipam.config(false, None, cfg.api.service_cidr)?;
     cfg.controllers.leader_election = args.leader_election.config()?;
     cfg.storage = args.storage.backend(None)?;
+    if component != Component::All {
+        // Started beside etcd (kubeadm's static pods come up together): wait for it.
+        cfg.store_wait = std::time::Duration::from_secs(60);
+    }
     cfg.controllers.scheduler &= matches!(component, Component::All | Component::Scheduler);
     cfg.controllers.controllers &=
         matches!(component, Component::All | Component::ControllerManager);

@@ -385,6 +385,37 @@ async fn containers_survive_a_daemon_restart_and_exits_meanwhile_are_recorded() 
     assert!(mounts_under(n.rt.dir.path()).is_empty());
 }
 
+/// A host reboot, as the runtime sees it: every process and mount of its pods gone while
+/// its records stay. The sandbox turns NotReady (so the kubelet makes a new one rather than
+/// starting containers into namespaces that no longer exist), its containers Exited, and
+/// both can be stopped and removed.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_reboot_a_sandbox_without_its_namespaces_is_not_ready() {
+    if !have_root() {
+        return;
+    }
+    let mut n = node().await;
+    let sb_cfg = n.sandbox_config("rebooted");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let c = n
+        .create(&sb, &sb_cfg, n.container_config("app", &["sleep", "3600"]))
+        .await
+        .unwrap();
+    n.start(&c).await;
+    n.rt.kill();
+    common::kill_runtime_leftovers(&n.rt.dir.path().join("state"), n.rt.dir.path());
+    n.rt.start_again();
+    n.c = n.rt.clients().await;
+    assert_eq!(
+        n.sandbox_status(&sb).await.state,
+        pb::PodSandboxState::SandboxNotready as i32
+    );
+    let s = n.wait_state(&c, pb::ContainerState::ContainerExited).await;
+    assert_ne!(s.exit_code, 0, "{s:?}");
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(mounts_under(n.rt.dir.path()).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_requests_get_clear_errors_and_leave_nothing_behind() {
     if !have_root() {

@@ -30,6 +30,7 @@ pub mod containerd;
 pub mod daemon;
 pub mod faulty_proxy;
 pub mod image;
+pub mod leftovers;
 pub mod netns;
 pub mod port;
 pub mod registry;

@@ -67,6 +67,10 @@ pub struct ControlPlaneConfig {
     pub controllers: crate::controllers::ControllersConfig,
     /// The embedded store (default) or etcd.
     pub storage: StorageBackend,
+    /// How long to keep retrying an etcd that does not answer yet at start: zero fails at
+    /// once; a component started beside its etcd (kubeadm's static pods start together)
+    /// waits for it, as kube-apiserver does.
+    pub store_wait: std::time::Duration,
 }
 
 impl ControlPlaneConfig {
@@ -79,6 +83,7 @@ impl ControlPlaneConfig {
             api: ApiConfig::default(),
             controllers: Default::default(),
             storage: StorageBackend::Embedded,
+            store_wait: std::time::Duration::ZERO,
         }
     }
 }
@@ -393,7 +398,16 @@ fn open_store(cfg: &ControlPlaneConfig) -> Result<Arc<dyn Store>, ServerError> {
             })?)
         }
         StorageBackend::Etcd(etcd) => {
-            let store = EtcdStore::connect(etcd)?;
+            let deadline = std::time::Instant::now() + cfg.store_wait;
+            let store = loop {
+                match EtcdStore::connect(etcd) {
+                    Err(StoreError::Unavailable(why)) if std::time::Instant::now() < deadline => {
+                        tracing::info!(reason = %why, "waiting for etcd");
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    r => break r?,
+                }
+            };
             tracing::info!(server = store.server(), prefix = %etcd.prefix, "storing objects in etcd");
             Arc::new(store)
         }

@@ -226,47 +226,7 @@ impl Drop for Runtime {
     }
 }
 
-/// Kills every shim and container a runtime with state dir `state` started (by the pids
-/// they recorded), pid-namespace inits and OCI runtime state, and unmounts everything under
-/// `base`.
-pub fn kill_runtime_leftovers(state: &Path, base: &Path) {
-    let kill = |pidfile: PathBuf| {
-        if let Some(pid) = std::fs::read_to_string(pidfile)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-        {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    };
-    for c in list_dir(&state.join("containers")) {
-        kill(c.join("shim/shim.pid"));
-        kill(c.join("shim/init.pid"));
-        if let Some(id) = c.file_name().and_then(|n| n.to_str()) {
-            for root in list_dir(&state.join("oci")) {
-                // gVisor's state is runsc's own: runc cannot delete its sandboxes.
-                let bin = if root.ends_with("runsc") {
-                    "runsc"
-                } else {
-                    "runc"
-                };
-                let _ = Command::new(bin)
-                    .arg("--root")
-                    .arg(&root)
-                    .args(["delete", "--force", id])
-                    .output();
-            }
-        }
-    }
-    for sb in list_dir(&state.join("sandboxes")) {
-        kill(sb.join("ns/pid-init"));
-    }
-    for m in testkit::containerd::mounts_under(base) {
-        let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
+pub use testkit::leftovers::kill_runtime_leftovers;
 
 pub fn list_dir(p: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(p)

@@ -89,8 +89,24 @@ impl Inner {
         let container_records = RecordDir::open(&root_dir.join("containers"))?;
         let mut names = Names::default();
         let mut sandboxes = HashMap::new();
-        for r in sandbox_records.load_all::<SandboxRecord>()? {
+        for mut r in sandbox_records.load_all::<SandboxRecord>()? {
             let _ = names.reserve(&r.name, &r.id);
+            // After a reboot (or its namespaces unmounted) a sandbox has nothing left to run
+            // containers in: NotReady, so the kubelet makes a new one, as containerd reports
+            // a sandbox whose task is gone.
+            let pinned = [&r.netns, &r.ipc_ns, &r.uts_ns, &r.pid_ns, &r.user_ns];
+            if r.state == crate::state::SandboxState::Ready
+                && pinned
+                    .iter()
+                    .filter_map(|p| p.as_deref())
+                    .any(|p| !crate::sandbox::namespaces::is_namespace_file(p))
+            {
+                tracing::warn!(sandbox = %r.id, "the sandbox's namespaces are gone (host restarted or unmounted): NotReady");
+                r.state = crate::state::SandboxState::NotReady;
+                if let Err(e) = sandbox_records.save(&r.id, &r) {
+                    tracing::warn!(sandbox = %r.id, error = %e, "cannot record the sandbox as NotReady");
+                }
+            }
             sandboxes.insert(r.id.clone(), r);
         }
         let mut containers = HashMap::new();
