@@ -35,6 +35,22 @@ pub fn conflist_with(data_dir: &Path, masq: Masq) -> String {
     )
 }
 
+/// A node's config files in `d`: a CNI bridge network and the runtime's config pointing at
+/// it, with an NRI socket of its own.
+pub fn prepare_node_dir(d: &Path) -> Result<()> {
+    std::fs::create_dir_all(d.join("net.d"))?;
+    std::fs::write(d.join("net.d/10-bench.conflist"), conflist(&d.join("ipam")))?;
+    std::fs::write(
+        d.join("runtime.toml"),
+        format!(
+            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{}",
+            d.join("net.d").display(),
+            testkit::runtime_config::private_nri(d, "")
+        ),
+    )?;
+    Ok(())
+}
+
 /// A runtime under test with everything it needs kept alive.
 pub struct Target {
     pub name: String,

@@ -215,24 +215,6 @@ async fn watch_join(kubeconfig: PathBuf, node: String, go: mpsc::Sender<()>) -> 
     Ok(seen)
 }
 
-/// The node's config files: a CNI bridge network and the runtime's config pointing at it.
-fn prepare_node_dir(d: &Path) -> Result<()> {
-    std::fs::create_dir_all(d.join("net.d"))?;
-    std::fs::write(
-        d.join("net.d/10-bench.conflist"),
-        nodus_bench::targets::conflist(&d.join("ipam")),
-    )?;
-    std::fs::write(
-        d.join("runtime.toml"),
-        format!(
-            "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{}",
-            d.join("net.d").display(),
-            testkit::runtime_config::private_nri(d, "")
-        ),
-    )?;
-    Ok(())
-}
-
 /// One join on a fresh control plane and node.
 fn sample(bin: &Path, how: Join, k: usize) -> Result<Sample> {
     let cp_ns = Arc::new(Netns::new("nodus-bjcp")?);
@@ -302,7 +284,7 @@ fn sample(bin: &Path, how: Join, k: usize) -> Result<Sample> {
     };
 
     let node_dir = dir.path().join("node");
-    prepare_node_dir(&node_dir)?;
+    nodus_bench::targets::prepare_node_dir(&node_dir)?;
     let cgroup = CgroupParent::new("bench-join");
     cgroup.create();
     let name = format!("join-{k}");

@@ -56,47 +56,12 @@ struct Node {
 impl Node {
     fn new() -> Result<Node> {
         let netns = Arc::new(Netns::new("nodus-upbench")?);
-        // An uplink with the default route: the kubelet's node IP, as on a real machine.
-        for args in [
-            vec![
-                "link", "add", "eth0", "type", "veth", "peer", "name", "uplink0",
-            ],
-            vec!["addr", "add", "10.250.0.2/24", "dev", "eth0"],
-            vec!["link", "set", "uplink0", "up"],
-            vec!["link", "set", "eth0", "up"],
-            vec!["link", "set", "lo", "up"],
-            vec![
-                "route",
-                "add",
-                "default",
-                "via",
-                "10.250.0.1",
-                "dev",
-                "eth0",
-            ],
-        ] {
-            let out = netns.run("ip", &args)?;
-            if !out.status.success() {
-                bail!("ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-            }
-        }
+        netns.add_uplink()?;
+        netns.run("ip", &["link", "set", "lo", "up"])?;
         let cgroup = CgroupParent::new("nodus-upbench");
         cgroup.create();
         let dir = tempfile::Builder::new().prefix("bench-up-").tempdir()?;
-        let d = dir.path();
-        std::fs::create_dir_all(d.join("net.d"))?;
-        std::fs::write(
-            d.join("net.d/10-bench.conflist"),
-            nodus_bench::targets::conflist(&d.join("ipam")),
-        )?;
-        std::fs::write(
-            d.join("runtime.toml"),
-            format!(
-                "cni-conf-dir = \"{}\"\ncni-bin-dirs = [\"/usr/lib/cni\", \"/opt/cni/bin\"]\n{}",
-                d.join("net.d").display(),
-                testkit::runtime_config::private_nri(d, "")
-            ),
-        )?;
+        nodus_bench::targets::prepare_node_dir(dir.path())?;
         Ok(Node { netns, cgroup, dir })
     }
 

@@ -107,6 +107,35 @@ impl Netns {
     }
 
     /// Runs `program args…` inside the namespace and returns its output.
+    /// Gives the namespace an uplink-like interface, `eth0` with 10.250.0.2/24 and the
+    /// default route (both veth ends stay inside: the kernel here has no dummy driver), so a
+    /// kubelet in it finds its InternalIP the way it does on a real machine.
+    pub fn add_uplink(&self) -> Result<()> {
+        for args in [
+            &[
+                "link", "add", "eth0", "type", "veth", "peer", "name", "uplink0",
+            ][..],
+            &["addr", "add", "10.250.0.2/24", "dev", "eth0"],
+            &["link", "set", "uplink0", "up"],
+            &["link", "set", "eth0", "up"],
+            &[
+                "route",
+                "add",
+                "default",
+                "via",
+                "10.250.0.1",
+                "dev",
+                "eth0",
+            ],
+        ] {
+            let out = self.run("ip", args)?;
+            if !out.status.success() {
+                anyhow::bail!("ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        Ok(())
+    }
+
     pub fn run(&self, program: &str, args: &[&str]) -> Result<std::process::Output> {
         self.command(program)?
             .args(args)

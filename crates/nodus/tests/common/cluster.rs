@@ -18,31 +18,7 @@ pub const NODE_IP: &str = "10.250.0.2";
 
 /// Gives the namespace an uplink-like interface with [`NODE_IP`] and a default route.
 pub fn add_node_address(netns: &Netns) {
-    for args in [
-        // A veth pair with both ends in the namespace: the kernel here has no dummy driver.
-        vec![
-            "link", "add", "eth0", "type", "veth", "peer", "name", "uplink0",
-        ],
-        vec!["addr", "add", "10.250.0.2/24", "dev", "eth0"],
-        vec!["link", "set", "uplink0", "up"],
-        vec!["link", "set", "eth0", "up"],
-        vec![
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.250.0.1",
-            "dev",
-            "eth0",
-        ],
-    ] {
-        let out = netns.run("ip", &args).expect("ip in netns");
-        assert!(
-            out.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    netns.add_uplink().expect("uplink in netns");
 }
 
 /// Links `a` and `b` with a veth pair: `a` gets `a_ip`/24, `b` gets `b_ip`/24 and its
