@@ -567,14 +567,21 @@ pub fn ensure_pki(cfg: &ControlPlaneConfig) -> Result<pki::Pki, ServerError> {
         err,
     })?;
     let service_ip = crate::apiserver::admission::first_service_ip(cfg.api.service_cidr);
-    Ok(pki::ensure(
+    let pki = pki::ensure(
         &cfg.data_dir,
         &[
             cfg.bind_address,
             advertise_address(cfg),
             IpAddr::V4(service_ip),
         ],
-    )?)
+    )?;
+    // Made here, before any component starts: kube-apiserver, kube-controller-manager and
+    // kube-scheduler start together in their static pods, and each would otherwise create
+    // a missing key on first use, racing the others (the API server lost its kubelet client
+    // credentials to a certificate written beside another process's key).
+    pki::service_account_key(&pki.dir)?;
+    pki::kubelet_client_cert(&pki)?;
+    Ok(pki)
 }
 
 /// Starts the API server and built-in controllers; returns once it is listening.
