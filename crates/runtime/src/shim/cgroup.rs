@@ -10,6 +10,14 @@
 //!
 //! On cgroup v1 the counter is `oom_kill N` in `memory.oom_control`, on v2 `oom_kill N` in
 //! `memory.events`.
+//!
+//! With the systemd driver the container's cgroup is a transient scope that systemd stops, and
+//! removes, as soon as its last process exits — which races the shim's read after `waitpid`.
+//! On v2 the kernel counts an OOM kill in every ancestor's `memory.events` too, so the probe
+//! also keeps the parent's counter from when the shim started: when the container's own file
+//! is gone, a rise in the parent's counter is the kill. (The parent is the pod's cgroup; a
+//! sibling container OOM-killed in the same window would be counted too — the same
+//! attribution containerd's event-based monitor makes when its events arrive late.)
 
 use nodus_cgroups::Hierarchy;
 use nodus_cgroups::hierarchy::process_cgroup;
@@ -21,6 +29,8 @@ pub struct OomProbe {
     /// `memory.oom_control` (v1) or `memory.events` (v2); None when no memory cgroup
     /// hierarchy was found.
     pub file: Option<PathBuf>,
+    /// v2 only: the parent cgroup's `memory.events` and its `oom_kill` when the probe was made.
+    pub parent: Option<(PathBuf, u64)>,
 }
 
 impl OomProbe {
@@ -37,16 +47,35 @@ impl OomProbe {
             .unwrap_or_default();
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        OomProbe {
-            file: resolve(&cgroups_path, id, &mountinfo, &own),
-        }
+        let file = resolve(&cgroups_path, id, &mountinfo, &own);
+        let parent = file.as_deref().and_then(parent_baseline);
+        OomProbe { file, parent }
     }
 
-    /// The number of OOM kills in the cgroup; None when it cannot be read.
+    /// The number of OOM kills in the container's cgroup or, when that cgroup is already
+    /// gone, the rise in its parent's (v2); None when neither can be read.
     pub fn oom_kills(&self) -> Option<u64> {
-        let text = std::fs::read_to_string(self.file.as_ref()?).ok()?;
-        parse_oom_kill(&text)
+        let own = self.file.as_deref().and_then(read_oom_kill);
+        own.or_else(|| {
+            let (file, before) = self.parent.as_ref()?;
+            Some(read_oom_kill(file)?.saturating_sub(*before))
+        })
     }
+}
+
+fn read_oom_kill(file: &Path) -> Option<u64> {
+    parse_oom_kill(&std::fs::read_to_string(file).ok()?)
+}
+
+/// The parent's `memory.events` and its current count, for v2 files only: v1's counter is
+/// the cgroup's own and does not rise in its ancestors.
+fn parent_baseline(own: &Path) -> Option<(PathBuf, u64)> {
+    if own.file_name()? != "memory.events" {
+        return None;
+    }
+    let file = own.parent()?.parent()?.join("memory.events");
+    let count = read_oom_kill(&file)?;
+    Some((file, count))
 }
 
 pub fn parse_oom_kill(text: &str) -> Option<u64> {
@@ -135,6 +164,37 @@ mod tests {
             Some("/sys/fs/cgroup/kubepods/pod1/abc/memory.events".into())
         );
         assert_eq!(resolve("/x", "x", "", own), None);
+    }
+
+    #[test]
+    fn a_removed_scope_is_read_through_its_parent_on_v2() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = dir.path().join("pod.slice");
+        let scope = pod.join("cri-abc.scope");
+        std::fs::create_dir_all(&scope).unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 4\noom_kill 2\n").unwrap();
+        std::fs::write(scope.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        let file = scope.join("memory.events");
+        let probe = OomProbe {
+            parent: parent_baseline(&file),
+            file: Some(file),
+        };
+        assert_eq!(probe.oom_kills(), Some(0), "the scope's own count first");
+
+        std::fs::write(pod.join("memory.events"), "oom 5\noom_kill 3\n").unwrap();
+        std::fs::remove_dir_all(&scope).unwrap();
+        assert_eq!(
+            probe.oom_kills(),
+            Some(1),
+            "the scope is gone: the parent's rise"
+        );
+
+        let v1 = OomProbe {
+            parent: parent_baseline(&scope.join("memory.oom_control")),
+            file: Some(scope.join("memory.oom_control")),
+        };
+        assert_eq!(v1.parent, None, "v1 counters are not hierarchical");
+        assert_eq!(v1.oom_kills(), None);
     }
 
     #[test]

@@ -300,10 +300,14 @@ impl Shim {
 
         let oom = OomProbe::for_bundle(&args.bundle, &args.id);
         log.event(format_args!(
-            "event=oom_probe file={}",
+            "event=oom_probe file={} parent={}",
             oom.file
                 .as_ref()
                 .map(|f| f.display().to_string())
+                .unwrap_or_else(|| "none".into()),
+            oom.parent
+                .as_ref()
+                .map(|(f, n)| format!("{}:{n}", f.display()))
                 .unwrap_or_else(|| "none".into())
         ));
         let cri = match &args.log_path {
