@@ -14,9 +14,10 @@ pub struct ControlPlaneArgs {
     /// The address the API server listens on.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind_address: IpAddr,
-    /// The HTTPS port of the API server.
-    #[arg(long, default_value_t = 6443)]
-    pub secure_port: u16,
+    /// The HTTPS port: the API server's (default 6443); kube-controller-manager's (10257)
+    /// and kube-scheduler's (10259) serve /healthz, /livez and /readyz there (0: not at all).
+    #[arg(long)]
+    pub secure_port: Option<u16>,
     /// The CIDR Service cluster IPs are allocated from.
     #[arg(long, default_value = "10.96.0.0/12")]
     pub service_cluster_ip_range: String,
@@ -377,6 +378,15 @@ impl Component {
             Component::Scheduler => "kube-scheduler",
         }
     }
+
+    /// Upstream's default `--secure-port` of the component.
+    pub fn default_secure_port(self) -> u16 {
+        match self {
+            Component::All | Component::ApiServer => 6443,
+            Component::ControllerManager => crate::healthz::CONTROLLER_MANAGER_PORT,
+            Component::Scheduler => crate::healthz::SCHEDULER_PORT,
+        }
+    }
 }
 
 /// Runs the control plane until SIGTERM/SIGINT.
@@ -386,7 +396,10 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), RunError> {
 
 /// Runs `component` until SIGTERM/SIGINT.
 pub async fn run_component(args: ControlPlaneArgs, component: Component) -> Result<(), RunError> {
-    let mut cfg = ControlPlaneConfig::new(&args.data_dir, args.bind_address, args.secure_port);
+    let port = args
+        .secure_port
+        .unwrap_or_else(|| component.default_secure_port());
+    let mut cfg = ControlPlaneConfig::new(&args.data_dir, args.bind_address, port);
     cfg.api.service_cidr = parse_cidr(&args.service_cluster_ip_range)?;
     cfg.api.node_port_range = parse_range(&args.service_node_port_range)?;
     cfg.api.authorization_modes = crate::apiserver::authz::parse_modes(&args.authorization_mode)

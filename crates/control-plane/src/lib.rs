@@ -6,6 +6,7 @@
 pub mod apiserver;
 pub mod cli;
 pub mod controllers;
+pub mod healthz;
 pub mod leaderelection;
 pub mod pki;
 pub mod scheduler;

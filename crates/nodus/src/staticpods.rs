@@ -57,6 +57,50 @@ impl StaticPod {
     }
 }
 
+/// Where a component answers its health checks: `scheme://host:port` and the paths kubeadm
+/// probes there (liveness and startup, readiness).
+struct Health {
+    scheme: &'static str,
+    host: String,
+    port: u16,
+    live: &'static str,
+    ready: &'static str,
+}
+
+impl Health {
+    fn get(&self, path: &str) -> Value {
+        json!({"host": self.host, "path": path, "port": self.port, "scheme": self.scheme})
+    }
+
+    /// kubeadm's probes: liveness and startup on the live path (8 and 24 failures, every
+    /// 10 s after 10 s, 15 s timeout); the API server and etcd also get a readiness probe
+    /// every second.
+    fn probes(&self, with_readiness: bool) -> Vec<(&'static str, Value)> {
+        let slow = |threshold: u32| {
+            json!({
+                "httpGet": self.get(self.live),
+                "failureThreshold": threshold,
+                "initialDelaySeconds": 10,
+                "periodSeconds": 10,
+                "timeoutSeconds": 15,
+            })
+        };
+        let mut out = vec![("livenessProbe", slow(8)), ("startupProbe", slow(24))];
+        if with_readiness {
+            out.push((
+                "readinessProbe",
+                json!({
+                    "httpGet": self.get(self.ready),
+                    "failureThreshold": 3,
+                    "periodSeconds": 1,
+                    "timeoutSeconds": 15,
+                }),
+            ));
+        }
+        out
+    }
+}
+
 /// A host directory mounted at the same path in a static pod.
 #[derive(Clone)]
 struct HostDir {
@@ -75,6 +119,7 @@ fn manifest(
     command: Vec<String>,
     dirs: &[HostDir],
     env: &[(String, String)],
+    health: &Health,
 ) -> Value {
     let mut container = json!({
         "name": pod.name(),
@@ -88,6 +133,10 @@ fn manifest(
             "readOnly": d.read_only,
         })).collect::<Vec<_>>(),
     });
+    let with_readiness = matches!(pod, StaticPod::Etcd | StaticPod::KubeApiserver);
+    for (field, probe) in health.probes(with_readiness) {
+        container[field] = probe;
+    }
     if !env.is_empty() {
         container["env"] = env
             .iter()
@@ -136,6 +185,9 @@ pub struct Plan {
     pub scheduler_args: Vec<String>,
     /// Host directories of files named by flags (etcd's TLS files), mounted read-only.
     pub extra_dirs: Vec<PathBuf>,
+    /// Where the kubelet reaches the API server's `/livez` and `/readyz` (kubeadm probes the
+    /// advertised address).
+    pub apiserver_endpoint: (String, u16),
 }
 
 /// The images' names: a fingerprint of the binary in the tag, so a rebuilt binary gets a
@@ -279,9 +331,18 @@ pub fn manifests(plan: &Plan, images: &Images) -> Vec<(String, Value)> {
             read_only: false,
             create: true,
         }];
+        // Debian's etcd (3.4) answers `/health` on its client URL; kubeadm's newer etcd has
+        // `/livez` and `/readyz` on a separate metrics port.
+        let health = Health {
+            scheme: "HTTP",
+            host: "127.0.0.1".into(),
+            port: *client,
+            live: "/health",
+            ready: "/health",
+        };
         out.push((
             "etcd.yaml".to_string(),
-            manifest(StaticPod::Etcd, image, command, &etcd_dirs, &[]),
+            manifest(StaticPod::Etcd, image, command, &etcd_dirs, &[], &health),
         ));
     }
     let component = |pod: StaticPod, own: &[String], extra: &[HostDir]| {
@@ -290,9 +351,31 @@ pub fn manifests(plan: &Plan, images: &Images) -> Vec<(String, Value)> {
         command.extend(own.iter().cloned());
         let mut all = dirs.clone();
         all.extend(extra.iter().cloned());
+        let (host, port) = match pod {
+            StaticPod::KubeControllerManager => (
+                "127.0.0.1".to_string(),
+                nodus_control_plane::healthz::CONTROLLER_MANAGER_PORT,
+            ),
+            StaticPod::KubeScheduler => (
+                "127.0.0.1".to_string(),
+                nodus_control_plane::healthz::SCHEDULER_PORT,
+            ),
+            _ => plan.apiserver_endpoint.clone(),
+        };
+        let health = Health {
+            scheme: "HTTPS",
+            host,
+            port,
+            live: if pod == StaticPod::KubeApiserver {
+                "/livez"
+            } else {
+                "/healthz"
+            },
+            ready: "/readyz",
+        };
         (
             format!("{}.yaml", pod.name()),
-            manifest(pod, &images.nodus, command, &all, &env),
+            manifest(pod, &images.nodus, command, &all, &env, &health),
         )
     };
     out.push(component(
@@ -356,6 +439,7 @@ mod tests {
             controller_manager_args: vec!["--allocate-node-cidrs=true".into()],
             scheduler_args: vec![],
             extra_dirs: vec![],
+            apiserver_endpoint: ("10.0.0.5".into(), 6443),
         }
     }
 
@@ -406,6 +490,45 @@ mod tests {
             etcd["spec"]["volumes"][0]["hostPath"]["path"],
             "/var/lib/nodus/etcd"
         );
+    }
+
+    #[test]
+    fn kubeadm_probes_each_component_where_it_answers() {
+        let images = Images {
+            nodus: "localhost/nodus:1-abc".into(),
+            etcd: Some("localhost/etcd:def".into()),
+        };
+        let m = manifests(&plan(), &images);
+        let c = |i: usize| m[i].1["spec"]["containers"][0].clone();
+        let (etcd, api, kcm, sched) = (c(0), c(1), c(2), c(3));
+        assert_eq!(
+            api["livenessProbe"],
+            json!({"httpGet": {"host": "10.0.0.5", "path": "/livez", "port": 6443, "scheme": "HTTPS"},
+                "failureThreshold": 8, "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 15})
+        );
+        assert_eq!(api["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert_eq!(api["readinessProbe"]["periodSeconds"], 1);
+        assert_eq!(api["startupProbe"]["failureThreshold"], 24);
+        assert_eq!(
+            kcm["livenessProbe"]["httpGet"],
+            json!({"host": "127.0.0.1", "path": "/healthz", "port": 10257, "scheme": "HTTPS"})
+        );
+        assert_eq!(kcm["startupProbe"]["httpGet"]["port"], 10257);
+        assert_eq!(sched["livenessProbe"]["httpGet"]["port"], 10259);
+        assert!(kcm.get("readinessProbe").is_none() && sched.get("readinessProbe").is_none());
+        assert_eq!(
+            etcd["livenessProbe"]["httpGet"],
+            json!({"host": "127.0.0.1", "path": "/health", "port": 2379, "scheme": "HTTP"})
+        );
+        // Every probe is one the API server's own validation accepts.
+        for (_, pod) in &m {
+            let errs = nodus_k8s::validation::validate_object(
+                &nodus_k8s::Gvk::new("", "v1", "Pod"),
+                pod,
+                None,
+            );
+            assert!(errs.is_empty(), "{errs:?}");
+        }
     }
 
     #[test]

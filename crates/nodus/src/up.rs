@@ -366,6 +366,14 @@ async fn run_static_pods(
         controller_manager_args,
         scheduler_args: elected,
         extra_dirs,
+        apiserver_endpoint: (
+            match args.advertise_address {
+                Some(a) => a.to_string(),
+                None if args.bind_address.is_unspecified() => "127.0.0.1".into(),
+                None => args.bind_address.to_string(),
+            },
+            args.secure_port,
+        ),
     };
     let manifest_dir = node
         .kubelet

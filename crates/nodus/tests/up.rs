@@ -596,19 +596,7 @@ fn up_runs_a_cluster_where_kubectl_run_works() {
     assert!(ok, "kubectl exec: {limit}{err}");
     assert_eq!(limit.trim(), "67108864");
     // 4. The runtime's own view, through crictl.
-    let out = netns
-        .command(common::nodus_bin())
-        .expect("crictl in netns")
-        .arg("crictl")
-        .arg("--runtime-endpoint")
-        .arg(format!(
-            "unix://{}",
-            d.join("up/node/run/nodus.sock").display()
-        ))
-        .arg("ps")
-        .output()
-        .expect("nodus crictl ps");
-    let ps = String::from_utf8_lossy(&out.stdout);
+    let ps = common::up::crictl(&netns, d, &["ps"]);
     for name in ["guaranteed", "hello", "agent", "web"] {
         assert!(ps.contains(name), "crictl ps lacks {name}:\n{ps}");
     }

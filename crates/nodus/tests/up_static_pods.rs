@@ -30,23 +30,7 @@ fn running_and_ready(p: &Value) -> bool {
 
 /// The static pod's container as crictl lists it, and its host PID.
 fn container_pid(up: &Up, name: &str) -> i32 {
-    let crictl = |args: &[&str]| {
-        let out = up
-            .netns
-            .command(common::nodus_bin())
-            .expect("crictl in netns")
-            .arg("crictl")
-            .arg("--runtime-endpoint")
-            .arg(format!(
-                "unix://{}",
-                up.d().join("up/node/run/nodus.sock").display()
-            ))
-            .args(args)
-            .output()
-            .expect("nodus crictl");
-        assert!(out.status.success(), "crictl {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let crictl = |args: &[&str]| common::up::crictl(&up.netns, up.d(), args);
     let id = crictl(&["ps", "--name", name, "--state", "running", "-q"]);
     let id = id
         .lines()
@@ -96,6 +80,19 @@ fn up_runs_the_control_plane_as_static_pods_with_mirror_pods() {
         assert_eq!(p["spec"]["nodeName"], up.node.as_str());
         assert_eq!(p["spec"]["hostNetwork"], true);
         assert_eq!(p["spec"]["priorityClassName"], "system-node-critical");
+        // kubeadm's probes; `started` turns true only once the startup probe has passed, so
+        // each component answers its health endpoint (10257, 10259, /livez, etcd's /health).
+        let c0 = &p["spec"]["containers"][0];
+        let port = c0["livenessProbe"]["httpGet"]["port"].clone();
+        let want = match c {
+            "kube-controller-manager" => 10257,
+            "kube-scheduler" => 10259,
+            "kube-apiserver" => 6443,
+            _ => port.as_u64().unwrap_or(0),
+        };
+        assert_eq!(port, want, "{c}'s liveness probe: {c0}");
+        assert!(c0["startupProbe"]["httpGet"].is_object(), "{c0}");
+        assert_eq!(p["status"]["containerStatuses"][0]["started"], true, "{p}");
     }
     let (ok, table, err) = up.k(&["get", "pods", "-n", "kube-system"]);
     assert!(ok, "{err}");

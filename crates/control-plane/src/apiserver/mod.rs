@@ -12,6 +12,7 @@ pub mod controllers;
 pub(crate) mod crd;
 pub mod discovery;
 mod inflight;
+pub mod listers;
 pub mod metrics;
 pub mod metrics_api;
 pub mod oidc;

@@ -60,7 +60,8 @@ pub struct ControlPlaneConfig {
     /// `--advertise-address`: the `kubernetes` Service's endpoint (default: the bind address;
     /// for an unspecified one, the address of the host's default-route interface).
     pub advertise_address: Option<IpAddr>,
-    /// 0 picks a free port.
+    /// The API server's HTTPS port, 0 picks a free one. A split kube-controller-manager or
+    /// kube-scheduler serves its health paths here instead (0: not at all).
     pub secure_port: u16,
     pub api: ApiConfig,
     /// The scheduler and controllers run beside the API server.
@@ -409,7 +410,7 @@ fn open_store(cfg: &ControlPlaneConfig) -> Result<Arc<dyn Store>, ServerError> {
                 }
             };
             tracing::info!(server = store.server(), prefix = %etcd.prefix, "storing objects in etcd");
-            Arc::new(store)
+            Arc::new(crate::storage::Cacher::new(Arc::new(store)))
         }
     })
 }
@@ -502,6 +503,7 @@ fn shared_state(
         alloc_lock: tokio::sync::Mutex::new(()),
         metrics: Default::default(),
         resource_metrics: Default::default(),
+        listers: crate::apiserver::listers::Listers::new(store.clone()),
     });
     Ok(st)
 }
@@ -545,6 +547,14 @@ pub async fn start_components(
     tasks.spawn(super::crd::run(st.clone()));
     let controllers_cfg = with_signer(cfg.controllers.clone(), &pki);
     let electors = spawn_components(&st, &cfg, controllers_cfg, &mut tasks, &stop);
+    if cfg.secure_port != 0 {
+        let mut stopped = stop.subscribe();
+        let shutdown = async move {
+            let _ = stopped.changed().await;
+        };
+        let addr = SocketAddr::new(cfg.bind_address, cfg.secure_port);
+        crate::healthz::serve(addr, name, shutdown).await?;
+    }
     tracing::info!(component = name, "started");
     nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::ControlPlane);
     Ok(ComponentsHandle {

@@ -83,6 +83,8 @@ pub struct ApiState {
     pub metrics: crate::apiserver::metrics::ApiMetrics,
     /// The kubelets' resource metrics behind `metrics.k8s.io`.
     pub resource_metrics: crate::apiserver::metrics_api::Scraped,
+    /// What admission reads on every create, kept by a watch (upstream's informers).
+    pub listers: crate::apiserver::listers::Listers,
 }
 
 pub type SharedState = Arc<ApiState>;

@@ -967,6 +967,7 @@ mod tests {
             alloc_lock: tokio::sync::Mutex::new(()),
             metrics: Default::default(),
             resource_metrics: Default::default(),
+            listers: crate::apiserver::listers::Listers::new(store.clone()),
         });
         let mut s = Scheduler::new(st);
         for n in nodes {

@@ -5,6 +5,7 @@
 //! crash-safe redb file; the etcd backend ([`etcd::EtcdStore`], `--etcd-servers`) keeps it
 //! in etcd v3 as kube-apiserver does.
 
+pub mod cacher;
 pub mod embedded;
 pub mod etcd;
 #[cfg(test)]
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+pub use cacher::Cacher;
 pub use embedded::{EmbeddedStore, HistoryLimit};
 pub use etcd::{EtcdConfig, EtcdServer, EtcdStore};
 

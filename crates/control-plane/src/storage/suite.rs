@@ -41,6 +41,16 @@ pub(crate) fn etcd() -> Backend {
     }
 }
 
+/// etcd behind the watch cache, as the API server opens it.
+pub(crate) fn cached_etcd() -> Backend {
+    let b = etcd();
+    Backend {
+        store: Arc::new(super::Cacher::new(b.store)),
+        dir: b.dir,
+        _etcd: b._etcd,
+    }
+}
+
 fn recv(rx: &mut mpsc::Receiver<Arc<Event>>) -> Arc<Event> {
     let start = Instant::now();
     loop {
@@ -61,6 +71,9 @@ macro_rules! both {
         }
         mod on_etcd {
             $(#[test] fn $name() { super::$name(&super::etcd()); })*
+        }
+        mod on_cached_etcd {
+            $(#[test] fn $name() { super::$name(&super::cached_etcd()); })*
         }
     };
 }
@@ -347,4 +360,93 @@ fn etcd_store_fails_over_to_the_next_member() {
     let ev = recv(&mut rx);
     assert_eq!(ev.key, "/core/configmaps/default/after");
     assert_eq!(ev.revision, after.revision);
+}
+
+/// The watch cache hands every list and watcher the same decoded objects (one copy of the
+/// cluster in memory, not one per consumer), and a list is never older than a write that
+/// returned before it.
+#[test]
+fn the_watch_cache_shares_objects_and_reads_its_writes() {
+    let b = cached_etcd();
+    let s = &*b.store;
+    for i in 0..50 {
+        let key = format!("/core/pods/ns/p{i}");
+        s.create(&key, json!({"metadata": {"name": format!("p{i}")}}))
+            .unwrap();
+        // Read-your-writes: each list sees the create that just returned.
+        let (items, rev) = s.list("/core/pods/").unwrap();
+        assert_eq!(items.len(), i + 1);
+        assert!(rev >= s.revision() - 1, "{rev}");
+    }
+    let mut rx = s.watch("/core/pods/", s.revision()).unwrap();
+    s.update(
+        "/core/pods/ns/p0",
+        json!({"metadata": {"name": "p0"}, "v": 2}),
+        None,
+    )
+    .unwrap();
+    let ev = recv(&mut rx);
+    let (a, _) = s.list("/core/pods/ns/p0").unwrap();
+    let (b2, _) = s.list("/core/pods/").unwrap();
+    assert_eq!(a[0].object["v"], 2);
+    assert!(
+        Arc::ptr_eq(&a[0].object, &b2[0].object),
+        "lists share objects"
+    );
+    assert!(
+        Arc::ptr_eq(&a[0].object, &ev.object),
+        "watchers share them too"
+    );
+}
+
+/// etcd's revision moved by a write the cache never sees (another prefix of the same etcd):
+/// the list does not wait for ever, it reads etcd. An etcd restart empties nothing: the
+/// cache lists again and its watchers are closed so they re-watch.
+#[test]
+fn the_watch_cache_falls_back_to_etcd_and_recovers_from_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = |_| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (client, peer) = (port(0), port(1));
+    let data = dir.path().join("etcd");
+    let mut server = EtcdServer::start_on(&data, client, peer).unwrap();
+    let etcd: Arc<dyn Store> =
+        Arc::new(EtcdStore::connect(&EtcdConfig::new(vec![server.url()])).unwrap());
+    let mut other_cfg = EtcdConfig::new(vec![server.url()]);
+    other_cfg.prefix = "/other".into();
+    let other = EtcdStore::connect(&other_cfg).unwrap();
+    let s = super::Cacher::new(etcd);
+    s.create("/core/configmaps/ns/a", json!({})).unwrap();
+    assert_eq!(s.list("/core/configmaps/").unwrap().0.len(), 1);
+    other.create("/core/configmaps/ns/b", json!({})).unwrap();
+    let started = Instant::now();
+    let (items, rev) = s.list("/core/configmaps/").unwrap();
+    assert_eq!(items.len(), 1, "only this prefix");
+    assert_eq!(rev, other.revision(), "read from etcd at its revision");
+    assert!(started.elapsed() < super::cacher::CATCH_UP * 5);
+
+    let mut rx = s.watch("/core/configmaps/", rev).unwrap();
+    server.stop();
+    let start = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            _ if start.elapsed() > Duration::from_secs(30) => {
+                panic!("the cache's watcher was not closed when etcd went away")
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let _server = EtcdServer::start_on(&data, client, peer).unwrap();
+    eventually("a write after the restart", || {
+        s.create("/core/configmaps/ns/c", json!({}))
+    });
+    let (items, _) = eventually("a list after the restart", || s.list("/core/configmaps/"));
+    let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys, ["/core/configmaps/ns/a", "/core/configmaps/ns/c"]);
 }

@@ -8,6 +8,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `nodus crictl <args>` in `netns` against the node runtime of the `nodus up` whose data
+/// dir is `<dir>/up`; its stdout, after asserting it succeeded.
+pub fn crictl(netns: &testkit::Netns, dir: &Path, args: &[&str]) -> String {
+    let out = netns
+        .command(super::nodus_bin())
+        .expect("crictl in netns")
+        .arg("crictl")
+        .arg("--runtime-endpoint")
+        .arg(format!(
+            "unix://{}",
+            dir.join("up/node/run/nodus.sock").display()
+        ))
+        .args(args)
+        .output()
+        .expect("nodus crictl");
+    assert!(out.status.success(), "crictl {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `nodus up` (control plane and one node) in a network namespace of its own.
 pub struct Up {
     pub netns: Arc<testkit::Netns>,

@@ -425,17 +425,15 @@ pub(crate) fn admit_pod(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
         .unwrap_or("")
         .to_string();
     let found = if class.is_empty() {
-        st.store
-            .list("/scheduling.k8s.io/priorityclasses/")
-            .ok()
-            .and_then(|(items, _)| {
-                items
-                    .into_iter()
-                    .find(|p| p.object.get("globalDefault") == Some(&json!(true)))
-            })
+        st.listers.priority_classes.list().ok().and_then(|items| {
+            items
+                .into_iter()
+                .find(|p| p.object.get("globalDefault") == Some(&json!(true)))
+        })
     } else {
         let pc = st
-            .store
+            .listers
+            .priority_classes
             .get(&format!("/scheduling.k8s.io/priorityclasses/{class}"))
             .map_err(crate::apiserver::rest::storage_failure)?;
         if pc.is_none() {

@@ -75,7 +75,8 @@ pub(crate) fn admit(st: &ApiState, pod: &mut Value) -> ApiResult<()> {
 fn service_account(st: &ApiState, ns: &str, name: &str) -> ApiResult<Option<Value>> {
     let key = format!("/core/serviceaccounts/{ns}/{name}");
     let get = || {
-        st.store
+        st.listers
+            .service_accounts
             .get(&key)
             .map(|o| o.map(|s| (*s.object).clone()))
             .map_err(crate::apiserver::rest::storage_failure)

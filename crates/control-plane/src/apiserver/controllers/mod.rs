@@ -451,6 +451,7 @@ mod tests {
             alloc_lock: tokio::sync::Mutex::new(()),
             metrics: Default::default(),
             resource_metrics: Default::default(),
+            listers: crate::apiserver::listers::Listers::new(store.clone()),
         };
         let fresh = crate::apiserver::rest::now_rfc3339();
         store

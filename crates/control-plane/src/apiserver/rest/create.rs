@@ -106,7 +106,8 @@ pub fn validate(t: &Target, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
 /// The namespace must exist and not be terminating.
 pub fn check_namespace(st: &ApiState, ns: &str) -> ApiResult<()> {
     let ns_obj = st
-        .store
+        .listers
+        .namespaces
         .get(&format!("/core/namespaces/{ns}"))
         .map_err(crate::apiserver::rest::storage_failure)?;
     match ns_obj {
