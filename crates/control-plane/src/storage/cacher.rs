@@ -257,10 +257,13 @@ impl Store for Cacher {
     }
 
     fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
-        // etcd's compaction stays the store's contract: a watch from before it is 410 Gone.
-        let compacted = self.inner().oldest_watchable();
+        // etcd's compaction stays the store's contract, whoever compacted: a watch that
+        // replays from before it is 410 Gone even while the history still holds it.
+        if from < self.shared.lock().revision {
+            self.inner().check_watchable(from)?;
+        }
         let mut st = self.shared.lock();
-        if !st.ready || from < st.history_from || from < compacted {
+        if !st.ready || from < st.history_from {
             drop(st);
             return self.inner().watch(prefix, from);
         }
@@ -290,6 +293,10 @@ impl Store for Cacher {
 
     fn oldest_watchable(&self) -> u64 {
         self.inner().oldest_watchable()
+    }
+
+    fn check_watchable(&self, from: u64) -> Result<(), StoreError> {
+        self.inner().check_watchable(from)
     }
 
     fn compact(&self, revision: u64) -> Result<(), StoreError> {

@@ -172,6 +172,17 @@ pub trait Store: Send + Sync {
     fn revision(&self) -> u64;
     /// The oldest revision a watch can start from.
     fn oldest_watchable(&self) -> u64;
+    /// Fails with [`StoreError::Compacted`] when a watch from `from` could not replay what
+    /// followed it; may ask the server (etcd is compacted by others too).
+    fn check_watchable(&self, from: u64) -> Result<(), StoreError> {
+        match self.oldest_watchable() {
+            oldest if from < oldest => Err(StoreError::Compacted {
+                requested: from,
+                oldest: oldest + 1,
+            }),
+            _ => Ok(()),
+        }
+    }
     /// Forgets events at or before `revision`.
     fn compact(&self, revision: u64) -> Result<(), StoreError>;
     /// Appends the backend's own metrics in the Prometheus text format (etcd's request

@@ -519,23 +519,27 @@ impl Store for EtcdStore {
         self.metrics.encode(out);
     }
 
-    fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
-        let (start, end) = self.layout.range(prefix);
+    fn check_watchable(&self, from: u64) -> Result<(), StoreError> {
         // etcd answers a watch from a compacted revision only after creating it; a read at
         // that revision says so at once, with the store's meaning (from < compacted).
+        let (start, _) = self.layout.range("/");
         match self.range(RangeRequest {
-            key: start.clone(),
-            range_end: end.clone(),
+            key: start,
             revision: from.max(1) as i64,
             count_only: true,
             ..Default::default()
         }) {
-            Err(StoreError::Compacted { .. }) => return Err(self.compacted_error(from)),
+            Err(StoreError::Compacted { .. }) => Err(self.compacted_error(from)),
             // A revision not written yet: nothing to replay.
-            Err(StoreError::Backend(m)) if m.contains("future revision") => {}
-            Err(e) => return Err(e),
-            Ok(_) => {}
+            Err(StoreError::Backend(m)) if m.contains("future revision") => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
         }
+    }
+
+    fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
+        let (start, end) = self.layout.range(prefix);
+        self.check_watchable(from)?;
         let (req_tx, req_rx) = mpsc::channel::<WatchRequest>(4);
         let create = WatchRequest {
             request_union: Some(watch_request::RequestUnion::CreateRequest(
