@@ -152,9 +152,12 @@ fn pid_of(marker: &str) -> Option<u32> {
 }
 
 /// The ids of running containers, as `nodus crictl ps -q` lists them.
+/// The running containers of the test's pods (each named `c` by [`pod`]; the control
+/// plane's static pods under `nodus up` are not counted).
 fn running(endpoint: &str) -> Vec<String> {
-    let (ok, out) = run(Command::new(common::nodus_bin())
-        .args(["crictl", "-r", endpoint, "ps", "--state", "Running", "-q"]));
+    let (ok, out) = run(Command::new(common::nodus_bin()).args([
+        "crictl", "-r", endpoint, "ps", "--state", "Running", "--name", "^c$", "-q",
+    ]));
     if !ok {
         return Vec::new();
     }
@@ -356,15 +359,11 @@ fn up_unit_is_ready_with_the_whole_cluster_and_restarts_with_pods_running() {
     let up = Unit::install(
         "nodus-up.service",
         "NODUS_UP_ARGS",
-        // The control plane in the unit's own process: this lane runs a debug build under
-        // qemu's emulation, where building the static pods' image from the 180 MB binary
-        // alone outlasts the start timeout. The static-pod bootstrap is tested on the host
-        // (`up_static_pods`, `up`); here the unit's notify, journal and restart behaviour.
+        // The default bootstrap: the control plane as static pods of the unit's kubelet, on
+        // this cgroup v2 host with the systemd driver.
         &[
             "--data-dir".as_ref(),
             &d.join("up"),
-            "--control-plane-mode".as_ref(),
-            "process".as_ref(),
             "--".as_ref(),
             "--runtime-config".as_ref(),
             &d.join("runtime.toml"),
@@ -380,13 +379,43 @@ fn up_unit_is_ready_with_the_whole_cluster_and_restarts_with_pods_running() {
     up.ctl("start");
     let journal_text = journal(up.name);
     for line in [
-        "API server listening",
+        "wrote static pod manifest",
         "nodus runtime serving the CRI",
         "kubelet started",
+        "nodus is up: API server at",
     ] {
         assert!(journal_text.contains(line), "{line}:\n{journal_text}");
     }
     assert!(d.join("up/control-plane/admin.kubeconfig").exists());
+    // The control plane runs as static pods of the unit's kubelet: their mirror pods.
+    let kubeconfig = d.join("up/control-plane/admin.kubeconfig");
+    wait_for("the control plane's mirror pods Running", &log, || {
+        let (ok, out, _) = common::cluster::kubectl(
+            &netns,
+            &kubeconfig,
+            &d.join("home"),
+            &["get", "pods", "-n", "kube-system", "-o", "json"],
+            None,
+        );
+        let list: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let running = |name: &str| {
+            list["items"].as_array().is_some_and(|items| {
+                items.iter().any(|p| {
+                    p["metadata"]["name"] == format!("{name}-up-unit")
+                        && p["status"]["phase"] == "Running"
+                })
+            })
+        };
+        (ok && [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ]
+        .iter()
+        .all(|c| running(c)))
+        .then_some(())
+    });
     let endpoint = format!("unix://{}", d.join("up/node/run/nodus.sock").display());
     let marker = "86402";
     std::fs::write(d.join("up/manifests/web.yaml"), pod("web", marker)).unwrap();
@@ -397,4 +426,7 @@ fn up_unit_is_ready_with_the_whole_cluster_and_restarts_with_pods_running() {
     });
     up.ctl("stop");
     assert_eq!(show(up.name, "Result"), "success", "{}", log());
+    // The control plane's containers outlive the node, as on a kubeadm node whose kubelet
+    // stops: end them, so the suite's later tests do not share the machine with them.
+    common::kill_runtime_leftovers(&d.join("up/node/run/runtime"), d);
 }
