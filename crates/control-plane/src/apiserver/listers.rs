@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::mpsc::Receiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
-use crate::storage::{Event, EventKind, Store, StoreError, Stored};
+use crate::storage::{Event, Store, StoreError, Stored};
 
 /// The listers admission reads from.
 pub struct Listers {
@@ -90,21 +90,7 @@ impl Lister {
                 }
             };
             for ev in applied {
-                match ev.kind {
-                    EventKind::Deleted => {
-                        cache.items.remove(&ev.key);
-                    }
-                    EventKind::Added | EventKind::Modified => {
-                        cache.items.insert(
-                            ev.key.clone(),
-                            Stored {
-                                key: ev.key.clone(),
-                                revision: ev.revision,
-                                object: ev.object.clone(),
-                            },
-                        );
-                    }
-                }
+                crate::storage::apply_event(&mut cache.items, &ev);
             }
             if lost {
                 cache.changes = None;

@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{Event, EventKind, MutateOp, MutateOutcome, Mutation, Store, StoreError, Stored};
+use super::{Event, MutateOp, MutateOutcome, Mutation, Store, StoreError, Stored};
 
 /// How long a list waits for the cache to reach etcd's current revision.
 pub const CATCH_UP: Duration = Duration::from_secs(1);
@@ -62,21 +62,7 @@ struct State {
 
 impl State {
     fn apply(&mut self, ev: Arc<Event>) {
-        match ev.kind {
-            EventKind::Deleted => {
-                self.items.remove(&ev.key);
-            }
-            EventKind::Added | EventKind::Modified => {
-                self.items.insert(
-                    ev.key.clone(),
-                    Stored {
-                        key: ev.key.clone(),
-                        revision: ev.revision,
-                        object: ev.object.clone(),
-                    },
-                );
-            }
-        }
+        super::apply_event(&mut self.items, &ev);
         self.revision = self.revision.max(ev.revision);
         self.watchers.retain(|w| {
             if ev.revision <= w.from || !ev.key.starts_with(&w.prefix) {

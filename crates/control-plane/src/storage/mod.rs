@@ -38,6 +38,26 @@ pub struct Stored {
     pub object: Arc<Value>,
 }
 
+/// Applies one watch event to a copy of the objects kept by key, as an informer's store
+/// does: the object as written, or the key gone.
+pub fn apply_event(items: &mut std::collections::BTreeMap<String, Stored>, ev: &Event) {
+    match ev.kind {
+        EventKind::Deleted => {
+            items.remove(&ev.key);
+        }
+        EventKind::Added | EventKind::Modified => {
+            items.insert(
+                ev.key.clone(),
+                Stored {
+                    key: ev.key.clone(),
+                    revision: ev.revision,
+                    object: ev.object.clone(),
+                },
+            );
+        }
+    }
+}
+
 /// What happened to a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum EventKind {
