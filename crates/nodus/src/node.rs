@@ -35,7 +35,7 @@ pub struct NodeArgs {
     #[arg(long)]
     pub server: Option<String>,
     /// The port of the local API server load balancer (with several --server URLs).
-    #[arg(long, default_value_t = crate::loadbalancer::DEFAULT_PORT)]
+    #[arg(long, default_value_t = nodus_serving::loadbalancer::DEFAULT_PORT)]
     pub apiserver_lb_port: u16,
     /// A bootstrap token (`nodus token create`) to join the cluster at --server with.
     #[arg(long)]
@@ -151,7 +151,7 @@ async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow
         args.control_plane_data_dir.is_none(),
         "--token and --control-plane-data-dir are alternatives"
     );
-    let servers = crate::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
+    let servers = nodus_serving::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
     anyhow::ensure!(
         !servers.is_empty(),
         "--token needs --server https://HOST:PORT (the API server to join)"
@@ -223,7 +223,7 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
         // The kube-dns Service of a control plane on the default service CIDR.
         args.kubelet.default_cluster_dns = vec![DEFAULT_CLUSTER_DNS.to_string()];
     }
-    let servers = crate::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
+    let servers = nodus_serving::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
     if let Some(cp) = &args.control_plane_data_dir {
         let server = match servers.first() {
             Some(s) => s.clone(),
@@ -269,7 +269,7 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     // Kept alive for the node's lifetime: every component's connections go through it.
     let _lb = if servers.len() > 1 {
         let listen = std::net::SocketAddr::from(([127, 0, 0, 1], args.apiserver_lb_port));
-        let lb = crate::loadbalancer::LoadBalancer::start(listen, &servers).await?;
+        let lb = nodus_serving::loadbalancer::LoadBalancer::start(listen, &servers).await?;
         let lb_kubeconfig = args
             .data_dir
             .join("kubelet")
