@@ -289,7 +289,7 @@ fn main() -> Result<()> {
     }
     let size_mb = std::fs::metadata(&bin)?.len() as f64 / 1e6;
     body.push_str(&format!(
-        "\nThe floor, alone in the same rounds (medians): etcd (Debian's) from spawn to a healthy member, {:.2} s fresh and {:.2} s restarted on its data (a lone member waits out its election timeout before it leads), inside every static-pod start; nodus's share is the rest. A cold start adds the images: the {size_mb:.0} MB nodus binary (this build keeps line tables) and etcd read, hashed, stored and unpacked into the node's image store.\n",
+        "\nThe floor, alone in the same rounds (medians): etcd (Debian's) from spawn to a healthy member, {:.2} s fresh and {:.2} s restarted on its data (a lone member waits out its election timeout before it leads), inside every static-pod start; nodus's share is the rest. A cold start adds the images: the {size_mb:.0} MB nodus binary (release builds carry no debug info since 2026-12-04: with line tables it was 391 MB and the cold start 2.75–3.22 s) and etcd read, hashed, stored and unpacked into the node's image store.\n",
         pct(&mut etcd_fresh, 50.0),
         pct(&mut etcd_restart, 50.0),
     ));

@@ -85,5 +85,4 @@ mod tests {
         let mode = std::fs::metadata(&dst).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
     }
-
 }

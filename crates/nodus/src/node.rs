@@ -151,7 +151,8 @@ async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow
         args.control_plane_data_dir.is_none(),
         "--token and --control-plane-data-dir are alternatives"
     );
-    let servers = nodus_serving::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
+    let servers =
+        nodus_serving::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
     anyhow::ensure!(
         !servers.is_empty(),
         "--token needs --server https://HOST:PORT (the API server to join)"
@@ -223,7 +224,8 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
         // The kube-dns Service of a control plane on the default service CIDR.
         args.kubelet.default_cluster_dns = vec![DEFAULT_CLUSTER_DNS.to_string()];
     }
-    let servers = nodus_serving::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
+    let servers =
+        nodus_serving::loadbalancer::split_servers(args.server.as_deref().unwrap_or_default());
     if let Some(cp) = &args.control_plane_data_dir {
         let server = match servers.first() {
             Some(s) => s.clone(),
