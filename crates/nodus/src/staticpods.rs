@@ -520,13 +520,12 @@ mod tests {
             etcd["livenessProbe"]["httpGet"],
             json!({"host": "127.0.0.1", "path": "/health", "port": 2379, "scheme": "HTTP"})
         );
-        // Every probe is one the API server's own validation accepts.
+        // Every probe is one the API server's own validation accepts (after its defaults).
+        let gvk = nodus_k8s::Gvk::new("", "v1", "Pod");
         for (_, pod) in &m {
-            let errs = nodus_k8s::validation::validate_object(
-                &nodus_k8s::Gvk::new("", "v1", "Pod"),
-                pod,
-                None,
-            );
+            let mut pod = pod.clone();
+            nodus_k8s::defaults::default_object(&gvk, &mut pod);
+            let errs = nodus_k8s::validation::validate_object(&gvk, &pod, None);
             assert!(errs.is_empty(), "{errs:?}");
         }
     }
