@@ -66,6 +66,11 @@ pub struct ControlPlaneArgs {
     /// The most mutating requests in flight at a time; more get 429 (0: no limit).
     #[arg(long, default_value_t = 200)]
     pub max_mutating_requests_inflight: usize,
+    /// kube-controller-manager's and kube-scheduler's: the API server they reach the
+    /// objects through, and the identity they act as there (upstream's split; without
+    /// it they read etcd themselves with the storage flags).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     pub node_ipam: NodeIpamArgs,
     #[command(flatten)]
@@ -447,6 +452,16 @@ pub async fn run_component(args: ControlPlaneArgs, component: Component) -> Resu
     cfg.controllers.node_ipam = args.node_ipam.config(false, None, cfg.api.service_cidr)?;
     cfg.controllers.leader_election = args.leader_election.config()?;
     cfg.storage = args.storage.backend(None)?;
+    if let Some(kubeconfig) = &args.kubeconfig {
+        if !args.storage.etcd_servers.is_empty() {
+            return Err(RunError::Flag {
+                flag: "kubeconfig",
+                value: kubeconfig.display().to_string(),
+                why: "the objects are reached through the API server or in etcd, not both: drop --etcd-servers",
+            });
+        }
+        cfg.storage = crate::storage::StorageBackend::Api(kubeconfig.clone());
+    }
     if component != Component::All {
         // Started beside etcd (kubeadm's static pods come up together): wait for it.
         cfg.store_wait = std::time::Duration::from_secs(60);

@@ -175,9 +175,9 @@ pub struct Plan {
     /// etcd's data dir and ports, when this node runs the etcd member.
     pub etcd: Option<(PathBuf, u16, u16)>,
     pub node_name: String,
-    /// Flags every component gets (data dir, addresses, storage).
+    /// Flags every component gets (data dir, addresses).
     pub common_args: Vec<String>,
-    /// kube-apiserver's own (its port, service range).
+    /// kube-apiserver's own (its port, storage).
     pub apiserver_args: Vec<String>,
     /// kube-controller-manager's own (node IPAM) and both elected components' (leader
     /// election).

@@ -339,12 +339,27 @@ async fn run_static_pods(
     if let Some(a) = args.advertise_address {
         common.push(format!("--advertise-address={a}"));
     }
-    common.extend(args.storage.to_args(&own_servers));
+    let mut apiserver_args = vec![format!("--secure-port={}", args.secure_port)];
+    apiserver_args.extend(args.storage.to_args(&own_servers));
+    // As kubeadm's controller-manager.conf and scheduler.conf: the two components reach
+    // the objects only through the local API server, each as its own user.
+    let url = local_url(args.bind_address, args.secure_port);
+    let own_kubeconfig = |file: &str, user: &str| -> anyhow::Result<String> {
+        let path =
+            nodus_control_plane::pki::issue_user_kubeconfig(&cfg.data_dir, file, user, &[], &url)?;
+        Ok(format!("--kubeconfig={}", path.display()))
+    };
     let elected = args.leader_election.to_args();
     let mut controller_manager_args = args
         .node_ipam
         .to_args(true, Some(nodus_control_plane::cli::UP_CLUSTER_CIDR));
     controller_manager_args.extend(elected.iter().cloned());
+    controller_manager_args.push(own_kubeconfig(
+        "controller-manager.conf",
+        "system:kube-controller-manager",
+    )?);
+    let mut scheduler_args = elected;
+    scheduler_args.push(own_kubeconfig("scheduler.conf", "system:kube-scheduler")?);
     let mut extra_dirs: Vec<std::path::PathBuf> = [
         &args.storage.etcd_cafile,
         &args.storage.etcd_certfile,
@@ -362,9 +377,9 @@ async fn run_static_pods(
         etcd,
         node_name: node_name.clone(),
         common_args: common,
-        apiserver_args: vec![format!("--secure-port={}", args.secure_port)],
+        apiserver_args,
         controller_manager_args,
-        scheduler_args: elected,
+        scheduler_args,
         extra_dirs,
         apiserver_endpoint: (
             match args.advertise_address {
@@ -381,7 +396,6 @@ async fn run_static_pods(
         .clone()
         .unwrap_or_else(|| args.data_dir.join("manifests"));
     staticpods::write_manifests(&manifest_dir, &staticpods::manifests(&plan, &images))?;
-    let url = local_url(args.bind_address, args.secure_port);
     if node.server.is_none() {
         node.server = Some(url.clone());
     }

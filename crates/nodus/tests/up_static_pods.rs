@@ -93,6 +93,36 @@ fn up_runs_the_control_plane_as_static_pods_with_mirror_pods() {
         assert_eq!(port, want, "{c}'s liveness probe: {c0}");
         assert!(c0["startupProbe"]["httpGet"].is_object(), "{c0}");
         assert_eq!(p["status"]["containerStatuses"][0]["started"], true, "{p}");
+        // kubeadm's split: only the API server talks to etcd; the other two reach the
+        // objects through it with their own kubeconfigs.
+        let command: Vec<&str> = c0["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let own = match c {
+            "kube-controller-manager" => Some("controller-manager.conf"),
+            "kube-scheduler" => Some("scheduler.conf"),
+            _ => None,
+        };
+        if let Some(file) = own {
+            assert!(
+                command
+                    .iter()
+                    .any(|a| a.starts_with("--kubeconfig=") && a.ends_with(file)),
+                "{c}: {command:?}"
+            );
+            assert!(
+                !command.iter().any(|a| a.starts_with("--etcd-")),
+                "{c}: {command:?}"
+            );
+        } else if c == "kube-apiserver" {
+            assert!(
+                command.iter().any(|a| a.starts_with("--etcd-servers=")),
+                "{command:?}"
+            );
+        }
     }
     let (ok, table, err) = up.k(&["get", "pods", "-n", "kube-system"]);
     assert!(ok, "{err}");

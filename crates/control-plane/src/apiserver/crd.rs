@@ -382,6 +382,8 @@ pub(crate) async fn run(st: Arc<ApiState>) {
             let st2 = st.clone();
             let _ = tokio::task::spawn_blocking(move || sync(&st2)).await;
         }
+        // A watch refused at once (an identity that may not read CRDs) is not retried hot.
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

@@ -45,9 +45,13 @@ pub enum ServerError {
     #[error("{path}: {err}")]
     Io { path: PathBuf, err: std::io::Error },
     #[error(
-        "{0} reaches the objects in etcd: give --etcd-servers (the embedded store is a file only the API server's process may hold)"
+        "{0} reaches the objects through the API server: give --kubeconfig (or --etcd-servers; the embedded store is a file only the API server's process may hold)"
     )]
     EmbeddedStoreNotShared(&'static str),
+    #[error(
+        "kube-apiserver keeps the objects itself: --kubeconfig is for the components that reach it"
+    )]
+    ApiServerOverApi,
     #[error("no cluster CA in {0}: start kube-apiserver with this --data-dir first")]
     NoClusterCa(PathBuf),
 }
@@ -412,6 +416,16 @@ fn open_store(cfg: &ControlPlaneConfig) -> Result<Arc<dyn Store>, ServerError> {
             tracing::info!(server = store.server(), prefix = %etcd.prefix, "storing objects in etcd");
             Arc::new(crate::storage::Cacher::new(Arc::new(store)))
         }
+        StorageBackend::Api(kubeconfig) => {
+            let store = tokio::task::block_in_place(|| {
+                crate::storage::RestStore::connect(kubeconfig, cfg.store_wait)
+            })?;
+            tracing::info!(
+                server = store.server(),
+                "reaching the objects through the API server"
+            );
+            Arc::new(store)
+        }
     })
 }
 
@@ -541,10 +555,12 @@ pub async fn start_components(
     let advertise = advertise_address(&cfg);
     let st = shared_state(&cfg, store, &pki, advertise, cfg.secure_port)?;
     let (stop, _) = tokio::sync::watch::channel(false);
-    // The CRD registry, so garbage collection and quotas see custom kinds.
-    super::crd::sync(&st);
     let mut tasks = JoinSet::new();
-    tasks.spawn(super::crd::run(st.clone()));
+    if cfg.controllers.controllers {
+        // The CRD registry, so garbage collection and quotas see custom kinds.
+        super::crd::sync(&st);
+        tasks.spawn(super::crd::run(st.clone()));
+    }
     let controllers_cfg = with_signer(cfg.controllers.clone(), &pki);
     let electors = spawn_components(&st, &cfg, controllers_cfg, &mut tasks, &stop);
     if cfg.secure_port != 0 {
@@ -597,6 +613,9 @@ pub fn ensure_pki(cfg: &ControlPlaneConfig) -> Result<pki::Pki, ServerError> {
 /// Starts the API server and built-in controllers; returns once it is listening.
 pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if matches!(cfg.storage, StorageBackend::Api(_)) {
+        return Err(ServerError::ApiServerOverApi);
+    }
     // The data dir holds the store (every Secret), keys and tokens: root's alone.
     nodus_serving::private::create_dir(&cfg.data_dir).map_err(|err| ServerError::Io {
         path: cfg.data_dir.clone(),
@@ -638,6 +657,10 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     tasks.spawn(super::crd::run(st.clone()));
     tasks.spawn(super::apfconfig::run(st.clone()));
     tasks.spawn(metrics_api::run(st.clone()));
+    if !cfg.controllers.controllers {
+        // kube-controller-manager runs apart and reaches the store through this server.
+        tasks.spawn(controllers::compact(st.clone()));
+    }
     let controllers_cfg = with_signer(cfg.controllers.clone(), &pki);
     let electors = spawn_components(&st, &cfg, controllers_cfg, &mut tasks, &stop);
     let limits = st.config.serving;

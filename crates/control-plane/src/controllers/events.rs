@@ -97,7 +97,10 @@ impl Recorder {
                         }
                         // The event it would bump is gone (expired): forget it, the next
                         // repeat creates a fresh one.
-                        Err(_) => {
+                        Err(e) => {
+                            if !matches!(e, StoreError::NotFound(_)) {
+                                tracing::warn!(component = %self.component, reason = %dedup.1, error = %e, "event not recorded");
+                            }
                             seen.remove(&dedup);
                         }
                     }

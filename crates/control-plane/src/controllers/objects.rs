@@ -135,6 +135,9 @@ pub async fn create_as_client(
     ns: &str,
     obj: Value,
 ) -> Result<Stored, ApiError> {
+    if st.store.remote().is_some() {
+        return create_through_api(st, group, plural, ns, obj);
+    }
     crate::apiserver::rest::create::check_namespace(st, ns)?;
     let (t, mut obj) = prepare(group, plural, Some(ns), obj).map_err(internal)?;
     crate::apiserver::admission::create(st, &t, &mut obj, false).await?;
@@ -144,10 +147,32 @@ pub async fn create_as_client(
 /// [`create_as_client`] for a pod, for controllers that create from a synchronous loop: pod
 /// admission needs no await.
 pub fn create_pod(st: &ApiState, ns: &str, pod: Value) -> Result<Stored, ApiError> {
+    if st.store.remote().is_some() {
+        return create_through_api(st, "", "pods", ns, pod);
+    }
     crate::apiserver::rest::create::check_namespace(st, ns)?;
     let (t, mut pod) = prepare("", "pods", Some(ns), pod).map_err(internal)?;
     crate::apiserver::admission::admit_pod(st, &mut pod)?;
     store_validated(st, &t, ns, pod)
+}
+
+/// A component apart from the API server (`--kubeconfig`) leaves the namespace check,
+/// admission and validation to the server's POST, whose Status comes back on a refusal.
+fn create_through_api(
+    st: &ApiState,
+    group: &str,
+    plural: &str,
+    ns: &str,
+    obj: Value,
+) -> Result<Stored, ApiError> {
+    let (t, obj) = prepare(group, plural, Some(ns), obj).map_err(internal)?;
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    store_named(st, &t, Some(ns), obj)
+        .map_err(|e| crate::apiserver::rest::store_error(&t, &name, e))
 }
 
 fn internal(e: StoreError) -> ApiError {

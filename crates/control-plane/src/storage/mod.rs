@@ -5,9 +5,11 @@
 //! crash-safe redb file; the etcd backend ([`etcd::EtcdStore`], `--etcd-servers`) keeps it
 //! in etcd v3 as kube-apiserver does.
 
+mod bridge;
 pub mod cacher;
 pub mod embedded;
 pub mod etcd;
+pub mod rest;
 #[cfg(test)]
 mod suite;
 
@@ -19,6 +21,7 @@ use tokio::sync::mpsc;
 pub use cacher::Cacher;
 pub use embedded::{EmbeddedStore, HistoryLimit};
 pub use etcd::{EtcdConfig, EtcdServer, EtcdStore};
+pub use rest::RestStore;
 
 /// Where the API server keeps its objects.
 #[derive(Clone, Debug, Default)]
@@ -28,6 +31,9 @@ pub enum StorageBackend {
     Embedded,
     /// etcd v3 (`--etcd-servers`).
     Etcd(EtcdConfig),
+    /// The API server of this kubeconfig (`--kubeconfig`): kube-controller-manager and
+    /// kube-scheduler run apart from it.
+    Api(std::path::PathBuf),
 }
 
 /// An object as stored, with the revision of its last write.
@@ -99,6 +105,9 @@ pub enum StoreError {
     Timeout,
     #[error("storage: object {key} is not valid JSON: {err}")]
     Corrupt { key: String, err: String },
+    /// The API server refused a request of a [`RestStore`]: its Status, passed on as is.
+    #[error("{}", .0.get("message").and_then(Value::as_str).unwrap_or("the API server refused the request"))]
+    Refused(Box<Value>),
 }
 
 impl From<redb::Error> for StoreError {
@@ -208,6 +217,12 @@ pub trait Store: Send + Sync {
     /// Appends the backend's own metrics in the Prometheus text format (etcd's request
     /// metrics; the embedded store has none).
     fn metrics(&self, _out: &mut String) {}
+    /// The API server behind a store reached through it, for the writes whose meaning
+    /// the REST API keeps to itself (graceful deletion, admission); None for a store this
+    /// process owns.
+    fn remote(&self) -> Option<&RestStore> {
+        None
+    }
 }
 
 /// One operation of [`Store::mutate_many`]: a key and what to make of it.

@@ -194,6 +194,53 @@ pub fn cluster_roles() -> Vec<Value> {
             ],
         ),
         cluster_role(
+            "system:kube-controller-manager",
+            &[],
+            vec![
+                events_rule(),
+                rule(&["create"], &["coordination.k8s.io"], &["leases"]),
+                rule(&["get", "update"], &["coordination.k8s.io"], &["leases"]),
+                rule(&["create"], &[""], &["secrets", "serviceaccounts"]),
+                rule(&["delete"], &[""], &["secrets"]),
+                rule(
+                    &["get"],
+                    &[""],
+                    &["namespaces", "secrets", "serviceaccounts"],
+                ),
+                rule(&["update"], &[""], &["secrets", "serviceaccounts"]),
+                rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+                rule(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                ),
+                rule(&["list", "watch"], &["*"], &["*"]),
+                rule(&["create"], &[""], &["serviceaccounts/token"]),
+                // Every control loop runs with the manager's own credentials (upstream's
+                // default, --use-service-account-credentials=false), so this identity
+                // holds what upstream's system:controller:* roles grant each loop.
+                rule(
+                    &[
+                        "get",
+                        "create",
+                        "update",
+                        "patch",
+                        "delete",
+                        "deletecollection",
+                    ],
+                    &["*"],
+                    &["*"],
+                ),
+                // The ClusterRole aggregation controller's: aggregated roles carry rules
+                // this identity does not hold itself.
+                rule(
+                    &["escalate"],
+                    &["rbac.authorization.k8s.io"],
+                    &["clusterroles"],
+                ),
+            ],
+        ),
+        cluster_role(
             "system:kube-scheduler",
             &[],
             vec![
@@ -521,6 +568,10 @@ const BINDINGS: &[(&str, &[(Subject, &str)])] = &[
     (
         "system:node-proxier",
         &[(Subject::User, "system:kube-proxy")],
+    ),
+    (
+        "system:kube-controller-manager",
+        &[(Subject::User, "system:kube-controller-manager")],
     ),
     (
         "system:kube-scheduler",

@@ -342,7 +342,7 @@ const FULL_SWEEP: Duration = Duration::from_secs(30);
 /// applied to the graph and only what it concerns is examined; a full sweep runs every
 /// [`FULL_SWEEP`] and whenever the watch is lost.
 pub async fn run(st: Arc<ApiState>) {
-    let mut history: VecDeque<(Instant, u64)> = VecDeque::new();
+    let mut compactor = Compactor::default();
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     let mut last_full = Instant::now();
     let mut graph: Option<(
@@ -410,19 +410,52 @@ pub async fn run(st: Arc<ApiState>) {
             .flatten();
             last_full = Instant::now();
         }
+        if st.store.remote().is_none() {
+            compactor.tick(&st);
+        }
+    }
+}
+
+/// Compaction of the store's history to what a watch may still need, by the process that
+/// holds the store: the revision seen `event_retention` ago is the oldest kept.
+#[derive(Default)]
+pub struct Compactor {
+    history: VecDeque<(Instant, u64)>,
+}
+
+impl Compactor {
+    pub fn tick(&mut self, st: &ApiState) {
         let now = Instant::now();
-        history.push_back((now, st.store.revision()));
+        self.history.push_back((now, st.store.revision()));
         let retention = st.config.event_retention;
         let mut compact_to = None;
-        while history
+        while self
+            .history
             .front()
             .is_some_and(|(t, _)| now.duration_since(*t) > retention)
         {
-            compact_to = history.pop_front().map(|(_, r)| r);
+            compact_to = self.history.pop_front().map(|(_, r)| r);
         }
         if let Some(r) = compact_to {
             let _ = st.store.compact(r);
         }
+    }
+}
+
+/// Compaction alone, for an API server whose controllers run in another process (which
+/// reaches the store through it and cannot compact it).
+pub async fn compact(st: Arc<ApiState>) {
+    let mut compactor = Compactor::default();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let st2 = st.clone();
+        compactor = tokio::task::spawn_blocking(move || {
+            compactor.tick(&st2);
+            compactor
+        })
+        .await
+        .unwrap_or_default();
     }
 }
 

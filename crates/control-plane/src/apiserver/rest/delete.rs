@@ -22,6 +22,27 @@ pub struct DeleteOptions {
 }
 
 impl DeleteOptions {
+    /// The options as a client sends them in a DELETE's body.
+    pub fn to_json(&self) -> Value {
+        let mut o = json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+        if let Some(g) = self.grace_period {
+            o["gracePeriodSeconds"] = json!(g);
+        }
+        if let Some(p) = &self.propagation {
+            o["propagationPolicy"] = json!(p);
+        }
+        if let Some(u) = &self.uid {
+            o["preconditions"]["uid"] = json!(u);
+        }
+        if let Some(rv) = &self.resource_version {
+            o["preconditions"]["resourceVersion"] = json!(rv);
+        }
+        if self.dry_run {
+            o["dryRun"] = json!(["All"]);
+        }
+        o
+    }
+
     pub fn from_req(req: &Req) -> ApiResult<DeleteOptions> {
         let mut o = DeleteOptions::default();
         if !req.body.is_empty() {
@@ -122,6 +143,11 @@ pub fn delete_object(
     name: &str,
     opts: &DeleteOptions,
 ) -> ApiResult<Value> {
+    if let Some(api) = st.store.remote() {
+        return api
+            .delete_object(t.info, t.namespace.as_deref(), name, opts.to_json())
+            .map_err(|e| super::store_error(t, name, e));
+    }
     let key = t.key_for(name);
     let mut failure: Option<ApiError> = None;
     let mut dry: Option<Value> = None;

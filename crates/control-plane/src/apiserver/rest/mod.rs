@@ -100,6 +100,7 @@ pub fn storage_failure(e: StoreError) -> ApiError {
         }
         e @ StoreError::Unavailable(_) => status::service_unavailable(&e.to_string()),
         e @ StoreError::Timeout => status::timeout(&e.to_string()),
+        StoreError::Refused(status) => *status,
         other => status::internal(&other.to_string()),
     })
 }

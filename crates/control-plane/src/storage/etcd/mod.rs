@@ -32,8 +32,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
-use client::{Bridge, is_compacted, status_error};
+use super::bridge::Bridge;
 pub use client::{DEFAULT_PREFIX, EtcdConfig};
+use client::{is_compacted, status_error};
 use keys::KeyLayout;
 use metrics::Operation;
 use pb::etcdserverpb::{
@@ -198,7 +199,7 @@ impl EtcdStore {
     /// Connects to the first reachable `--etcd-servers` URL; fails naming them when none
     /// answers.
     pub fn connect(cfg: &EtcdConfig) -> Result<EtcdStore, StoreError> {
-        let bridge = Bridge::new(cfg.request_timeout)?;
+        let bridge = Bridge::new("etcd-client", cfg.request_timeout)?;
         let c = cfg.clone();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         bridge.handle().spawn(async move {
