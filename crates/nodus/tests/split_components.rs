@@ -22,19 +22,39 @@ use serde_json::Value;
 /// A process started here, killed by PID and reaped on drop.
 struct Proc {
     child: Child,
+    args: Vec<String>,
     log: PathBuf,
 }
 
 impl Proc {
     fn start(args: &[&str], log: PathBuf) -> Proc {
-        let err = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_nodus"))
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        Proc {
+            child: Proc::spawn(&args, &log),
+            args,
+            log,
+        }
+    }
+
+    fn spawn(args: &[String], log: &Path) -> Child {
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        Command::new(env!("CARGO_BIN_EXE_nodus"))
             .args(args)
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()
-            .expect("nodus starts");
-        Proc { child, log }
+            .expect("nodus starts")
+    }
+
+    /// SIGKILL, then the same command again.
+    fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Proc::spawn(&self.args, &self.log);
     }
 
     fn log(&self) -> String {
@@ -172,7 +192,7 @@ fn items(v: &Value) -> Vec<Value> {
 
 #[test]
 fn controller_manager_and_scheduler_reach_the_objects_only_through_the_api_server() {
-    let c = split_cluster();
+    let mut c = split_cluster();
     for lease in ["kube-controller-manager", "kube-scheduler"] {
         c.wait(
             &["lease", "-n", "kube-system", lease],
@@ -303,6 +323,38 @@ fn controller_manager_and_scheduler_reach_the_objects_only_through_the_api_serve
         &["replicasets", "-l", "app=web"],
         "the ReplicaSet collected",
         |v| items(v).is_empty(),
+    );
+
+    // The API server killed and started again: both components resume their watches (or
+    // list again) and go on working.
+    c.procs[0].1.kill_and_restart();
+    let started = Instant::now();
+    while !c.kubectl(&["get", "ns", "default"], None).0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the API server did not come back:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, _, err) = c.kubectl(
+        &[
+            "create",
+            "deployment",
+            "after",
+            "--image=busybox",
+            "--replicas=1",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    c.wait(
+        &["pods", "-l", "app=after"],
+        "a pod of the next Deployment bound",
+        |v| {
+            let p = items(v);
+            p.len() == 1 && p[0]["spec"]["nodeName"] == "n1"
+        },
     );
 
     // Neither component opened the store: the API server's embedded file is its alone.
