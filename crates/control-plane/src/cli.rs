@@ -179,6 +179,9 @@ pub struct StorageArgs {
     /// The longest a request may wait for the storage before it fails with 504.
     #[arg(long, default_value = "1m0s")]
     pub request_timeout: String,
+    /// How long Events are kept: on etcd they are written with a lease of this length.
+    #[arg(long, default_value = "1h0m0s")]
+    pub event_ttl: String,
 }
 
 impl StorageArgs {
@@ -193,6 +196,7 @@ impl StorageArgs {
             format!("--etcd-servers={}", servers.join(",")),
             format!("--etcd-prefix={}", self.etcd_prefix),
             format!("--request-timeout={}", self.request_timeout),
+            format!("--event-ttl={}", self.event_ttl),
         ];
         for (flag, file) in [
             ("--etcd-cafile", &self.etcd_cafile),
@@ -228,7 +232,16 @@ impl StorageArgs {
                 value: self.request_timeout.clone(),
                 why: "not a positive duration (e.g. 1m0s)",
             })?;
+        let event_ttl = nodus_k8s::duration::parse_duration(&self.event_ttl)
+            .ok()
+            .filter(|d| d.as_secs() > 0)
+            .ok_or_else(|| RunError::Flag {
+                flag: "event-ttl",
+                value: self.event_ttl.clone(),
+                why: "not a duration of at least 1s (e.g. 1h0m0s)",
+            })?;
         let mut cfg = crate::storage::EtcdConfig::new(servers);
+        cfg.event_ttl = event_ttl;
         cfg.ca_file = self.etcd_cafile.clone();
         cfg.cert_file = self.etcd_certfile.clone();
         cfg.key_file = self.etcd_keyfile.clone();

@@ -421,3 +421,77 @@ async fn server_side_apply_options_create_and_conflict_status() {
         "a lost its only field: {entries:?}"
     );
 }
+
+/// On etcd, a watcher of a quiet resource gets bookmarks that follow the cluster's
+/// revision (upstream's cacher), not its last event: it can resume from there after a
+/// compaction instead of listing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_quiet_watchers_bookmarks_follow_the_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = nodus_control_plane::storage::EtcdServer::start(&dir.path().join("etcd"))
+        .expect("etcd starts");
+    let mut cfg = nodus_control_plane::ControlPlaneConfig::new(
+        dir.path().join("cp"),
+        "127.0.0.1".parse().expect("ip"),
+        0,
+    );
+    cfg.api.bookmark_interval = Duration::from_millis(300);
+    cfg.storage = nodus_control_plane::storage::StorageBackend::Etcd(
+        nodus_control_plane::storage::EtcdConfig::new(vec![etcd.url()]),
+    );
+    let handle = nodus_control_plane::start(cfg)
+        .await
+        .expect("control plane starts");
+    let c = common::Cluster { handle, dir };
+    let client = c.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("list rv");
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(60), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let mut last = 0u64;
+    for i in 0..3 {
+        let s: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": format!("s{i}")}}))
+                .expect("secret");
+        let made = secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .expect("create");
+        last = made
+            .metadata
+            .resource_version
+            .expect("rv")
+            .parse()
+            .expect("number");
+    }
+    let mut seen = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("no bookmark at or past {last}: {seen:?}"));
+        match ev.expect("open").expect("event") {
+            WatchEvent::Bookmark(b) => {
+                let at: u64 = b.metadata.resource_version.parse().expect("number");
+                seen.push(at);
+                if at >= last {
+                    break;
+                }
+            }
+            // The cluster CA's ConfigMap may still be published into the namespace.
+            WatchEvent::Added(cm) if cm.metadata.name.as_deref() == Some("kube-root-ca.crt") => {}
+            other => panic!("a quiet watcher got {other:?}"),
+        }
+    }
+    c.handle.shutdown().await;
+    drop(etcd);
+}

@@ -10,9 +10,17 @@
 //!
 //! - **Lists are consistent reads from the cache**, as upstream's `ConsistentListFromCache`:
 //!   the current revision is asked of etcd (one cheap request) and the list waits until the
-//!   cache has applied it. A cache that does not catch up within [`CATCH_UP`] (etcd down, or
-//!   writes under another prefix of the same etcd moving its revision — upstream asks etcd
-//!   for a progress notification there) is bypassed: the list goes to etcd.
+//!   cache has applied it. The cache's own watch asks etcd for progress notifications, so
+//!   writes under another prefix of the same etcd move its revision too (every 5 s on the
+//!   members nodus starts; etcd's default is 10 minutes). A cache that does not catch up
+//!   within [`CATCH_UP`] (etcd down, or such writes between two notifications) is bypassed:
+//!   the list goes to etcd. Progress is not requested on demand (`RequestProgress`):
+//!   Debian's etcd 3.4.23 may answer it ahead of events still on their way (etcd issue
+//!   15220, fixed in 3.4.25), and upstream too serves consistent lists from the cache only
+//!   on fixed versions.
+//! - **Bookmarks**: a watcher that asks for progress ([`Store::watch_progress`], the API
+//!   server's watch handler) is told every second the revision up to which it has every
+//!   event, so its bookmarks move on with the cluster even when its resource is quiet.
 //! - **Watches** are served from the cache's recent events and then live, when they start
 //!   within its history; older ones go to etcd (which replays them or says 410 Gone). A
 //!   watcher that falls [`WATCH_BUFFER`] events behind is closed, as the embedded store's.
@@ -37,6 +45,8 @@ pub const CATCH_UP: Duration = Duration::from_secs(1);
 /// Events kept for watches that start a little in the past (each may hold an old version
 /// of its object, so the history is kept short).
 const HISTORY: usize = 2048;
+/// How often watchers that asked for progress are told the cache's revision.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Events a watcher may be behind before it is closed.
 const WATCH_BUFFER: usize = 8192;
 
@@ -45,6 +55,10 @@ struct Watcher {
     /// Events at or before this revision were asked not to be sent.
     from: u64,
     tx: mpsc::Sender<Arc<Event>>,
+    /// Sent progress markers ([`Store::watch_progress`]), and the newest revision it has
+    /// been told of, by an event or a marker.
+    progress: bool,
+    sent: u64,
 }
 
 #[derive(Default)]
@@ -64,10 +78,11 @@ impl State {
     fn apply(&mut self, ev: Arc<Event>) {
         super::apply_event(&mut self.items, &ev);
         self.revision = self.revision.max(ev.revision);
-        self.watchers.retain(|w| {
+        self.watchers.retain_mut(|w| {
             if ev.revision <= w.from || !ev.key.starts_with(&w.prefix) {
                 return !w.tx.is_closed();
             }
+            w.sent = ev.revision;
             // Full: too far behind; closed: gone. Either way it is dropped.
             w.tx.try_send(ev.clone()).is_ok()
         });
@@ -77,6 +92,22 @@ impl State {
                 self.history_from = old.revision;
             }
         }
+    }
+}
+
+impl State {
+    /// Tells each watcher that asked for progress that every event up to the cache's
+    /// revision has been sent to it (events of other prefixes moved the revision, or etcd
+    /// said it moved): its next bookmark may carry that revision.
+    fn progress(&mut self) {
+        let revision = self.revision;
+        self.watchers.retain_mut(|w| {
+            if !w.progress || w.sent >= revision || w.from >= revision {
+                return !w.tx.is_closed();
+            }
+            w.sent = revision;
+            w.tx.try_send(Arc::new(Event::progress(revision))).is_ok()
+        });
     }
 }
 
@@ -106,7 +137,7 @@ impl Shared {
             let started = self
                 .inner
                 .list("/")
-                .and_then(|(items, rev)| Ok((items, rev, self.inner.watch("/", rev)?)));
+                .and_then(|(items, rev)| Ok((items, rev, self.inner.watch_progress("/", rev)?)));
             let (items, revision, mut rx) = match started {
                 Ok(s) => s,
                 Err(e) => {
@@ -129,16 +160,36 @@ impl Shared {
                 st.ready = true;
             }
             self.changed.notify_all();
+            let mut tick = rt.block_on(async {
+                let mut t = tokio::time::interval(PROGRESS_EVERY);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                t.tick().await;
+                t
+            });
             loop {
                 let ev = rt.block_on(async {
                     tokio::select! {
-                        ev = rx.recv() => ev,
-                        _ = self.stop_notify.notified() => None,
+                        ev = rx.recv() => Some(ev),
+                        _ = tick.tick() => None,
+                        _ = self.stop_notify.notified() => Some(None),
                     }
                 });
-                let Some(ev) = ev else { break };
-                self.lock().apply(ev);
-                self.changed.notify_all();
+                match ev {
+                    None => self.lock().progress(),
+                    Some(None) => break,
+                    Some(Some(ev)) if ev.is_progress() => {
+                        // etcd's revision moved without an event under the prefix.
+                        let mut st = self.lock();
+                        st.revision = st.revision.max(ev.revision);
+                        st.progress();
+                        drop(st);
+                        self.changed.notify_all();
+                    }
+                    Some(Some(ev)) => {
+                        self.lock().apply(ev);
+                        self.changed.notify_all();
+                    }
+                }
             }
             let mut st = self.lock();
             st.ready = false;
@@ -181,6 +232,51 @@ impl Drop for Cacher {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.stop_notify.notify_one();
+    }
+}
+
+impl Cacher {
+    /// A watch served from the cache (from its history, then live), or from etcd when it
+    /// starts before the history.
+    fn open(
+        &self,
+        prefix: &str,
+        from: u64,
+        progress: bool,
+    ) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
+        // etcd's compaction stays the store's contract, whoever compacted: a watch that
+        // replays from before it is 410 Gone even while the history still holds it.
+        if from < self.shared.lock().revision {
+            self.inner().check_watchable(from)?;
+        }
+        let mut st = self.shared.lock();
+        if !st.ready || from < st.history_from {
+            drop(st);
+            return match progress {
+                true => self.inner().watch_progress(prefix, from),
+                false => self.inner().watch(prefix, from),
+            };
+        }
+        let backlog: Vec<Arc<Event>> = st
+            .history
+            .iter()
+            .filter(|e| e.revision > from && e.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER.max(backlog.len() + 16));
+        for e in backlog {
+            // Sized for the backlog: cannot be full.
+            let _ = tx.try_send(e);
+        }
+        let from = from.max(st.revision);
+        st.watchers.push(Watcher {
+            prefix: prefix.to_string(),
+            from,
+            tx,
+            progress,
+            sent: from,
+        });
+        Ok(rx)
     }
 }
 
@@ -243,34 +339,15 @@ impl Store for Cacher {
     }
 
     fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
-        // etcd's compaction stays the store's contract, whoever compacted: a watch that
-        // replays from before it is 410 Gone even while the history still holds it.
-        if from < self.shared.lock().revision {
-            self.inner().check_watchable(from)?;
-        }
-        let mut st = self.shared.lock();
-        if !st.ready || from < st.history_from {
-            drop(st);
-            return self.inner().watch(prefix, from);
-        }
-        let backlog: Vec<Arc<Event>> = st
-            .history
-            .iter()
-            .filter(|e| e.revision > from && e.key.starts_with(prefix))
-            .cloned()
-            .collect();
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER.max(backlog.len() + 16));
-        for e in backlog {
-            // Sized for the backlog: cannot be full.
-            let _ = tx.try_send(e);
-        }
-        let from = from.max(st.revision);
-        st.watchers.push(Watcher {
-            prefix: prefix.to_string(),
-            from,
-            tx,
-        });
-        Ok(rx)
+        self.open(prefix, from, false)
+    }
+
+    fn watch_progress(
+        &self,
+        prefix: &str,
+        from: u64,
+    ) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
+        self.open(prefix, from, true)
     }
 
     fn revision(&self) -> u64 {

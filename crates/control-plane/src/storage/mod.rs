@@ -64,6 +64,24 @@ pub fn apply_event(items: &mut std::collections::BTreeMap<String, Stored>, ev: &
     }
 }
 
+impl Event {
+    /// A progress marker on a [`Store::watch_progress`] stream: every event under the
+    /// watched prefix up to `revision` has been sent. It names no key.
+    pub fn progress(revision: u64) -> Event {
+        Event {
+            revision,
+            kind: EventKind::Modified,
+            key: String::new(),
+            object: Arc::new(Value::Null),
+            prev: None,
+        }
+    }
+
+    pub fn is_progress(&self) -> bool {
+        self.key.is_empty()
+    }
+}
+
 /// What happened to a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum EventKind {
@@ -197,6 +215,16 @@ pub trait Store: Send + Sync {
     /// Events under `prefix` strictly after revision `from`, then live ones. The channel
     /// closes when the watcher falls too far behind; it must then re-watch or re-list.
     fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError>;
+    /// [`Store::watch`], with progress markers ([`Event::is_progress`]) between the events
+    /// where the backend knows its revision moved on: what bookmarks carry to a watcher of
+    /// a quiet resource. Backends without progress send none.
+    fn watch_progress(
+        &self,
+        prefix: &str,
+        from: u64,
+    ) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
+        self.watch(prefix, from)
+    }
     /// The newest revision.
     fn revision(&self) -> u64;
     /// The oldest revision a watch can start from.

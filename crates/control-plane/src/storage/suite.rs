@@ -450,3 +450,58 @@ fn the_watch_cache_falls_back_to_etcd_and_recovers_from_a_restart() {
     let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
     assert_eq!(keys, ["/core/configmaps/ns/a", "/core/configmaps/ns/c"]);
 }
+
+/// Progress for bookmarks: a watcher of a quiet prefix that asked for it is told the
+/// revision moved on — by the cache, for writes under the prefixes it holds; by etcd's
+/// progress notifications, for writes the cache never sees (another prefix of the same
+/// etcd) — and never ahead of an event it is owed. A plain watcher gets events only.
+#[test]
+fn quiet_watchers_are_told_the_revision_moved_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = EtcdServer::start(&dir.path().join("etcd")).unwrap();
+    let etcd: Arc<dyn Store> =
+        Arc::new(EtcdStore::connect(&EtcdConfig::new(vec![server.url()])).unwrap());
+    let mut other_cfg = EtcdConfig::new(vec![server.url()]);
+    other_cfg.prefix = "/other".into();
+    let other = EtcdStore::connect(&other_cfg).unwrap();
+    let s = super::Cacher::new(etcd);
+    s.create("/core/configmaps/ns/a", json!({})).unwrap();
+    let (_, rev) = s.list("/core/configmaps/").unwrap();
+    let mut rx = s.watch_progress("/core/configmaps/", rev).unwrap();
+    let mut plain = s.watch("/core/configmaps/", rev).unwrap();
+
+    let pod = s.create("/core/pods/ns/p", json!({})).unwrap();
+    let ev = recv(&mut rx);
+    assert!(ev.is_progress(), "{ev:?}");
+    assert!(
+        ev.revision >= pod.revision,
+        "{} < {}",
+        ev.revision,
+        pod.revision
+    );
+
+    let cm = s.create("/core/configmaps/ns/b", json!({})).unwrap();
+    let ev = recv(&mut rx);
+    assert!(!ev.is_progress(), "{ev:?}");
+    assert_eq!(
+        (ev.key.as_str(), ev.revision),
+        ("/core/configmaps/ns/b", cm.revision)
+    );
+
+    let foreign = other.create("/core/configmaps/ns/x", json!({})).unwrap();
+    let started = Instant::now();
+    loop {
+        let ev = recv(&mut rx);
+        assert!(ev.is_progress(), "{ev:?}");
+        if ev.revision >= foreign.revision {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no progress past the foreign write"
+        );
+    }
+
+    assert_eq!(recv(&mut plain).key, "/core/configmaps/ns/b");
+    assert!(plain.try_recv().is_err(), "a plain watcher gets no markers");
+}

@@ -107,7 +107,10 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
             _ => output::object(req, o),
         }
     };
-    let events = match store.watch(&prefix, from) {
+    // Progress markers let a bookmark carry the store's revision past the watched
+    // resource's last event, as upstream's cacher does (a quiet resource's watcher can
+    // then resume after a compaction instead of listing again).
+    let events = match store.watch_progress(&prefix, from) {
         Ok(rx) => rx,
         Err(StoreError::Compacted { requested, oldest }) => {
             let msg = format!("too old resource version: {requested} ({oldest})");
@@ -164,7 +167,10 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
                 }
                 ev = events.recv() => {
                     let Some(ev) = ev else { return };
-                    last = ev.revision;
+                    last = last.max(ev.revision);
+                    if ev.is_progress() {
+                        continue;
+                    }
                     if let Some((kind, obj)) = translate(&filter, name.as_deref(), &ev) {
                         req.st.metrics.watch_event(&req.target);
                         if tx.send(line(kind, render(&req, &obj))).await.is_err() {

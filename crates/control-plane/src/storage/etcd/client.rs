@@ -27,7 +27,12 @@ pub struct EtcdConfig {
     /// The longest one etcd request may take before the API request fails with 504
     /// (upstream's `--request-timeout`).
     pub request_timeout: Duration,
+    /// `--event-ttl`: how long Events are kept; etcd deletes them when their lease ends.
+    pub event_ttl: Duration,
 }
+
+/// kube-apiserver's default `--event-ttl`.
+pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
 
 pub const DEFAULT_PREFIX: &str = "/registry";
 
@@ -40,6 +45,7 @@ impl EtcdConfig {
             key_file: None,
             prefix: DEFAULT_PREFIX.to_string(),
             request_timeout: Duration::from_secs(60),
+            event_ttl: DEFAULT_EVENT_TTL,
         }
     }
 }

@@ -10,6 +10,7 @@
 
 mod client;
 mod keys;
+mod lease;
 mod metrics;
 pub mod server;
 
@@ -33,14 +34,15 @@ use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 use super::bridge::Bridge;
-pub use client::{DEFAULT_PREFIX, EtcdConfig};
+pub use client::{DEFAULT_EVENT_TTL, DEFAULT_PREFIX, EtcdConfig};
 use client::{is_compacted, status_error};
 use keys::KeyLayout;
 use metrics::Operation;
 use pb::etcdserverpb::{
-    self as rpc, CompactionRequest, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
-    RequestOp, TxnRequest, WatchCreateRequest, WatchRequest, compare, kv_client::KvClient,
-    request_op, response_op, watch_client::WatchClient, watch_request,
+    self as rpc, CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, PutRequest,
+    RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest, compare,
+    kv_client::KvClient, lease_client::LeaseClient, request_op, response_op,
+    watch_client::WatchClient, watch_request,
 };
 use pb::mvccpb::{KeyValue, event::EventType};
 pub use server::EtcdServer;
@@ -66,6 +68,8 @@ pub struct EtcdStore {
     /// The newest compaction this process made or saw.
     compacted: AtomicU64,
     metrics: metrics::RequestMetrics,
+    /// The leases Events are written with (`--event-ttl`).
+    event_leases: lease::LeaseManager,
 }
 
 /// The `--etcd-servers` members, one lazily connected channel each. Requests go to the
@@ -76,6 +80,7 @@ struct Members {
     urls: Vec<String>,
     kv: Vec<KvClient<Channel>>,
     watch: Vec<WatchClient<Channel>>,
+    lease: Vec<LeaseClient<Channel>>,
     current: AtomicUsize,
 }
 
@@ -92,6 +97,11 @@ impl Members {
     fn watch(&self) -> (usize, WatchClient<Channel>) {
         let i = self.current();
         (i, self.watch[i].clone())
+    }
+
+    fn lease(&self) -> (usize, LeaseClient<Channel>) {
+        let i = self.current();
+        (i, self.lease[i].clone())
     }
 
     /// Member `i` failed a request with `err`: when that leaves the store unavailable and
@@ -155,14 +165,20 @@ fn stored(key: String, kv: &KeyValue) -> Result<Stored, StoreError> {
     })
 }
 
-fn put_op(key: &str, value: Vec<u8>) -> RequestOp {
+fn put_op(key: &str, value: Vec<u8>, lease: i64) -> RequestOp {
     RequestOp {
         request: Some(request_op::Request::RequestPut(PutRequest {
             key: key.as_bytes().to_vec(),
             value,
+            lease,
             ..Default::default()
         })),
     }
+}
+
+/// Events expire (`--event-ttl`); core and events.k8s.io Events share these keys.
+fn expires(key: &str) -> bool {
+    key.starts_with("/core/events/")
 }
 
 fn get_op(key: &str) -> RequestOp {
@@ -225,6 +241,10 @@ impl EtcdStore {
                 .iter()
                 .map(|c| WatchClient::new(c.clone()).max_decoding_message_size(64 << 20))
                 .collect(),
+            lease: channels
+                .iter()
+                .map(|c| LeaseClient::new(c.clone()))
+                .collect(),
             current: AtomicUsize::new(first),
         };
         let store = EtcdStore {
@@ -234,6 +254,7 @@ impl EtcdStore {
             revision: AtomicU64::new(0),
             compacted: AtomicU64::new(0),
             metrics: Default::default(),
+            event_leases: lease::LeaseManager::new(cfg.event_ttl),
         };
         store.revision();
         Ok(store)
@@ -279,6 +300,38 @@ impl EtcdStore {
         })?;
         self.saw(out.header.as_ref());
         Ok(out)
+    }
+
+    /// The lease a write of `key` attaches: none, or for an Event the current one of the
+    /// lease manager, granted when it has none to reuse.
+    fn lease_for(&self, key: &str) -> Result<i64, StoreError> {
+        if !expires(key) {
+            return Ok(0);
+        }
+        let now = Instant::now();
+        let ttl = match self.event_leases.reuse(now) {
+            Ok(id) => return Ok(id),
+            Err(ttl) => ttl,
+        };
+        let (i, mut client) = self.members.lease();
+        let granted = self.bridge.run(async move {
+            client
+                .lease_grant(LeaseGrantRequest { ttl, id: 0 })
+                .await
+                .map(|r| r.into_inner())
+                .map_err(status_error)
+        });
+        let granted = granted.inspect_err(|e| {
+            self.members.failed(i, e);
+        })?;
+        if !granted.error.is_empty() {
+            return Err(StoreError::Backend(format!(
+                "etcd lease grant: {}",
+                granted.error
+            )));
+        }
+        self.event_leases.granted(granted.id, granted.ttl, now);
+        Ok(granted.id)
     }
 
     /// A transaction; sent to the next member only when it never reached the current one.
@@ -386,7 +439,7 @@ impl EtcdStore {
         let value = encode(object)?;
         let resp = self.txn(TxnRequest {
             compare: vec![unchanged(&ek, 0)],
-            success: vec![put_op(&ek, value.clone())],
+            success: vec![put_op(&ek, value.clone(), self.lease_for(key)?)],
             failure: vec![],
         })?;
         if !resp.succeeded {
@@ -416,7 +469,7 @@ impl EtcdStore {
                         deleted: None,
                     });
                 }
-                Mutation::Put(v) => (put_op(&ek, encode(v)?), false),
+                Mutation::Put(v) => (put_op(&ek, encode(v)?, self.lease_for(key)?), false),
                 Mutation::Delete => {
                     if current.is_none() {
                         return Err(StoreError::NotFound(key.to_string()));
@@ -539,72 +592,15 @@ impl Store for EtcdStore {
     }
 
     fn watch(&self, prefix: &str, from: u64) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
-        let (start, end) = self.layout.range(prefix);
-        self.check_watchable(from)?;
-        let (req_tx, req_rx) = mpsc::channel::<WatchRequest>(4);
-        let create = WatchRequest {
-            request_union: Some(watch_request::RequestUnion::CreateRequest(
-                WatchCreateRequest {
-                    key: start,
-                    range_end: end,
-                    start_revision: from as i64 + 1,
-                    prev_kv: true,
-                    ..Default::default()
-                },
-            )),
-        };
-        let (member, mut client) = self.members.watch();
-        let stream = self.bridge.run(async move {
-            req_tx
-                .send(create)
-                .await
-                .map_err(|_| StoreError::Backend("watch request".into()))?;
-            let mut stream = client
-                .watch(tokio_stream::wrappers::ReceiverStream::new(req_rx))
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            match stream.message().await.map_err(status_error)? {
-                Some(r) if r.created && !r.canceled => Ok((stream, req_tx)),
-                Some(r) => Err(StoreError::Backend(format!(
-                    "etcd refused the watch: {}",
-                    r.cancel_reason
-                ))),
-                None => Err(StoreError::Unavailable("etcd ended the watch".into())),
-            }
-        });
-        let stream = stream.inspect_err(|e| {
-            self.members.failed(member, e);
-        })?;
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        let layout = self.layout.clone();
-        let prefix = prefix.to_string();
-        let me = WatchDecoder { layout };
-        self.bridge.handle().spawn(async move {
-            let (mut stream, _keep_open) = stream;
-            loop {
-                let resp = tokio::select! {
-                    r = stream.message() => r,
-                    _ = tx.closed() => return,
-                };
-                // An error or end (etcd gone, compacted past us, cancelled): closing the
-                // channel makes the client re-watch from its last revision or re-list.
-                let Ok(Some(resp)) = resp else { return };
-                if resp.canceled || resp.compact_revision != 0 {
-                    return;
-                }
-                for ev in resp.events {
-                    let Some(ev) = me.event(ev) else { continue };
-                    if !ev.key.starts_with(&prefix) {
-                        continue;
-                    }
-                    if tx.send(Arc::new(ev)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(rx)
+        self.open_watch(prefix, from, false)
+    }
+
+    fn watch_progress(
+        &self,
+        prefix: &str,
+        from: u64,
+    ) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
+        self.open_watch(prefix, from, true)
     }
 
     fn revision(&self) -> u64 {
@@ -694,5 +690,160 @@ impl WatchDecoder {
             object: Arc::new(object),
             prev,
         })
+    }
+}
+
+impl EtcdStore {
+    /// An etcd watch of `prefix` after `from`; with `progress`, etcd's progress
+    /// notifications come through as markers.
+    fn open_watch(
+        &self,
+        prefix: &str,
+        from: u64,
+        progress: bool,
+    ) -> Result<mpsc::Receiver<Arc<Event>>, StoreError> {
+        let (start, end) = self.layout.range(prefix);
+        self.check_watchable(from)?;
+        let (req_tx, req_rx) = mpsc::channel::<WatchRequest>(4);
+        let create = WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(
+                WatchCreateRequest {
+                    key: start,
+                    range_end: end,
+                    start_revision: from as i64 + 1,
+                    prev_kv: true,
+                    // etcd's periodic progress notifications (only for a caught-up
+                    // watcher) are the markers.
+                    progress_notify: progress,
+                    ..Default::default()
+                },
+            )),
+        };
+        let (member, mut client) = self.members.watch();
+        let stream = self.bridge.run(async move {
+            req_tx
+                .send(create)
+                .await
+                .map_err(|_| StoreError::Backend("watch request".into()))?;
+            let mut stream = client
+                .watch(tokio_stream::wrappers::ReceiverStream::new(req_rx))
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            match stream.message().await.map_err(status_error)? {
+                Some(r) if r.created && !r.canceled => Ok((stream, req_tx)),
+                Some(r) => Err(StoreError::Backend(format!(
+                    "etcd refused the watch: {}",
+                    r.cancel_reason
+                ))),
+                None => Err(StoreError::Unavailable("etcd ended the watch".into())),
+            }
+        });
+        let stream = stream.inspect_err(|e| {
+            self.members.failed(member, e);
+        })?;
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let layout = self.layout.clone();
+        let prefix = prefix.to_string();
+        let me = WatchDecoder { layout };
+        self.bridge.handle().spawn(async move {
+            let (mut stream, _keep_open) = stream;
+            loop {
+                let resp = tokio::select! {
+                    r = stream.message() => r,
+                    _ = tx.closed() => return,
+                };
+                // An error or end (etcd gone, compacted past us, cancelled): closing the
+                // channel makes the client re-watch from its last revision or re-list.
+                let Ok(Some(resp)) = resp else { return };
+                if resp.canceled || resp.compact_revision != 0 {
+                    return;
+                }
+                if progress && resp.events.is_empty() && !resp.created {
+                    let rev = resp.header.map(|h| h.revision as u64).unwrap_or(0);
+                    if rev > 0 && tx.send(Arc::new(Event::progress(rev))).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                for ev in resp.events {
+                    let Some(ev) = me.event(ev) else { continue };
+                    if !ev.key.starts_with(&prefix) {
+                        continue;
+                    }
+                    if tx.send(Arc::new(ev)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn events_are_written_with_a_lease_and_etcd_deletes_them_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = EtcdServer::start(&dir.path().join("etcd")).unwrap();
+        let mut cfg = EtcdConfig::new(vec![server.url()]);
+        cfg.event_ttl = Duration::from_secs(2);
+        let store = EtcdStore::connect(&cfg).unwrap();
+        let event = "/core/events/default/web.1";
+        let pod = "/core/pods/default/web";
+        store
+            .create(
+                event,
+                json!({"metadata": {"name": "web.1"}, "reason": "Started"}),
+            )
+            .unwrap();
+        store
+            .create(pod, json!({"metadata": {"name": "web"}}))
+            .unwrap();
+        let lease = |key: &str| {
+            store
+                .range(RangeRequest {
+                    key: store.layout.etcd_key(key).into_bytes(),
+                    ..Default::default()
+                })
+                .unwrap()
+                .kvs
+                .first()
+                .map(|kv| kv.lease)
+        };
+        assert!(lease(event).is_some_and(|l| l != 0), "{:?}", lease(event));
+        assert_eq!(lease(pod), Some(0));
+        // An Event bumped by its recorder expires again from its last write.
+        let cur = store.get(event).unwrap().unwrap();
+        store
+            .update(
+                event,
+                json!({"metadata": {"name": "web.1"}, "count": 2}),
+                Some(cur.revision),
+            )
+            .unwrap();
+        assert!(lease(event).is_some_and(|l| l != 0));
+
+        let mut rx = store.watch("/core/events/", store.revision()).unwrap();
+        let started = Instant::now();
+        let gone = loop {
+            match rx.try_recv() {
+                Ok(ev) => break ev,
+                Err(_) if started.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => panic!("the Event outlived its lease: {e}"),
+            }
+        };
+        assert_eq!((gone.kind, gone.key.as_str()), (EventKind::Deleted, event));
+        assert!(store.get(event).unwrap().is_none());
+        assert!(store.get(pod).unwrap().is_some());
     }
 }
