@@ -87,8 +87,87 @@ fn validity(params: &mut CertificateParams) {
 }
 
 fn ca_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, PkiError> {
-    let key = KeyPair::from_pem(&read(&dir.join("ca.key"))?)?;
-    Ok(Issuer::from_ca_cert_pem(&read(&dir.join("ca.crt"))?, key)?)
+    issuer(dir, "ca")
+}
+
+/// The CA `<dir>/<name>.crt` with its key.
+fn issuer(dir: &Path, name: &str) -> Result<Issuer<'static, KeyPair>, PkiError> {
+    let key = KeyPair::from_pem(&read(&dir.join(format!("{name}.key")))?)?;
+    Ok(Issuer::from_ca_cert_pem(
+        &read(&dir.join(format!("{name}.crt")))?,
+        key,
+    )?)
+}
+
+/// A new self-signed CA named `cn`: (certificate, key) in PEM.
+fn new_ca(cn: &str) -> Result<(String, String), PkiError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, cn);
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    validity(&mut params);
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The front proxy's CA and the API server's client certificate signed by it, as kubeadm
+/// makes them (`front-proxy-ca.crt`, `front-proxy-client.crt`, CN `front-proxy-client`):
+/// the identity the API server shows extension API servers when it proxies to them, which
+/// trust the `X-Remote-*` headers only from a client this CA signed.
+pub struct FrontProxy {
+    pub ca_pem: String,
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
+}
+
+/// The front proxy's CN, as `requestheader-allowed-names` lists it.
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
+/// [`FrontProxy`] from `pki_dir`, made where missing.
+pub fn front_proxy(pki_dir: &Path) -> Result<FrontProxy, PkiError> {
+    let ca_crt = pki_dir.join("front-proxy-ca.crt");
+    let ca_key = pki_dir.join("front-proxy-ca.key");
+    if !ca_crt.exists() || !ca_key.exists() {
+        let (cert, key) = new_ca("front-proxy-ca")?;
+        write_private(&ca_key, key.as_bytes())?;
+        write_private(&ca_crt, cert.as_bytes())?;
+    }
+    let ca_pem = read(&ca_crt)?;
+    let crt = pki_dir.join("front-proxy-client.crt");
+    let key = pki_dir.join("front-proxy-client.key");
+    let (client_cert_pem, client_key_pem) = match (read(&crt), read(&key)) {
+        (Ok(c), Ok(k)) if signed_by_ca(&c, &ca_pem) => (c, k),
+        _ => {
+            let issuer = issuer(pki_dir, "front-proxy-ca")?;
+            let mut params = CertificateParams::new(Vec::<String>::new())?;
+            let mut dn = DistinguishedName::new();
+            dn.push(DnType::CommonName, FRONT_PROXY_CLIENT);
+            params.distinguished_name = dn;
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            validity(&mut params);
+            let k = KeyPair::generate()?;
+            let c = params.signed_by(&k, &issuer)?;
+            write_private(&key, k.serialize_pem().as_bytes())?;
+            write_private(&crt, c.pem().as_bytes())?;
+            (c.pem(), k.serialize_pem())
+        }
+    };
+    Ok(FrontProxy {
+        ca_pem,
+        client_cert_pem,
+        client_key_pem,
+    })
 }
 
 /// A client certificate and key signed by the CA, as PEM.
@@ -129,21 +208,9 @@ pub fn ensure(data_dir: &Path, addresses: &[IpAddr]) -> Result<Pki, PkiError> {
     let ca_crt = dir.join("ca.crt");
     let ca_key = dir.join("ca.key");
     if !ca_crt.exists() || !ca_key.exists() {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, "kubernetes");
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        validity(&mut params);
-        let key = KeyPair::generate()?;
-        let cert = params.self_signed(&key)?;
-        write_private(&ca_key, key.serialize_pem().as_bytes())?;
-        write_private(&ca_crt, cert.pem().as_bytes())?;
+        let (cert, key) = new_ca("kubernetes")?;
+        write_private(&ca_key, key.as_bytes())?;
+        write_private(&ca_crt, cert.as_bytes())?;
         // A new CA invalidates every certificate it did not sign.
         let _ = std::fs::remove_file(dir.join("apiserver.crt"));
     }

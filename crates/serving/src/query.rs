@@ -4,6 +4,21 @@
 
 use std::collections::HashMap;
 
+/// Escapes every byte but the unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX`, as Go's
+/// `url.PathEscape` does for a header or path segment.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 /// Decodes `%XX` escapes and `+`; a malformed escape is kept as written.
 pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
@@ -70,6 +85,19 @@ pub fn bool_value(v: Option<&str>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn percent_encode_keeps_only_unreserved_bytes() {
+        assert_eq!(
+            super::percent_encode("authentication.kubernetes.io/pod-name"),
+            "authentication.kubernetes.io%2Fpod-name"
+        );
+        assert_eq!(super::percent_encode("a b~_-"), "a%20b~_-");
+        assert_eq!(
+            super::percent_decode(&super::percent_encode("x/y z")),
+            "x/y z"
+        );
+    }
+
     use super::*;
 
     #[test]

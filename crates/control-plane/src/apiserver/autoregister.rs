@@ -5,8 +5,8 @@
 //! `<version>.<group>` (`v1.` for the core group), with `Available=True`. `metrics.k8s.io`
 //! is served in-process here (see [`super::metrics_api`]), so its APIService is Local too.
 //!
-//! Aggregation (proxying an APIService that names a Service) is not implemented: such
-//! objects are stored and validated, and nothing here touches them.
+//! An APIService that names a Service is not touched here: [`super::aggregator`] proxies
+//! to it and keeps its `Available` condition.
 
 use std::collections::BTreeMap;
 

@@ -73,12 +73,14 @@ struct Group {
     versions: Vec<&'static str>,
 }
 
-/// The catalogue and the resources served without being stored (`metrics.k8s.io`, the
-/// group an aggregated metrics-server serves upstream).
+/// The catalogue, the resources served without being stored (`metrics.k8s.io`, the
+/// group an aggregated metrics-server serves upstream) and those of available aggregated
+/// APIs.
 fn served() -> impl Iterator<Item = &'static ResourceInfo> {
     catalog::served()
         .into_iter()
         .chain(crate::apiserver::metrics_api::RESOURCES.iter())
+        .chain(crate::apiserver::aggregator::discovered())
 }
 
 /// The groups of the catalogue (core group excluded) in upstream's order.
@@ -372,8 +374,8 @@ impl Aggregated {
     }
 }
 
-/// Every discovery document, rendered once per state of the catalogue (it only changes when
-/// CRDs do).
+/// Every discovery document, rendered once per state of the catalogue and of the available
+/// aggregated APIs (they change when CRDs and APIServices do).
 struct Documents {
     core_v1: Vec<u8>,
     apis: Vec<u8>,
@@ -389,9 +391,12 @@ fn render(v: &Value) -> Vec<u8> {
 }
 
 fn documents() -> Arc<Documents> {
-    type Cache = Option<(u64, Arc<Documents>)>;
+    type Cache = Option<((u64, u64), Arc<Documents>)>;
     static DOCS: RwLock<Cache> = RwLock::new(None);
-    let generation = catalog::generation();
+    let generation = (
+        catalog::generation(),
+        crate::apiserver::aggregator::generation(),
+    );
     if let Some((g, d)) = &*DOCS.read().unwrap_or_else(|e| e.into_inner())
         && *g == generation
     {

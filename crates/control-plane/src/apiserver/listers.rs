@@ -22,6 +22,8 @@ pub struct Listers {
     pub namespaces: Lister,
     pub service_accounts: Lister,
     pub priority_classes: Lister,
+    /// Read by the aggregator on every request for a group-version not served here.
+    pub api_services: Lister,
 }
 
 impl Listers {
@@ -29,7 +31,8 @@ impl Listers {
         Listers {
             namespaces: Lister::new(store.clone(), "/core/namespaces/"),
             service_accounts: Lister::new(store.clone(), "/core/serviceaccounts/"),
-            priority_classes: Lister::new(store, "/scheduling.k8s.io/priorityclasses/"),
+            priority_classes: Lister::new(store.clone(), "/scheduling.k8s.io/priorityclasses/"),
+            api_services: Lister::new(store, "/apiregistration.k8s.io/apiservices/"),
         }
     }
 }

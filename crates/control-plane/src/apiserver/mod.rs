@@ -3,6 +3,7 @@
 //! (bootstrap objects, admission, garbage collection, namespace deletion).
 
 pub mod admission;
+pub mod aggregator;
 pub(crate) mod apfconfig;
 pub mod authn;
 pub mod authz;

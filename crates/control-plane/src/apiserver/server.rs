@@ -372,6 +372,10 @@ fn router(st: SharedState) -> Router {
         )
         .fallback(move |req: Request| fallback(fb.clone(), req))
         .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
+        .layer(middleware::from_fn_with_state(
+            st.clone(),
+            super::aggregator::intercept,
+        ))
         .layer(middleware::from_fn_with_state(inflight, inflight::limit))
         .layer(middleware::from_fn_with_state(
             st.clone(),
@@ -488,6 +492,7 @@ fn shared_state(
     pki: &pki::Pki,
     advertise: IpAddr,
     port: u16,
+    front_proxy: Option<&pki::FrontProxy>,
 ) -> Result<SharedState, ServerError> {
     let sa_keys = authn::serviceaccount::Keys::from_pkcs8(&pki::service_account_key(&pki.dir)?)
         .map_err(pki::PkiError::Invalid)?;
@@ -518,6 +523,9 @@ fn shared_state(
         metrics: Default::default(),
         resource_metrics: Default::default(),
         listers: crate::apiserver::listers::Listers::new(store.clone()),
+        aggregator: front_proxy
+            .map(super::aggregator::Aggregator::new)
+            .unwrap_or_default(),
     });
     Ok(st)
 }
@@ -553,7 +561,7 @@ pub async fn start_components(
     // No addresses: the API server's serving certificate is its own to renew.
     let pki = pki::ensure(&cfg.data_dir, &[])?;
     let advertise = advertise_address(&cfg);
-    let st = shared_state(&cfg, store, &pki, advertise, cfg.secure_port)?;
+    let st = shared_state(&cfg, store, &pki, advertise, cfg.secure_port, None)?;
     let (stop, _) = tokio::sync::watch::channel(false);
     let mut tasks = JoinSet::new();
     if cfg.controllers.controllers {
@@ -607,6 +615,7 @@ pub fn ensure_pki(cfg: &ControlPlaneConfig) -> Result<pki::Pki, ServerError> {
     // credentials to a certificate written beside another process's key).
     pki::service_account_key(&pki.dir)?;
     pki::kubelet_client_cert(&pki)?;
+    pki::front_proxy(&pki.dir)?;
     Ok(pki)
 }
 
@@ -643,9 +652,18 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
         IpAddr::V4(v4) => format!("https://{v4}:{}", addr.port()),
     };
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &url)?;
-    let st = shared_state(&cfg, store, &pki, advertise, addr.port())?;
+    let front_proxy = pki::front_proxy(&pki.dir)?;
+    let st = shared_state(
+        &cfg,
+        store,
+        &pki,
+        advertise,
+        addr.port(),
+        Some(&front_proxy),
+    )?;
     bootstrap::ensure(&st)?;
     authz::policy::reconcile(&st)?;
+    super::aggregator::publish_authentication(&st, &pki.ca_cert_pem, &front_proxy);
     crate::controllers::bootstrapsigner::ensure_cluster_info(&st, &url, &pki.ca_cert_pem)?;
     controllers::sweep(&st);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -657,6 +675,7 @@ pub async fn start(cfg: ControlPlaneConfig) -> Result<ServerHandle, ServerError>
     tasks.spawn(super::crd::run(st.clone()));
     tasks.spawn(super::apfconfig::run(st.clone()));
     tasks.spawn(metrics_api::run(st.clone()));
+    tasks.spawn(super::aggregator::run(st.clone()));
     if !cfg.controllers.controllers {
         // kube-controller-manager runs apart and reaches the store through this server.
         tasks.spawn(controllers::compact(st.clone()));

@@ -85,6 +85,8 @@ pub struct ApiState {
     pub resource_metrics: crate::apiserver::metrics_api::Scraped,
     /// What admission reads on every create, kept by a watch (upstream's informers).
     pub listers: crate::apiserver::listers::Listers,
+    /// The identity aggregated APIs are proxied with.
+    pub aggregator: crate::apiserver::aggregator::Aggregator,
 }
 
 pub type SharedState = Arc<ApiState>;

@@ -968,6 +968,7 @@ mod tests {
             metrics: Default::default(),
             resource_metrics: Default::default(),
             listers: crate::apiserver::listers::Listers::new(store.clone()),
+            aggregator: Default::default(),
         });
         let mut s = Scheduler::new(st);
         for n in nodes {

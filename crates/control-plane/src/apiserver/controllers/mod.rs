@@ -485,6 +485,7 @@ mod tests {
             metrics: Default::default(),
             resource_metrics: Default::default(),
             listers: crate::apiserver::listers::Listers::new(store.clone()),
+            aggregator: Default::default(),
         };
         let fresh = crate::apiserver::rest::now_rfc3339();
         store
