@@ -145,22 +145,10 @@ pub fn front_proxy(pki_dir: &Path) -> Result<FrontProxy, PkiError> {
     let (client_cert_pem, client_key_pem) = match (read(&crt), read(&key)) {
         (Ok(c), Ok(k)) if signed_by_ca(&c, &ca_pem) => (c, k),
         _ => {
-            let issuer = issuer(pki_dir, "front-proxy-ca")?;
-            let mut params = CertificateParams::new(Vec::<String>::new())?;
-            let mut dn = DistinguishedName::new();
-            dn.push(DnType::CommonName, FRONT_PROXY_CLIENT);
-            params.distinguished_name = dn;
-            params.key_usages = vec![
-                KeyUsagePurpose::DigitalSignature,
-                KeyUsagePurpose::KeyEncipherment,
-            ];
-            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-            validity(&mut params);
-            let k = KeyPair::generate()?;
-            let c = params.signed_by(&k, &issuer)?;
-            write_private(&key, k.serialize_pem().as_bytes())?;
-            write_private(&crt, c.pem().as_bytes())?;
-            (c.pem(), k.serialize_pem())
+            let (c, k) = client_cert_by(pki_dir, "front-proxy-ca", FRONT_PROXY_CLIENT, &[])?;
+            write_private(&key, k.as_bytes())?;
+            write_private(&crt, c.as_bytes())?;
+            (c, k)
         }
     };
     Ok(FrontProxy {
@@ -172,7 +160,17 @@ pub fn front_proxy(pki_dir: &Path) -> Result<FrontProxy, PkiError> {
 
 /// A client certificate and key signed by the CA, as PEM.
 fn client_cert(dir: &Path, cn: &str, orgs: &[&str]) -> Result<(String, String), PkiError> {
-    let issuer = ca_issuer(dir)?;
+    client_cert_by(dir, "ca", cn, orgs)
+}
+
+/// A client certificate and key signed by the CA `<dir>/<ca>.crt`, as PEM.
+fn client_cert_by(
+    dir: &Path,
+    ca: &str,
+    cn: &str,
+    orgs: &[&str],
+) -> Result<(String, String), PkiError> {
+    let issuer = issuer(dir, ca)?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     let mut dn = DistinguishedName::new();
     for o in orgs {

@@ -399,6 +399,19 @@ fn the_watch_cache_shares_objects_and_reads_its_writes() {
     );
 }
 
+/// A watch cache over `server` holding `/core/configmaps/ns/a`, and a store of another
+/// prefix of the same etcd, whose writes move etcd's revision without an event the cache sees.
+fn cache_and_neighbour(server: &EtcdServer) -> (super::Cacher, EtcdStore) {
+    let etcd: Arc<dyn Store> =
+        Arc::new(EtcdStore::connect(&EtcdConfig::new(vec![server.url()])).unwrap());
+    let mut other_cfg = EtcdConfig::new(vec![server.url()]);
+    other_cfg.prefix = "/other".into();
+    let other = EtcdStore::connect(&other_cfg).unwrap();
+    let s = super::Cacher::new(etcd);
+    s.create("/core/configmaps/ns/a", json!({})).unwrap();
+    (s, other)
+}
+
 /// etcd's revision moved by a write the cache never sees (another prefix of the same etcd):
 /// the list does not wait for ever, it reads etcd. An etcd restart empties nothing: the
 /// cache lists again and its watchers are closed so they re-watch.
@@ -415,13 +428,7 @@ fn the_watch_cache_falls_back_to_etcd_and_recovers_from_a_restart() {
     let (client, peer) = (port(0), port(1));
     let data = dir.path().join("etcd");
     let mut server = EtcdServer::start_on(&data, client, peer).unwrap();
-    let etcd: Arc<dyn Store> =
-        Arc::new(EtcdStore::connect(&EtcdConfig::new(vec![server.url()])).unwrap());
-    let mut other_cfg = EtcdConfig::new(vec![server.url()]);
-    other_cfg.prefix = "/other".into();
-    let other = EtcdStore::connect(&other_cfg).unwrap();
-    let s = super::Cacher::new(etcd);
-    s.create("/core/configmaps/ns/a", json!({})).unwrap();
+    let (s, other) = cache_and_neighbour(&server);
     assert_eq!(s.list("/core/configmaps/").unwrap().0.len(), 1);
     other.create("/core/configmaps/ns/b", json!({})).unwrap();
     let started = Instant::now();
@@ -459,13 +466,7 @@ fn the_watch_cache_falls_back_to_etcd_and_recovers_from_a_restart() {
 fn quiet_watchers_are_told_the_revision_moved_on() {
     let dir = tempfile::tempdir().unwrap();
     let server = EtcdServer::start(&dir.path().join("etcd")).unwrap();
-    let etcd: Arc<dyn Store> =
-        Arc::new(EtcdStore::connect(&EtcdConfig::new(vec![server.url()])).unwrap());
-    let mut other_cfg = EtcdConfig::new(vec![server.url()]);
-    other_cfg.prefix = "/other".into();
-    let other = EtcdStore::connect(&other_cfg).unwrap();
-    let s = super::Cacher::new(etcd);
-    s.create("/core/configmaps/ns/a", json!({})).unwrap();
+    let (s, other) = cache_and_neighbour(&server);
     let (_, rev) = s.list("/core/configmaps/").unwrap();
     let mut rx = s.watch_progress("/core/configmaps/", rev).unwrap();
     let mut plain = s.watch("/core/configmaps/", rev).unwrap();
