@@ -102,10 +102,12 @@ fn served_here(group: &str, version: &str) -> bool {
 fn api_service(st: &ApiState, group: &str, version: &str) -> Option<Value> {
     let key = format!("{PREFIX}{version}.{group}");
     let stored = st.listers.api_services.get(&key).ok()??;
-    let svc = (*stored.object).clone();
-    svc.pointer("/spec/service")
-        .is_some_and(|s| s.is_object())
-        .then_some(svc)
+    // Most group-versions have a Local APIService: only a proxied one is copied.
+    stored
+        .object
+        .pointer("/spec/service")
+        .is_some_and(Value::is_object)
+        .then(|| (*stored.object).clone())
 }
 
 fn available(svc: &Value) -> bool {

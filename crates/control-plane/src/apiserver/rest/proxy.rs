@@ -80,16 +80,7 @@ fn pick_container(req: &Req, pod_name: &str, pod: &Value) -> ApiResult<String> {
 }
 
 fn encode_query(pairs: &[(&str, &str)]) -> String {
-    let enc = |s: &str| {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
-    };
+    let enc = nodus_serving::query::percent_encode;
     pairs
         .iter()
         .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
