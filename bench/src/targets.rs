@@ -164,8 +164,31 @@ pub async fn nodus_with_masq(bin: &Path, extra: &str, masq: Masq) -> Result<Targ
         cgroup: CgroupParent::new("nodus-bench"),
         logs: d.join("logs"),
         netns: std::sync::Arc::clone(&netns),
-        _keep: vec![Box::new(daemon), Box::new(dir), Box::new(netns)],
+        // Dropped in order: the daemon is killed, then what it left (shims, containers, the
+        // rootfs and namespace mounts of pods still there) is cleaned up before the temp dir
+        // goes, so no mount outlives the run on the host.
+        _keep: vec![
+            Box::new(daemon),
+            Box::new(Leftovers {
+                state: d.join("state"),
+                base: d.to_path_buf(),
+            }),
+            Box::new(dir),
+            Box::new(netns),
+        ],
     })
+}
+
+/// Cleans up on drop what a killed nodus runtime left under its temp dir.
+struct Leftovers {
+    state: PathBuf,
+    base: PathBuf,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        testkit::leftovers::kill_runtime_leftovers(&self.state, &self.base);
+    }
 }
 
 pub async fn containerd() -> Result<Target> {

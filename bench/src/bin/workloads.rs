@@ -15,12 +15,20 @@
 //! ADD), timed alone in the same run (bench/src/floor.rs), spread over the machine's cores.
 
 use anyhow::{Context, Result, bail};
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use nodus_bench::cluster::{self, NODE, cpu_ms};
 use nodus_bench::targets::{Masq, nodus_with_masq, pct, rss_kib};
 use nodus_bench::treecpu::TreeCpu;
 use serde_json::Value;
+use std::os::fd::AsFd as _;
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use testkit::Netns;
 
@@ -78,6 +86,8 @@ struct Meters {
     cp_pid: u32,
     kubelet_pid: u32,
     runtime: TreeCpu,
+    /// What the phases wait for.
+    watched: Watched,
 }
 
 /// One measured phase.
@@ -91,8 +101,8 @@ struct Phase {
     pods: usize,
 }
 
-/// Polls `done` every 500 ms (the same polling in every phase, so its cost cancels in the
-/// differences) until it holds; samples the control plane's RSS on each poll.
+/// Checks `done` at every change the watches see (and every 200 ms) until it holds; samples
+/// the control plane's RSS on each check.
 fn measure(
     what: &str,
     pods: usize,
@@ -105,9 +115,11 @@ fn measure(
     let cpu0 = cpu_ms(cp_pid);
     let kubelet0 = cpu_ms(m.kubelet_pid);
     let runtime0 = m.runtime.ms();
+    eprintln!("{what}: started");
     let t0 = Instant::now();
     start()?;
     let mut rss_max = rss_kib(cp_pid);
+    let mut seen = m.watched.changes();
     loop {
         if done()? {
             break;
@@ -116,7 +128,7 @@ fn measure(
         if t0.elapsed() > timeout {
             bail!("{what}: not done after {timeout:?}");
         }
-        std::thread::sleep(Duration::from_millis(500));
+        seen = m.watched.wait_change(seen, Duration::from_millis(200));
     }
     let wall = t0.elapsed();
     eprintln!("{what}: {:.2} s", wall.as_secs_f64());
@@ -131,6 +143,160 @@ fn measure(
     })
 }
 
+/// What the phases wait for, kept by watches of the API server as an informer keeps it:
+/// pods, Deployments and Jobs of the default namespace. Polling with a kubectl process
+/// every 500 ms cost about a tenth of the machine's CPU, taken from the node it measures.
+struct Watched {
+    pods: Store<Pod>,
+    deployments: Store<Deployment>,
+    jobs: Store<Job>,
+    /// Counts the events seen; waiters sleep on the condvar until it moves.
+    changed: Arc<(Mutex<u64>, Condvar)>,
+}
+
+impl Watched {
+    /// Starts the watches on a thread inside the network namespace at `netns` (where the API
+    /// server listens) and returns once each has listed.
+    fn start(netns: std::path::PathBuf, admin: std::path::PathBuf) -> Result<Watched> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let run = || -> Result<()> {
+                let f = std::fs::File::open(&netns)?;
+                nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)?;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let client = nodus_bench::controlplane::client(&admin).await?;
+                    let (pods, pw) = reflector::store();
+                    let (deployments, dw) = reflector::store();
+                    let (jobs, jw) = reflector::store();
+                    let changed = Arc::new((Mutex::new(0u64), Condvar::new()));
+                    let cfg = watcher::Config::default;
+                    let streams = vec![
+                        reflector(
+                            pw,
+                            watcher(Api::<Pod>::namespaced(client.clone(), "default"), cfg()),
+                        )
+                        .default_backoff()
+                        .map(drop)
+                        .boxed(),
+                        reflector(
+                            dw,
+                            watcher(
+                                Api::<Deployment>::namespaced(client.clone(), "default"),
+                                cfg(),
+                            ),
+                        )
+                        .default_backoff()
+                        .map(drop)
+                        .boxed(),
+                        reflector(
+                            jw,
+                            watcher(Api::<Job>::namespaced(client, "default"), cfg()),
+                        )
+                        .default_backoff()
+                        .map(drop)
+                        .boxed(),
+                    ];
+                    let mut all = futures::stream::select_all(streams);
+                    let w = Watched {
+                        pods,
+                        deployments,
+                        jobs,
+                        changed: Arc::clone(&changed),
+                    };
+                    let (p, d, j) = (w.pods.clone(), w.deployments.clone(), w.jobs.clone());
+                    let listed = async move {
+                        let _ = tokio::join!(
+                            p.wait_until_ready(),
+                            d.wait_until_ready(),
+                            j.wait_until_ready()
+                        );
+                    };
+                    tokio::pin!(listed);
+                    let deadline = tokio::time::sleep(Duration::from_secs(60));
+                    tokio::pin!(deadline);
+                    loop {
+                        tokio::select! {
+                            _ = &mut listed => break,
+                            _ = &mut deadline => bail!("the watches did not list within 60 s"),
+                            n = all.next() => if n.is_none() { bail!("the watches ended") },
+                        }
+                    }
+                    let _ = tx.send(w);
+                    while all.next().await.is_some() {
+                        let (n, cv) = &*changed;
+                        *n.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                        cv.notify_all();
+                    }
+                    Ok(())
+                })
+            };
+            if let Err(e) = run() {
+                eprintln!("watching the API server: {e:#}");
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(90))
+            .context("the watches did not list within 90 s")
+    }
+
+    fn changes(&self) -> u64 {
+        *self.changed.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until a change after `seen` or `timeout`; returns the count seen then.
+    fn wait_change(&self, seen: u64, timeout: Duration) -> u64 {
+        let (n, cv) = &*self.changed;
+        let g = n.lock().unwrap_or_else(|e| e.into_inner());
+        let (g, _) = cv
+            .wait_timeout_while(g, timeout, |n| *n == seen)
+            .unwrap_or_else(|e| e.into_inner());
+        *g
+    }
+
+    /// How many pods labelled `app=<app>` are Ready (of those not being deleted), and how
+    /// many there are.
+    fn ready_pods(&self, app: &str) -> (usize, usize) {
+        let pods: Vec<_> = self
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("app"))
+                    .is_some_and(|a| a == app)
+            })
+            .collect();
+        let ready = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .count();
+        (ready, pods.len())
+    }
+
+    fn wait_no_pods(&self, app: &str) -> Result<()> {
+        let t0 = Instant::now();
+        let mut seen = self.changes();
+        while self.ready_pods(app).1 > 0 {
+            if t0.elapsed() > Duration::from_secs(300) {
+                bail!("pods app={app} still there after 300 s");
+            }
+            seen = self.wait_change(seen, Duration::from_millis(200));
+        }
+        Ok(())
+    }
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 fn ready(p: &Value) -> bool {
     p.pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -138,28 +304,6 @@ fn ready(p: &Value) -> bool {
             cs.iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
-}
-
-/// How many pods with `selector` are Ready, and how many there are.
-fn ready_pods(k: &Kubectl, selector: &str) -> Result<(usize, usize)> {
-    let list = k.json(&["get", "pods", "-l", selector])?;
-    let items = list["items"].as_array().cloned().unwrap_or_default();
-    let live: Vec<&Value> = items
-        .iter()
-        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-        .collect();
-    Ok((live.iter().filter(|p| ready(p)).count(), items.len()))
-}
-
-fn wait_no_pods(k: &Kubectl, selector: &str) -> Result<()> {
-    let t0 = Instant::now();
-    while ready_pods(k, selector)?.1 > 0 {
-        if t0.elapsed() > Duration::from_secs(300) {
-            bail!("pods {selector} still there after 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    Ok(())
 }
 
 fn pod_list(n: usize) -> String {
@@ -218,21 +362,59 @@ fn job() -> String {
     .to_string()
 }
 
-fn rollout_complete(k: &Kubectl, image: &str) -> Result<bool> {
-    let d = k.json(&["get", "deployment", "web"])?;
-    let n = |p: &str| d.pointer(p).and_then(Value::as_u64).unwrap_or(0) as usize;
+fn rollout_complete(w: &Watched, image: &str) -> bool {
+    let Some(d) = w
+        .deployments
+        .state()
+        .into_iter()
+        .find(|d| d.metadata.name.as_deref() == Some("web"))
+    else {
+        return false;
+    };
     let image_now = d
-        .pointer("/spec/template/spec/containers/0/image")
-        .and_then(Value::as_str)
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.as_deref())
         == Some(image);
-    Ok(image_now
-        && n("/status/observedGeneration") >= n("/metadata/generation")
-        && n("/status/updatedReplicas") == REPLICAS
-        && n("/status/replicas") == REPLICAS
-        && n("/status/availableReplicas") == REPLICAS)
+    let st = d.status.clone().unwrap_or_default();
+    let n = |v: Option<i32>| v.unwrap_or(0) as usize;
+    image_now
+        && st.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0)
+        && n(st.updated_replicas) == REPLICAS
+        && n(st.replicas) == REPLICAS
+        && n(st.available_replicas) == REPLICAS
+}
+
+/// Whether the Job `batch` is Complete; an error when it Failed.
+fn job_complete(w: &Watched) -> Result<bool> {
+    let Some(j) = w
+        .jobs
+        .state()
+        .into_iter()
+        .find(|j| j.metadata.name.as_deref() == Some("batch"))
+    else {
+        return Ok(false);
+    };
+    let conds = j
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if conds
+        .iter()
+        .any(|c| c.type_ == "Failed" && c.status == "True")
+    {
+        bail!("the Job failed: {:?}", j.status);
+    }
+    Ok(conds
+        .iter()
+        .any(|c| c.type_ == "Complete" && c.status == "True"))
 }
 
 fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
+    let w = &m.watched;
     let t0 = Instant::now();
     loop {
         let n = k.json(&["get", "node", NODE]);
@@ -252,18 +434,18 @@ fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
         REPLICAS,
         m,
         || k.run(&["apply", "-f", "-"], Some(&list)).map(drop),
-        || Ok(ready_pods(k, "app=bare")?.0 == REPLICAS),
+        || Ok(w.ready_pods("bare").0 == REPLICAS),
         long,
     )?);
     k.run(&["delete", "pods", "-l", "app=bare", "--wait=false"], None)?;
-    wait_no_pods(k, "app=bare")?;
+    w.wait_no_pods("bare")?;
     let d = deployment();
     phases.push(measure(
         &format!("Deployment of {REPLICAS} replicas (kubectl apply) → all pods Ready"),
         REPLICAS,
         m,
         || k.run(&["apply", "-f", "-"], Some(&d)).map(drop),
-        || Ok(ready_pods(k, "app=web")?.0 == REPLICAS),
+        || Ok(w.ready_pods("web").0 == REPLICAS),
         long,
     )?);
     phases.push(measure(
@@ -284,33 +466,18 @@ fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
             )
             .map(drop)
         },
-        || rollout_complete(k, NEW_IMAGE),
+        || Ok(rollout_complete(w, NEW_IMAGE)),
         long,
     )?);
     k.run(&["delete", "deployment", "web"], None)?;
-    wait_no_pods(k, "app=web")?;
+    w.wait_no_pods("web")?;
     let j = job();
     phases.push(measure(
         &format!("Job of {JOB_COMPLETIONS} completions, parallelism {JOB_PARALLELISM} → Complete"),
         JOB_COMPLETIONS,
         m,
         || k.run(&["apply", "-f", "-"], Some(&j)).map(drop),
-        || {
-            let j = k.json(&["get", "job", "batch"])?;
-            let conds = j["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if conds
-                .iter()
-                .any(|c| c["type"] == "Failed" && c["status"] == "True")
-            {
-                bail!("the Job failed: {}", j["status"]);
-            }
-            Ok(conds
-                .iter()
-                .any(|c| c["type"] == "Complete" && c["status"] == "True"))
-        },
+        || job_complete(w),
         Duration::from_secs(1800),
     )?);
     Ok(phases)
@@ -362,6 +529,7 @@ async fn main() -> Result<()> {
         cp_pid: c.control_plane.pid(),
         kubelet_pid: c.kubelet.pid(),
         runtime,
+        watched: Watched::start(t.netns.path(), c.admin.clone())?,
     };
     let phases = run_phases(&k, &meters)?;
     let floor_wall = |pods: usize| pods as f64 * per_pod_floor_ms / cores as f64 / 1e3;
@@ -371,7 +539,7 @@ async fn main() -> Result<()> {
          real kubectl ({}); the CNI chain as `nodus up` configures it (bridge + host-local + \
          portmap, the bridge plugin's `ipMasq` off because the pod network agent masquerades); \
          busybox `sleep 3600` (the Job: `true`), image present, \
-         terminationGracePeriodSeconds 1. Each phase is polled every 500 ms with `kubectl get`. \
+         terminationGracePeriodSeconds 1. Each phase ends when watches of pods, Deployments and Jobs held by the benchmark (an informer's view, no process per poll) see its goal. \
          \"control plane CPU\" is the `nodus control-plane` process's user + system time over \
          the phase (API server, scheduler and every controller together); its RSS is the \
          highest seen. Floor = pods × {per_pod_floor_ms:.1} ms (CPU of `runc run --detach` + \

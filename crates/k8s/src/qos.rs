@@ -67,6 +67,14 @@ fn container_amounts(
     (requests, limits)
 }
 
+/// The QoS class of a pod; a pod without a spec is BestEffort.
+pub fn pod_qos(pod: &k8s_openapi::api::core::v1::Pod) -> QosClass {
+    match pod.spec.as_ref() {
+        Some(spec) => pod_qos_class(spec),
+        None => pod_qos_class(&PodSpec::default()),
+    }
+}
+
 /// The QoS class of a pod spec: init and app containers count (ephemeral containers cannot
 /// have resources), only cpu and memory matter, and pod-level resources win when present.
 pub fn pod_qos_class(spec: &PodSpec) -> QosClass {

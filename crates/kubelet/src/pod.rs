@@ -32,6 +32,18 @@ impl PodManager {
             p.remove(uid);
         }
     }
+    /// The UIDs of the pods whose deletion was requested.
+    pub(crate) fn deleting(&self) -> Vec<String> {
+        self.pods
+            .lock()
+            .map(|p| {
+                p.iter()
+                    .filter(|(_, pod)| pod.metadata.deletion_timestamp.is_some())
+                    .map(|(uid, _)| uid.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
     pub(crate) fn uids(&self) -> HashSet<String> {
         self.pods
             .lock()

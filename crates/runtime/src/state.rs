@@ -5,7 +5,6 @@
 //! immune to our own struct changes. Each file is replaced atomically (write, fsync,
 //! rename), so a crash leaves the old or the new record, never a torn one.
 
-use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -57,12 +56,32 @@ pub enum SandboxState {
     NotReady,
 }
 
+/// A record's protobuf config, decoded on first use and kept: listings read every record's
+/// labels on each call, and decoding them each time made a list cost a decode per
+/// container. Clones of a record share it; a record whose config changes gets a new one.
+#[derive(Clone, Default)]
+pub struct Decoded<M>(std::sync::Arc<std::sync::OnceLock<M>>);
+
+impl<M> std::fmt::Debug for Decoded<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Decoded")
+    }
+}
+
+impl<M: prost::Message + Default> Decoded<M> {
+    fn get(&self, bytes: &[u8]) -> &M {
+        self.0.get_or_init(|| M::decode(bytes).unwrap_or_default())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SandboxRecord {
     pub id: String,
-    /// `PodSandboxConfig`, protobuf-encoded.
+    /// `PodSandboxConfig`, protobuf-encoded; a sandbox's config never changes.
     #[serde(with = "b64")]
     pub config: Vec<u8>,
+    #[serde(skip)]
+    pub decoded: Decoded<cri::runtime::v1::PodSandboxConfig>,
     pub handler: String,
     pub created_at: i64,
     pub state: SandboxState,
@@ -92,7 +111,12 @@ impl SandboxRecord {
     }
 
     pub fn config(&self) -> cri::runtime::v1::PodSandboxConfig {
-        cri::runtime::v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+        self.config_ref().clone()
+    }
+
+    /// The config, decoded once.
+    pub fn config_ref(&self) -> &cri::runtime::v1::PodSandboxConfig {
+        self.decoded.get(&self.config)
     }
 }
 
@@ -108,9 +132,11 @@ pub enum ContainerState {
 pub struct ContainerRecord {
     pub id: String,
     pub sandbox_id: String,
-    /// `ContainerConfig`, protobuf-encoded.
+    /// `ContainerConfig`, protobuf-encoded; changed only with [`ContainerRecord::set_config`].
     #[serde(with = "b64")]
     pub config: Vec<u8>,
+    #[serde(skip)]
+    pub decoded: Decoded<cri::runtime::v1::ContainerConfig>,
     /// The reserved name: `<name>_<sandbox name>_<namespace>_<uid>_<attempt>`.
     pub name: String,
     /// The image as the client named it, and its resolved id.
@@ -148,7 +174,18 @@ pub struct ProcessUser {
 
 impl ContainerRecord {
     pub fn config(&self) -> cri::runtime::v1::ContainerConfig {
-        cri::runtime::v1::ContainerConfig::decode(self.config.as_slice()).unwrap_or_default()
+        self.config_ref().clone()
+    }
+
+    /// The config, decoded once.
+    pub fn config_ref(&self) -> &cri::runtime::v1::ContainerConfig {
+        self.decoded.get(&self.config)
+    }
+
+    /// Replaces the config (and what was decoded of the old one).
+    pub fn set_config(&mut self, cfg: &cri::runtime::v1::ContainerConfig) {
+        self.config = encode(cfg);
+        self.decoded = Decoded::default();
     }
 }
 
@@ -272,6 +309,7 @@ mod tests {
         let rec = SandboxRecord {
             id: "a".into(),
             config: encode(&cfg),
+            decoded: Default::default(),
             handler: "runc".into(),
             created_at: 1,
             state: SandboxState::Ready,

@@ -8,7 +8,7 @@ use super::allocatable::{NodeResources, allocatable, machine_capacity, parse_res
 use super::resources::{CgroupValues, milli_to_shares, pod_requests, pod_values};
 use k8s_openapi::api::core::v1::Pod;
 use nodus_cgroups::{CgroupManager, Resources};
-use nodus_k8s::qos::{QosClass, pod_qos_class};
+use nodus_k8s::qos::{QosClass, pod_qos};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -214,7 +214,7 @@ impl ContainerManager {
 
     /// The pod's cgroup path (the kubelet's internal name).
     fn pod_cgroup_name(&self, pod: &Pod) -> String {
-        let qos = pod_qos_class(&pod.spec.clone().unwrap_or_default());
+        let qos = pod_qos(pod);
         self.config
             .layout
             .pod(qos, pod.metadata.uid.as_deref().unwrap_or_default())
@@ -301,7 +301,7 @@ impl ContainerManager {
         let _g = self.lock.lock();
         let burstable_milli: i64 = pods
             .iter()
-            .filter(|p| pod_qos_class(&p.spec.clone().unwrap_or_default()) == QosClass::Burstable)
+            .filter(|p| pod_qos(p) == QosClass::Burstable)
             .map(|p| pod_requests(p).0)
             .sum();
         let (kubepods_min, burstable_min) = match self.memory_qos() {

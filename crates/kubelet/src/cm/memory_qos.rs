@@ -7,7 +7,7 @@
 //! (kuberuntime_container_linux.go, helpers_linux.go, qos_container_manager_linux.go).
 
 use k8s_openapi::api::core::v1::Pod;
-use nodus_k8s::qos::{QosClass, pod_qos_class};
+use nodus_k8s::qos::{QosClass, pod_qos};
 use std::collections::HashMap;
 
 /// The unified-map keys (upstream's Cgroup2MemoryMin / Cgroup2MemoryHigh).
@@ -74,7 +74,7 @@ pub fn tier_memory_min(pods: &[Pod]) -> (Option<i64>, Option<i64>) {
     let (mut guaranteed, mut burstable) = (0i64, 0i64);
     for p in pods {
         let req = super::resources::pod_requests(p).1;
-        match pod_qos_class(&p.spec.clone().unwrap_or_default()) {
+        match pod_qos(p) {
             QosClass::Guaranteed => guaranteed += req,
             QosClass::Burstable => burstable += req,
             QosClass::BestEffort => {}

@@ -339,7 +339,7 @@ impl FileSource {
         if self.last_sent.as_ref() == Some(&pods) {
             return;
         }
-        if self.tx.send(pods.clone()).is_ok() {
+        if self.tx.send(pods.clone().into()).is_ok() {
             self.last_sent = Some(pods);
         }
     }

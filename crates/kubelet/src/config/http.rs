@@ -127,7 +127,7 @@ impl HttpSource {
         }
         if data.is_empty() {
             // An empty set still marks the source as seen.
-            let _ = self.tx.send(Vec::new());
+            let _ = self.tx.send(Vec::new().into());
             return Err(format!("zero-length data received from {}", self.url));
         }
         if self.data.as_deref() == Some(&data[..]) {
@@ -143,7 +143,7 @@ impl HttpSource {
         for e in &errors {
             tracing::warn!(url = %self.url, error = %e, "Skipping an invalid pod from the manifest URL");
         }
-        let _ = self.tx.send(pods);
+        let _ = self.tx.send(pods.into());
         Ok(())
     }
 }

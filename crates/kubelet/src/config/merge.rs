@@ -2,7 +2,7 @@
 
 use super::{
     CONFIG_FIRST_SEEN_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION, PodOperation,
-    PodUpdate, pod_full_name,
+    PodUpdate, SourceUpdate, pod_full_name,
 };
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -54,6 +54,76 @@ impl PodStorage {
         out
     }
 
+    /// Applies what `source` sent and returns the updates it makes (upstream's
+    /// `podStorage.merge`).
+    pub(super) fn merge(&mut self, source: &str, update: SourceUpdate) -> Vec<PodUpdate> {
+        match update {
+            SourceUpdate::Set(pods) => self.merge_set(source, pods),
+            SourceUpdate::Upsert(pod) => self.merge_upsert(source, pod),
+            SourceUpdate::Remove(pod) => self.merge_remove(source, pod),
+        }
+    }
+
+    /// One pod of `source` created or changed: ADD when it is new, else what
+    /// [`check_and_update_pod`] finds. Only this pod is compared, whatever the node runs.
+    fn merge_upsert(&mut self, source: &str, mut pod: Pod) -> Vec<PodUpdate> {
+        self.seen.insert(source.to_string());
+        let key = pod_key(&pod);
+        if let Some(other) = self.provider_of_name(&pod, &key) {
+            tracing::warn!(
+                pod = %pod_full_name(&pod),
+                source,
+                other_source = other,
+                "Pod failed validation due to duplicate pod name: another pod with this name is already provided, ignoring"
+            );
+            return Vec::new();
+        }
+        pod.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(CONFIG_SOURCE_ANNOTATION.to_string(), source.to_string());
+        let set = self.pods.entry(source.to_string()).or_default();
+        if let Some(existing) = set.get_mut(&key) {
+            let op = match check_and_update_pod(existing, pod) {
+                Change::Update => PodOperation::Update,
+                Change::Reconcile => PodOperation::Reconcile,
+                Change::Delete => PodOperation::Delete,
+                Change::None => return Vec::new(),
+            };
+            return vec![update(op, vec![existing.clone()], source)];
+        }
+        record_first_seen_time(&mut pod);
+        tracing::debug!(source, pod = %pod_full_name(&pod), "receiving a new pod");
+        set.insert(key, pod.clone());
+        vec![update(PodOperation::Add, vec![pod], source)]
+    }
+
+    /// One pod gone from `source`: REMOVE with the pod as it was kept.
+    fn merge_remove(&mut self, source: &str, pod: Pod) -> Vec<PodUpdate> {
+        self.seen.insert(source.to_string());
+        match self
+            .pods
+            .get_mut(source)
+            .and_then(|set| set.remove(&pod_key(&pod)))
+        {
+            Some(gone) => vec![update(PodOperation::Remove, vec![gone], source)],
+            None => Vec::new(),
+        }
+    }
+
+    /// The source already providing a pod with `pod`'s full name under another key, if any.
+    /// Compares names in place: a scan without allocating, cheap beside a pod's sync.
+    fn provider_of_name(&self, pod: &Pod, key: &str) -> Option<&str> {
+        let same_name = |p: &Pod| {
+            p.metadata.name == pod.metadata.name && p.metadata.namespace == pod.metadata.namespace
+        };
+        self.pods.iter().find_map(|(s, set)| {
+            set.iter()
+                .any(|(k, p)| k != key && same_name(p))
+                .then_some(s.as_str())
+        })
+    }
+
     /// Replaces the pods of `source` with `pods` and returns the updates that turn the
     /// previous state into the new one, in upstream's delivery order: REMOVE, ADD, UPDATE,
     /// DELETE, then RECONCILE. The first set of a source that changes nothing still yields
@@ -91,11 +161,7 @@ impl PodStorage {
         removes.sort_by_key(pod_full_name);
         self.pods.insert(source.to_string(), current);
 
-        let mk = |op, pods| PodUpdate {
-            op,
-            pods,
-            source: source.to_string(),
-        };
+        let mk = |op, pods| update(op, pods, source);
         let mut out = Vec::new();
         if !removes.is_empty() {
             out.push(mk(PodOperation::Remove, removes));
@@ -158,6 +224,14 @@ impl PodStorage {
             out.push(pod);
         }
         out
+    }
+}
+
+fn update(op: PodOperation, pods: Vec<Pod>, source: &str) -> PodUpdate {
+    PodUpdate {
+        op,
+        pods,
+        source: source.to_string(),
     }
 }
 
@@ -468,5 +542,77 @@ mod tests {
         s.merge_set("file", vec![]);
         let out = s.merge_set("http", vec![pod("9", "a", "img:1"), pod("8", "b", "img:1")]);
         assert_eq!(ops(&out), vec![(PodOperation::Add, vec!["a".into()])]);
+    }
+
+    /// A watch's single-pod updates give the same operations a SET with that change would.
+    #[test]
+    fn single_pod_updates_match_what_a_set_gives() {
+        let mut s = PodStorage::default();
+        s.merge("api", SourceUpdate::Set(vec![pod("1", "a", "img:1")]));
+        let deleting = {
+            let mut p = pod("1", "a", "img:1");
+            p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+            p
+        };
+        let with_status = {
+            let mut p = pod("2", "b", "img:1");
+            p.status = Some(PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            });
+            p
+        };
+        let table: Vec<(SourceUpdate, Vec<(PodOperation, Vec<String>)>)> = vec![
+            (
+                SourceUpdate::Upsert(pod("2", "b", "img:1")),
+                vec![(PodOperation::Add, vec!["b".into()])],
+            ),
+            (SourceUpdate::Upsert(pod("2", "b", "img:1")), vec![]),
+            (
+                SourceUpdate::Upsert(pod("2", "b", "img:2")),
+                vec![(PodOperation::Update, vec!["b".into()])],
+            ),
+            (
+                SourceUpdate::Upsert({
+                    let mut p = with_status.clone();
+                    p.spec.as_mut().unwrap().containers[0].image = Some("img:2".into());
+                    p
+                }),
+                vec![(PodOperation::Reconcile, vec!["b".into()])],
+            ),
+            (
+                SourceUpdate::Upsert(deleting),
+                vec![(PodOperation::Delete, vec!["a".into()])],
+            ),
+            (
+                SourceUpdate::Remove(pod("1", "a", "img:1")),
+                vec![(PodOperation::Remove, vec!["a".into()])],
+            ),
+            (SourceUpdate::Remove(pod("1", "a", "img:1")), vec![]),
+            // Another pod under a name the source already has is refused.
+            (SourceUpdate::Upsert(pod("3", "b", "img:1")), vec![]),
+        ];
+        for (i, (u, want)) in table.into_iter().enumerate() {
+            assert_eq!(ops(&s.merge("api", u)), want, "step {i}");
+        }
+        let kept: Vec<String> = s
+            .all_pods()
+            .iter()
+            .map(|p| p.metadata.uid.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(kept, vec!["2"]);
+        let first_seen = annotation(&s.all_pods()[0], CONFIG_FIRST_SEEN_ANNOTATION).is_some();
+        assert!(first_seen, "an upserted pod records when it was first seen");
+    }
+
+    #[test]
+    fn a_single_pod_never_takes_a_name_another_source_provides() {
+        let mut s = PodStorage::default();
+        s.merge("file", SourceUpdate::Set(vec![pod("1", "a", "img:1")]));
+        assert!(
+            s.merge("api", SourceUpdate::Upsert(pod("9", "a", "img:1")))
+                .is_empty()
+        );
+        assert!(s.seen("api"));
     }
 }

@@ -1,9 +1,11 @@
 //! Pod sources (static pod directory, manifest URL, API server) merged into one stream.
 //!
-//! Mirrors upstream's `pkg/kubelet/config`: every source sends its full current set of pods
-//! (upstream's SET), [`PodConfig`] keeps the last set per source keyed by UID and turns the
-//! difference into ADD / UPDATE / REMOVE / DELETE / RECONCILE updates on one channel, in
-//! the order upstream delivers them.
+//! Mirrors upstream's `pkg/kubelet/config`: a source sends its full current set of pods
+//! (upstream's SET) or, as a watch sees them, one pod created, changed or gone; [`PodConfig`]
+//! keeps the pods per source keyed by UID and turns each change into ADD / UPDATE / REMOVE /
+//! DELETE / RECONCILE updates on one channel, in the order upstream delivers them. The API
+//! source sends SET only after a (re-)list and single pods otherwise, so a watch event costs
+//! the merge one pod, not the node's whole set.
 
 mod apiserver;
 mod common;
@@ -63,8 +65,25 @@ pub struct PodUpdate {
     pub source: String,
 }
 
-/// A source sends its full current set of pods on this channel (upstream's SET).
-pub type SourceSender = tokio::sync::mpsc::UnboundedSender<Vec<Pod>>;
+/// What a source sends: upstream's `kubetypes.PodUpdate` as sources use it.
+#[derive(Clone, Debug)]
+pub enum SourceUpdate {
+    /// The source's full current set (upstream's SET): pods not in it are removed.
+    Set(Vec<Pod>),
+    /// One pod created or changed (upstream's ADD or UPDATE from a source).
+    Upsert(Pod),
+    /// One pod gone from the source (upstream's REMOVE from a source).
+    Remove(Pod),
+}
+
+impl From<Vec<Pod>> for SourceUpdate {
+    fn from(pods: Vec<Pod>) -> SourceUpdate {
+        SourceUpdate::Set(pods)
+    }
+}
+
+/// The channel a source sends its [`SourceUpdate`]s on.
+pub type SourceSender = tokio::sync::mpsc::UnboundedSender<SourceUpdate>;
 
 /// Merges the pod sets of all sources into one stream of [`PodUpdate`]s.
 ///
@@ -93,26 +112,26 @@ impl PodConfig {
     /// Spawns a task on the current tokio runtime that merges what arrives; it ends when
     /// every sender of the channel is dropped.
     pub fn channel(&self, source: &str) -> SourceSender {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<Pod>>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<SourceUpdate>();
         let this = self.clone();
         let source = source.to_string();
         tokio::spawn(async move {
-            while let Some(pods) = rx.recv().await {
-                this.merge(&source, pods);
+            while let Some(update) = rx.recv().await {
+                this.merge(&source, update);
             }
         });
         tx
     }
 
-    /// Merges a full set of pods from `source` right away and emits the resulting updates.
+    /// Merges what `source` sent right away and emits the resulting updates.
     /// [`PodConfig::channel`] calls this for everything its sender receives.
-    pub fn merge(&self, source: &str, pods: Vec<Pod>) {
+    pub fn merge(&self, source: &str, update: SourceUpdate) {
         let mut storage = match self.storage.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
         // Sending under the lock keeps the updates of concurrent sources in merge order.
-        for update in storage.merge_set(source, pods) {
+        for update in storage.merge(source, update) {
             if self.updates.send(update).is_err() {
                 tracing::debug!(source, "pod config receiver dropped, update discarded");
             }
@@ -212,7 +231,7 @@ mod tests {
         let file = config.channel(FILE_SOURCE);
         let api = config.channel(API_SOURCE);
         assert!(!config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]));
-        file.send(vec![pod("1", "a")]).unwrap();
+        file.send(vec![pod("1", "a")].into()).unwrap();
         let u = rx.recv().await.unwrap();
         assert_eq!(
             (u.op, u.source.as_str(), u.pods.len()),
@@ -220,14 +239,14 @@ mod tests {
         );
         assert!(config.seen_all_sources(&[FILE_SOURCE]));
         assert!(!config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]));
-        api.send(vec![]).unwrap();
+        api.send(vec![].into()).unwrap();
         let u = rx.recv().await.unwrap();
         assert_eq!(
             (u.op, u.source.as_str(), u.pods.len()),
             (PodOperation::Add, "api", 0)
         );
         assert!(config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]));
-        file.send(vec![]).unwrap();
+        file.send(vec![].into()).unwrap();
         let u = rx.recv().await.unwrap();
         assert_eq!((u.op, u.pods.len()), (PodOperation::Remove, 1));
         assert!(config.pods().is_empty());

@@ -9,14 +9,18 @@ pub use generate::{generate_pod_status, pod_phase, set_ready_conditions};
 
 use crate::prober::PodStatusProvider;
 use k8s_openapi::api::core::v1::PodStatus;
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// The latest computed status of every pod the kubelet runs, by uid. Readers are the
 /// probers, the read-only server and (later) the API status sync.
 #[derive(Clone, Default)]
 pub struct StatusManager {
     inner: Arc<RwLock<HashMap<String, PodStatus>>>,
+    /// The pods whose status was set since the status sync last took them: its rounds
+    /// between two full ones look at these only (upstream's podStatusChannel), so a status
+    /// change costs one pod's sync, not the node's.
+    dirty: Arc<Mutex<HashSet<String>>>,
     /// Wakes the API status sync ([`sync`]) after every change.
     pub changed: Arc<tokio::sync::Notify>,
 }
@@ -52,7 +56,18 @@ impl StatusManager {
         }
         m.insert(uid.to_string(), status);
         drop(m);
+        if let Ok(mut d) = self.dirty.lock() {
+            d.insert(uid.to_string());
+        }
         self.changed.notify_one();
+    }
+
+    /// The pods whose status was set since the last call.
+    pub fn take_dirty(&self) -> HashSet<String> {
+        self.dirty
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
     }
 
     pub fn remove(&self, uid: &str) {

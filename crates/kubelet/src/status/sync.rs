@@ -52,16 +52,31 @@ impl StatusSync {
         let mut deleted: HashSet<String> = HashSet::new();
         let mirrors_changed = std::sync::Arc::clone(&self.mirrors.changed);
         loop {
-            tokio::select! {
+            let full = tokio::select! {
                 // A new mirror pod needs its static pod's status now, not at the next round.
-                _ = mirrors_changed.notified() => {}
+                _ = mirrors_changed.notified() => true,
                 _ = self.status.changed.notified() => {
                     // Let a burst of updates settle into one round.
                     tokio::time::sleep(Duration::from_millis(20)).await;
+                    false
                 }
-                _ = tokio::time::sleep(SYNC_PERIOD) => {}
+                _ = tokio::time::sleep(SYNC_PERIOD) => true,
+            };
+            let changed = self.status.take_dirty();
+            if full {
+                self.sync_all(&mut sent, &mut deleted).await;
+            } else {
+                // The pods whose status changed, and those being deleted: a worker may
+                // have stopped a pod's containers after its last status was set, and the
+                // final delete should not wait for the next full round.
+                let mut uids: HashSet<String> = changed;
+                uids.extend(self.pods.deleting());
+                for uid in uids {
+                    if let Some(pod) = self.pods.get(&uid) {
+                        self.sync_pod(&pod, &mut sent, &mut deleted).await;
+                    }
+                }
             }
-            self.sync_all(&mut sent, &mut deleted).await;
         }
     }
 
@@ -91,25 +106,36 @@ impl StatusSync {
         sent.retain(|k, _| k.split('/').next().is_some_and(|u| live.contains(u)));
         deleted.retain(|u| live.contains(u));
         for pod in pods {
-            let Some(uid) = pod.metadata.uid.clone() else {
-                continue;
-            };
-            let Some(target) = self.target(&pod) else {
-                continue;
-            };
-            if let Some(status) = self.status.get(&uid) {
-                // Keyed by the target's uid too: a recreated mirror pod gets the status anew.
-                let key = format!("{uid}/{}", target.uid);
-                self.sync_status(&pod, &target, status, &key, sent).await;
-            }
-            if !config::is_static_pod(&pod)
-                && pod.metadata.deletion_timestamp.is_some()
-                && !deleted.contains(&uid)
-                && self.can_be_deleted(&uid)
-            {
-                self.final_delete(&target).await;
-                deleted.insert(uid);
-            }
+            self.sync_pod(&pod, sent, deleted).await;
+        }
+    }
+
+    /// upstream's syncPod: sends `pod`'s status if it changed, then the final delete once a
+    /// deleted pod's containers are all stopped.
+    async fn sync_pod(
+        &self,
+        pod: &Pod,
+        sent: &mut HashMap<String, Value>,
+        deleted: &mut HashSet<String>,
+    ) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        let Some(target) = self.target(pod) else {
+            return;
+        };
+        if let Some(status) = self.status.get(&uid) {
+            // Keyed by the target's uid too: a recreated mirror pod gets the status anew.
+            let key = format!("{uid}/{}", target.uid);
+            self.sync_status(pod, &target, status, &key, sent).await;
+        }
+        if !config::is_static_pod(pod)
+            && pod.metadata.deletion_timestamp.is_some()
+            && !deleted.contains(&uid)
+            && self.can_be_deleted(&uid)
+        {
+            self.final_delete(&target).await;
+            deleted.insert(uid);
         }
     }
 

@@ -88,10 +88,32 @@ pub(crate) fn spawn_monitor(inner: &Arc<Inner>, id: &str, shim_pid: u32) {
             }
         }
         record_exit(&inner, &id);
+        release_mounts(&inner, &id).await;
         if let Some(nri) = inner.nri() {
             nri.container_stopped(&id).await;
         }
     });
+}
+
+/// Unmounts an exited container's rootfs and the volumes mounted in its directory (image
+/// and idmapped volumes), as containerd's shim does when the task is deleted after its
+/// exit: nothing reads them again (a CRI container is never restarted), and finished pods,
+/// a Job's, would otherwise each keep their mounts on the host until they are removed.
+async fn release_mounts(inner: &Inner, id: &str) {
+    let Ok(rec) = inner.find_container(id) else {
+        return;
+    };
+    let Some(dir) = rec.bundle.parent().map(std::path::Path::to_path_buf) else {
+        return;
+    };
+    if rec.state != ContainerState::Exited {
+        return;
+    }
+    let r = tokio::task::spawn_blocking(move || crate::container::rootfs::unmount_all_under(&dir))
+        .await;
+    if let Ok(Err(e)) = r {
+        tracing::warn!(container = %id, error = %e, "unmounting the exited container's rootfs failed; RemoveContainer retries");
+    }
 }
 
 /// Waits up to `timeout` for container `id` to exit; true when it did.

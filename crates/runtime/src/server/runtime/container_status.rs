@@ -19,7 +19,7 @@ pub(crate) fn cri_state(s: ContainerState) -> pb::ContainerState {
 
 /// The CRI view of a container record.
 pub(crate) fn to_status(rec: &ContainerRecord) -> pb::ContainerStatus {
-    let cfg = rec.config();
+    let cfg = rec.config_ref();
     pb::ContainerStatus {
         id: rec.id.clone(),
         metadata: cfg.metadata.clone(),

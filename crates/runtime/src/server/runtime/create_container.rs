@@ -493,6 +493,7 @@ pub async fn create_container(
         id: id.clone(),
         sandbox_id: sandbox.id.clone(),
         config: encode(&cfg),
+        decoded: Default::default(),
         name,
         image_ref: image_name,
         image_id: image.id.to_string(),

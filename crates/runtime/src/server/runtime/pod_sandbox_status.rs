@@ -8,8 +8,15 @@ use std::collections::HashMap;
 use tonic::Status;
 
 /// The CRI view of a sandbox record.
+pub(crate) fn cri_state(s: SandboxState) -> pb::PodSandboxState {
+    match s {
+        SandboxState::Ready => pb::PodSandboxState::SandboxReady,
+        SandboxState::NotReady => pb::PodSandboxState::SandboxNotready,
+    }
+}
+
 pub(crate) fn to_status(rec: &SandboxRecord) -> pb::PodSandboxStatus {
-    let cfg = rec.config();
+    let cfg = rec.config_ref();
     let ns_opts = cfg
         .linux
         .as_ref()
@@ -18,10 +25,7 @@ pub(crate) fn to_status(rec: &SandboxRecord) -> pb::PodSandboxStatus {
     pb::PodSandboxStatus {
         id: rec.id.clone(),
         metadata: cfg.metadata.clone(),
-        state: match rec.state {
-            SandboxState::Ready => pb::PodSandboxState::SandboxReady,
-            SandboxState::NotReady => pb::PodSandboxState::SandboxNotready,
-        } as i32,
+        state: cri_state(rec.state) as i32,
         created_at: rec.created_at,
         network: Some(pb::PodSandboxNetworkStatus {
             ip: rec.ip.clone().unwrap_or_default(),

@@ -199,6 +199,7 @@ pub async fn run_pod_sandbox(
     let mut rec = SandboxRecord {
         id: id.clone(),
         config: encode(&cfg),
+        decoded: Default::default(),
         handler: req.runtime_handler.clone(),
         created_at: crate::state::now_ns(),
         state: SandboxState::NotReady,
