@@ -207,6 +207,8 @@ impl Case {
             start: false,
             systemd_cgroup: false,
             runtime_args: Vec::new(),
+            // Resolved by the caller, as the daemon does for every shim it starts.
+            oom_file: shim::cgroup::oom_file(&self.bundle(), &self.id),
         }
     }
 

@@ -36,18 +36,12 @@ pub struct OomProbe {
 impl OomProbe {
     /// Resolves the probe from the bundle's `config.json` and this process's view of cgroups.
     pub fn for_bundle(bundle: &Path, id: &str) -> OomProbe {
-        let cgroups_path = std::fs::read(bundle.join("config.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| {
-                v.pointer("/linux/cgroupsPath")
-                    .and_then(|p| p.as_str())
-                    .map(str::to_owned)
-            })
-            .unwrap_or_default();
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let file = resolve(&cgroups_path, id, &mountinfo, &own);
+        OomProbe::for_file(oom_file(bundle, id))
+    }
+
+    /// The probe of a counter file resolved already (by the daemon, which passes it to the
+    /// shim as `--oom-file`), with the parent's baseline read now.
+    pub fn for_file(file: Option<PathBuf>) -> OomProbe {
         let parent = file.as_deref().and_then(parent_baseline);
         OomProbe { file, parent }
     }
@@ -61,6 +55,33 @@ impl OomProbe {
             Some(read_oom_kill(file)?.saturating_sub(*before))
         })
     }
+}
+
+/// The OOM kill counter file of the container in `bundle`, resolved against this process's
+/// cgroup and the host's hierarchy, both read once per process: the daemon resolves it for
+/// every shim it starts, so no shim reads the mount table (which grows with the pods).
+pub fn oom_file(bundle: &Path, id: &str) -> Option<PathBuf> {
+    #[derive(serde::Deserialize, Default)]
+    struct Spec {
+        #[serde(default)]
+        linux: Linux,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Linux {
+        #[serde(default, rename = "cgroupsPath")]
+        cgroups_path: String,
+    }
+    static HOST: std::sync::OnceLock<(Option<Hierarchy>, String)> = std::sync::OnceLock::new();
+    let (h, own) = HOST.get_or_init(|| {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        (Hierarchy::from_mountinfo(&mountinfo), own)
+    });
+    let spec: Spec = std::fs::read(bundle.join("config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    resolve_in(h.as_ref()?, &spec.linux.cgroups_path, id, own)
 }
 
 fn read_oom_kill(file: &Path) -> Option<u64> {
@@ -102,9 +123,18 @@ fn inner_path(cgroups_path: &str, id: &str) -> String {
     cgroups_path.to_string()
 }
 
+#[cfg(test)]
 fn resolve(cgroups_path: &str, id: &str, mountinfo: &str, own: &str) -> Option<PathBuf> {
+    resolve_in(
+        &Hierarchy::from_mountinfo(mountinfo)?,
+        cgroups_path,
+        id,
+        own,
+    )
+}
+
+fn resolve_in(h: &Hierarchy, cgroups_path: &str, id: &str, own: &str) -> Option<PathBuf> {
     let inner = inner_path(cgroups_path, id);
-    let h = Hierarchy::from_mountinfo(mountinfo)?;
     let v1_memory = (!h.is_v2()).then(|| h.mount("memory")).flatten();
     let (mount, file, own_path) = match v1_memory {
         Some(m) => (m, "memory.oom_control", process_cgroup(own, Some("memory"))),

@@ -124,6 +124,10 @@ pub struct ShimArgs {
     /// later `runc start`: one OCI runtime process instead of two.
     #[arg(long)]
     pub start: bool,
+    /// The memory cgroup file whose `oom_kill` the shim reads when the container exits,
+    /// resolved by the daemon ([`cgroup::oom_file`]); absent: the shim resolves it itself.
+    #[arg(long)]
+    pub oom_file: Option<PathBuf>,
 }
 
 impl ShimArgs {
@@ -141,6 +145,9 @@ impl ShimArgs {
         push("--state-dir", self.state_dir.as_os_str());
         if let Some(p) = self.log_path.as_ref().filter(|p| !p.as_os_str().is_empty()) {
             push("--log-path", p.as_os_str());
+        }
+        if let Some(p) = &self.oom_file {
+            push("--oom-file", p.as_os_str());
         }
         for a in &self.runtime_args {
             // `--runtime-arg=--x`: a value that starts with a dash stays a value.
@@ -301,6 +308,7 @@ mod tests {
             start: true,
             systemd_cgroup: true,
             runtime_args: vec!["--network=host".into()],
+            oom_file: Some("/sys/fs/cgroup/memory/kubepods/c1/memory.oom_control".into()),
         };
         let argv = std::iter::once(OsString::from("shim")).chain(args.to_args());
         assert_eq!(Cli::parse_from(argv).args, args);

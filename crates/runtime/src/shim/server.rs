@@ -298,7 +298,10 @@ impl Shim {
         );
         tri!(listener.set_nonblocking(true), "control socket nonblocking");
 
-        let oom = OomProbe::for_bundle(&args.bundle, &args.id);
+        let oom = match &args.oom_file {
+            Some(f) => OomProbe::for_file(Some(f.clone())),
+            None => OomProbe::for_bundle(&args.bundle, &args.id),
+        };
         log.event(format_args!(
             "event=oom_probe file={} parent={}",
             oom.file

@@ -24,6 +24,7 @@ fn shim_args(rec: &ContainerRecord, rt: &crate::oci::OciRuntime) -> crate::shim:
         stdin: cfg.stdin,
         stdin_once: cfg.stdin_once,
         start: true,
+        oom_file: crate::shim::cgroup::oom_file(&rec.bundle, &rec.id),
     }
 }
 
