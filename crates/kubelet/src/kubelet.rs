@@ -150,7 +150,7 @@ impl Core {
             phase: Some("Failed".into()),
             reason: Some(r.reason.as_string()),
             message: Some(r.message),
-            qos_class: Some(nodus_k8s::qos::pod_qos(&pod).as_str().to_string()),
+            qos_class: Some(nodus_k8s::qos::pod_qos(pod).as_str().to_string()),
             ..Default::default()
         };
         self.status.set(&uid, status);

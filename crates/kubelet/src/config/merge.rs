@@ -562,7 +562,8 @@ mod tests {
             });
             p
         };
-        let table: Vec<(SourceUpdate, Vec<(PodOperation, Vec<String>)>)> = vec![
+        type Ops = Vec<(PodOperation, Vec<String>)>;
+        let table: Vec<(SourceUpdate, Ops)> = vec![
             (
                 SourceUpdate::Upsert(pod("2", "b", "img:1")),
                 vec![(PodOperation::Add, vec!["b".into()])],
