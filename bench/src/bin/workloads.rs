@@ -497,7 +497,8 @@ async fn main() -> Result<()> {
     // agent masquerades with one rule), so a CNI ADD does not grow with the node's pod count.
     let mut floor = nodus_bench::floor::measure_with(10, Masq::Agent)?;
     let per_pod_floor_ms = pct(&mut floor.runc_run_cpu, 50.0) + pct(&mut floor.cni_add_cpu, 50.0);
-    let t = nodus_with_masq(&bin, "", Masq::Agent).await?;
+    // The runtime as `nodus node` configures it: `lo` brought up by the runtime.
+    let t = nodus_with_masq(&bin, "use-internal-loopback = true\n", Masq::Agent).await?;
     let runtime = TreeCpu::new("nodus-bench-runtime")?;
     runtime.add(t.daemon_pid)?;
     // The rolling update's "new image": the same busybox under another name.

@@ -290,7 +290,13 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     }
     let mut config = match &args.runtime_config {
         Some(p) => nodus_runtime::config::RuntimeConfig::load(p)?,
-        None => nodus_runtime::config::RuntimeConfig::default(),
+        // nodus's own node brings each pod's `lo` up itself, as CRI-O does: a plugin process
+        // per pod less. A runtime config file decides for itself (containerd's default, the
+        // loopback plugin, when it does not say).
+        None => nodus_runtime::config::RuntimeConfig {
+            use_internal_loopback: true,
+            ..Default::default()
+        },
     };
     if args.flannel_backend != nodus_podnet::Backend::None {
         // The agent's table masquerades what leaves the pod network; the bridge masquerading

@@ -42,6 +42,11 @@ pub struct RuntimeConfig {
     /// /var/lib/cni/networks].
     #[serde(default)]
     pub default_network_ipam_data_dir: Option<PathBuf>,
+    /// Bring each pod's `lo` up in the runtime rather than through the CNI loopback plugin
+    /// (containerd's `use_internal_loopback`, off by default there; CRI-O always does it).
+    /// `nodus up` and `nodus node` turn it on: it saves a plugin process per pod.
+    #[serde(default)]
+    pub use_internal_loopback: bool,
     /// containerd's `SystemdCgroup`: containers' cgroups are systemd scopes in the pod's
     /// slice (`linux.cgroupsPath` as `slice:cri-nodus:<id>`, runc/crun run with
     /// `--systemd-cgroup`). The RuntimeConfig RPC tells the
@@ -125,6 +130,7 @@ impl Default for RuntimeConfig {
             stream_server_address: default_stream_server_address(),
             default_network_ip_masq: true,
             default_network_ipam_data_dir: None,
+            use_internal_loopback: false,
             systemd_cgroup: false,
             nri: None,
             nri_socket: crate::nri::config::default_socket(),

@@ -331,6 +331,83 @@ fn sandbox_net_two_pods_ping_hostport_and_clean_teardown() {
     assert_eq!(mounts_under(&tmp_path), Vec::<String>::new());
 }
 
+/// `use-internal-loopback`: the runtime brings `lo` up itself, as CRI-O does, so the
+/// loopback plugin is neither run nor required, and nothing is cached for it.
+#[test]
+fn sandbox_net_internal_loopback_needs_no_plugin() {
+    if !have_root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_path = tmp.path().canonicalize().unwrap();
+    let node = TestNetns::new();
+    let mut pins = Pins::default();
+    // Only the pod network's plugins: no `loopback` binary anywhere the runtime looks.
+    let bin = tmp_path.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for plugin in ["bridge", "host-local", "portmap"] {
+        let found = ["/usr/lib/cni", "/opt/cni/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(plugin))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("the CNI plugin {plugin} is not installed"));
+        std::os::unix::fs::symlink(found, bin.join(plugin)).unwrap();
+    }
+    let mut config = CniConfig::new(
+        vec![bin.clone()],
+        tmp_path.join("net.d"),
+        tmp_path.join("cni-cache"),
+    );
+    config.internal_loopback = true;
+    let cni = Cni::new(config);
+    let ipam = tmp_path.join("ipam");
+    cni.ensure_default_config_with(
+        &DefaultNetwork::new(Some("10.244.8.0/24")).with_ipam_data_dir(&ipam),
+    )
+    .unwrap();
+    let status = cni.status();
+    assert!(status.ready, "{}", status.message);
+
+    let dir = tmp_path.join("sandboxes/sbl/ns");
+    pins.0.push(dir.clone());
+    let pinned = pin(&dir, &PinOptions::pod("pod-l")).unwrap();
+    let net = pinned.net.clone().unwrap();
+    let pod = PodNetworkInfo::new("pod-l", "default", "uid-l");
+    let before = nsenter_net(&net, &["ip", "-o", "link", "show", "lo"]);
+    assert!(
+        !String::from_utf8_lossy(&before.stdout).contains(",UP"),
+        "lo is up before the pod network is set up: {}",
+        String::from_utf8_lossy(&before.stdout)
+    );
+    in_netns(&node.path(), || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            cni.setup("sbl", &net, &pod).await.unwrap();
+            let lo = nsenter_net(&net, &["ip", "-o", "link", "show", "lo"]);
+            assert!(
+                String::from_utf8_lossy(&lo.stdout).contains(",UP"),
+                "{}",
+                String::from_utf8_lossy(&lo.stdout)
+            );
+            let ping = nsenter_net(&net, &["busybox", "ping", "-c1", "-W2", "127.0.0.1"]);
+            assert!(ping.status.success(), "{ping:?}");
+            assert!(
+                !tmp_path
+                    .join("cni-cache/results/cni-loopback-sbl-lo")
+                    .exists()
+            );
+            cni.check("sbl", &net, &pod).await.unwrap();
+            cni.teardown("sbl", Some(&net), &pod).await.unwrap();
+            assert_eq!(allocations(&ipam), Vec::<String>::new());
+        });
+    });
+    unpin(&dir).unwrap();
+    assert_eq!(mounts_under(&tmp_path), Vec::<String>::new());
+}
+
 #[test]
 fn sandbox_pid_namespace_init_reaps_and_is_killed_by_unpin() {
     if !have_root() {

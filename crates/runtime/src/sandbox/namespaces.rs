@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -356,6 +356,60 @@ fn pin_in_thread(
     handle.join().map_err(|_| SandboxError::Helper {
         ns: "net/ipc/uts",
         reason: "the helper thread panicked".into(),
+    })?
+}
+
+/// Brings `lo` up in the network namespace pinned at `netns`, as CRI-O does and containerd
+/// does with `use_internal_loopback`: what the CNI loopback plugin does, without starting a
+/// process per pod. Runs on a thread of its own, which ends in that namespace.
+pub fn loopback_up(netns: &Path) -> Result<(), SandboxError> {
+    let netns = netns.to_path_buf();
+    let handle = std::thread::Builder::new()
+        .name("nodus-lo".into())
+        .spawn(move || -> Result<(), SandboxError> {
+            let f = fs::File::open(&netns)
+                .map_err(|e| SandboxError::io("opening the network namespace", &netns, e))?;
+            nix::sched::setns(&f, CloneFlags::CLONE_NEWNET).map_err(|e| {
+                SandboxError::sys(
+                    format!("entering the network namespace {}", netns.display()),
+                    e,
+                )
+            })?;
+            // SAFETY: plain socket(2); the descriptor is owned below.
+            let fd =
+                unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+            if fd < 0 {
+                return Err(SandboxError::sys(
+                    "socket(AF_INET) in the pod's network namespace",
+                    Errno::last(),
+                ));
+            }
+            // SAFETY: fd was just returned by socket(2) and is owned by nothing else.
+            let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            // SAFETY: ifreq is plain data; all-zero is a valid value.
+            let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+            for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
+                *d = *s as libc::c_char;
+            }
+            // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the flags of the ifreq passed.
+            if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+                return Err(SandboxError::sys("SIOCGIFFLAGS lo", Errno::last()));
+            }
+            // SAFETY: after SIOCGIFFLAGS the union holds the flags.
+            unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+            // SAFETY: as above.
+            if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+                return Err(SandboxError::sys("setting lo up", Errno::last()));
+            }
+            Ok(())
+        })
+        .map_err(|e| SandboxError::Helper {
+            ns: "net",
+            reason: format!("spawning the loopback helper thread: {e}"),
+        })?;
+    handle.join().map_err(|_| SandboxError::Helper {
+        ns: "net",
+        reason: "the loopback helper thread panicked".into(),
     })?
 }
 

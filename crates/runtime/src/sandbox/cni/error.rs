@@ -75,6 +75,9 @@ pub enum CniError {
         "network {network:?} has cniVersion {version}, which does not support the CHECK command (0.4.0 or later does)"
     )]
     CheckUnsupported { network: String, version: String },
+    /// `lo` could not be brought up in the pod's network namespace (internal loopback).
+    #[error("setting up the loopback interface in {netns}: {reason}")]
+    Loopback { netns: PathBuf, reason: String },
     /// Writing a configuration file failed.
     #[error("writing {path}: {source}")]
     Io {

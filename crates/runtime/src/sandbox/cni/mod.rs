@@ -60,6 +60,9 @@ pub struct CniConfig {
     pub default_ip_masq: bool,
     /// The default network's host-local `dataDir` (`default-network-ipam-data-dir`).
     pub default_ipam_data_dir: Option<PathBuf>,
+    /// Bring `lo` up in the runtime instead of running the loopback plugin
+    /// (`use-internal-loopback`, containerd's `use_internal_loopback`; what CRI-O always does).
+    pub internal_loopback: bool,
 }
 
 impl CniConfig {
@@ -75,6 +78,7 @@ impl CniConfig {
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
             default_ip_masq: true,
             default_ipam_data_dir: None,
+            internal_loopback: false,
         }
     }
 }
@@ -280,19 +284,26 @@ impl Cni {
         &self.cfg
     }
 
+    /// The loopback network run through its plugin; None when the runtime brings `lo` up
+    /// itself.
+    fn loopback_list(&self) -> Option<NetworkConfigList> {
+        (!self.cfg.internal_loopback).then(config::loopback_list)
+    }
+
     /// The network sandboxes get now: the first valid configuration of the conf dir.
     pub fn network(&self) -> Result<NetworkConfigList, CniError> {
         config::load_dir(&self.cfg.conf_dir)
     }
 
-    /// NetworkReady: a configuration exists and its plugins (and `loopback`) are installed.
+    /// NetworkReady: a configuration exists and its plugins (and `loopback`, unless the
+    /// runtime brings `lo` up itself) are installed.
     pub fn status(&self) -> NetworkStatus {
         let check = || -> Result<(), CniError> {
             let list = self.network()?;
             for p in list
                 .plugins
                 .iter()
-                .chain(config::loopback_list().plugins.iter())
+                .chain(self.loopback_list().iter().flat_map(|l| &l.plugins))
             {
                 exec::find_plugin(&p.plugin_type, &self.cfg.bin_dirs)?;
             }
@@ -485,25 +496,42 @@ impl Cni {
         let args = pod.cni_args(sandbox_id)?;
         let caps = pod.capability_args();
         let list = self.network()?;
-        let lo = config::loopback_list();
-        for p in lo.plugins.iter().chain(list.plugins.iter()) {
+        let lo = self.loopback_list();
+        for p in lo.iter().flat_map(|l| &l.plugins).chain(&list.plugins) {
             exec::find_plugin(&p.plugin_type, &self.cfg.bin_dirs)?;
         }
-        let lo_att = Attachment {
-            list: &lo,
+        let att = Attachment {
+            list: &list,
             container_id: sandbox_id,
             netns: netns_s,
-            ifname: LOOPBACK_IFNAME,
+            ifname: DEFAULT_IFNAME,
             args: &args,
             caps: &caps,
         };
-        let att = Attachment {
-            list: &list,
-            ifname: DEFAULT_IFNAME,
-            ..lo_att
-        };
+        let lo_att = lo.as_ref().map(|l| Attachment {
+            list: l,
+            ifname: LOOPBACK_IFNAME,
+            ..att
+        });
         let outcome = async {
-            self.add_list(&lo_att).await?;
+            match &lo_att {
+                Some(a) => {
+                    self.add_list(a).await?;
+                }
+                None => {
+                    let path = netns.to_path_buf();
+                    tokio::task::spawn_blocking(move || {
+                        crate::sandbox::namespaces::loopback_up(&path)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+                    .map_err(|reason| CniError::Loopback {
+                        netns: netns.to_path_buf(),
+                        reason,
+                    })?;
+                }
+            }
             let raw = self.add_list(&att).await?;
             let last = list
                 .plugins
@@ -540,7 +568,7 @@ impl Cni {
                 tracing::warn!(sandbox_id, network = %list.name, error = %e, "pod network setup failed; deleting what was set up");
                 let cached = cache::read(&self.cache_file(&att)).ok().flatten();
                 let prev = cached.and_then(|c| c.result);
-                for a in [&att, &lo_att] {
+                for a in std::iter::once(&att).chain(lo_att.as_ref()) {
                     let prev = if a.ifname == DEFAULT_IFNAME {
                         prev.as_ref()
                     } else {
@@ -570,8 +598,12 @@ impl Cni {
         let args = pod.cni_args(sandbox_id)?;
         let caps = pod.capability_args();
         let list = self.network()?;
-        let lo = config::loopback_list();
-        for (l, ifname) in [(&lo, LOOPBACK_IFNAME), (&list, DEFAULT_IFNAME)] {
+        let lo = self.loopback_list();
+        let lists = lo
+            .iter()
+            .map(|l| (l, LOOPBACK_IFNAME))
+            .chain([(&list, DEFAULT_IFNAME)]);
+        for (l, ifname) in lists {
             if !l.version_at_least("0.4.0") {
                 return Err(CniError::CheckUnsupported {
                     network: l.name.clone(),

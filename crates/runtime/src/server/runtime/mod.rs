@@ -130,6 +130,7 @@ impl Inner {
         );
         cni_config.default_ip_masq = config.default_network_ip_masq;
         cni_config.default_ipam_data_dir = config.default_network_ipam_data_dir.clone();
+        cni_config.internal_loopback = config.use_internal_loopback;
         let cni = crate::sandbox::cni::Cni::new(cni_config);
         match cni.ensure_default_config(None) {
             Ok(true) => tracing::info!(
