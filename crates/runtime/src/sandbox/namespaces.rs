@@ -330,31 +330,41 @@ fn pin_in_thread(
     hostname: Option<String>,
     targets: Vec<(&'static str, PathBuf)>,
 ) -> Result<(), SandboxError> {
+    on_helper_thread("nodus-pinns", "net/ipc/uts", move || {
+        unshare(flags).map_err(|e| SandboxError::sys(format!("unshare({flags:?})"), e))?;
+        if let Some(h) = hostname {
+            // SAFETY: pointer and length of a live string; affects this thread's new UTS ns.
+            let rc = unsafe { libc::sethostname(h.as_ptr().cast(), h.len()) };
+            if rc != 0 {
+                return Err(SandboxError::sys(
+                    format!("sethostname({h:?}) in the new UTS namespace"),
+                    Errno::last(),
+                ));
+            }
+        }
+        for (name, target) in &targets {
+            bind_namespace(&format!("/proc/thread-self/ns/{name}"), target)?;
+        }
+        Ok(())
+    })
+}
+
+/// Runs `f` on a thread of its own and waits for it: namespace changes (unshare, setns)
+/// affect the calling thread, so they must never happen on one of the runtime's own.
+fn on_helper_thread(
+    name: &str,
+    ns: &'static str,
+    f: impl FnOnce() -> Result<(), SandboxError> + Send + 'static,
+) -> Result<(), SandboxError> {
     let handle = std::thread::Builder::new()
-        .name("nodus-pinns".into())
-        .spawn(move || -> Result<(), SandboxError> {
-            unshare(flags).map_err(|e| SandboxError::sys(format!("unshare({flags:?})"), e))?;
-            if let Some(h) = hostname {
-                // SAFETY: pointer and length of a live string; affects this thread's new UTS ns.
-                let rc = unsafe { libc::sethostname(h.as_ptr().cast(), h.len()) };
-                if rc != 0 {
-                    return Err(SandboxError::sys(
-                        format!("sethostname({h:?}) in the new UTS namespace"),
-                        Errno::last(),
-                    ));
-                }
-            }
-            for (name, target) in &targets {
-                bind_namespace(&format!("/proc/thread-self/ns/{name}"), target)?;
-            }
-            Ok(())
-        })
+        .name(name.into())
+        .spawn(f)
         .map_err(|e| SandboxError::Helper {
-            ns: "net/ipc/uts",
+            ns,
             reason: format!("spawning the helper thread: {e}"),
         })?;
     handle.join().map_err(|_| SandboxError::Helper {
-        ns: "net/ipc/uts",
+        ns,
         reason: "the helper thread panicked".into(),
     })?
 }
@@ -364,53 +374,42 @@ fn pin_in_thread(
 /// process per pod. Runs on a thread of its own, which ends in that namespace.
 pub fn loopback_up(netns: &Path) -> Result<(), SandboxError> {
     let netns = netns.to_path_buf();
-    let handle = std::thread::Builder::new()
-        .name("nodus-lo".into())
-        .spawn(move || -> Result<(), SandboxError> {
-            let f = fs::File::open(&netns)
-                .map_err(|e| SandboxError::io("opening the network namespace", &netns, e))?;
-            nix::sched::setns(&f, CloneFlags::CLONE_NEWNET).map_err(|e| {
-                SandboxError::sys(
-                    format!("entering the network namespace {}", netns.display()),
-                    e,
-                )
-            })?;
-            // SAFETY: plain socket(2); the descriptor is owned below.
-            let fd =
-                unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-            if fd < 0 {
-                return Err(SandboxError::sys(
-                    "socket(AF_INET) in the pod's network namespace",
-                    Errno::last(),
-                ));
-            }
-            // SAFETY: fd was just returned by socket(2) and is owned by nothing else.
-            let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-            // SAFETY: ifreq is plain data; all-zero is a valid value.
-            let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-            for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
-                *d = *s as libc::c_char;
-            }
-            // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the flags of the ifreq passed.
-            if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-                return Err(SandboxError::sys("SIOCGIFFLAGS lo", Errno::last()));
-            }
-            // SAFETY: after SIOCGIFFLAGS the union holds the flags.
-            unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
-            // SAFETY: as above.
-            if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
-                return Err(SandboxError::sys("setting lo up", Errno::last()));
-            }
-            Ok(())
-        })
-        .map_err(|e| SandboxError::Helper {
-            ns: "net",
-            reason: format!("spawning the loopback helper thread: {e}"),
+    on_helper_thread("nodus-lo", "net", move || {
+        let f = fs::File::open(&netns)
+            .map_err(|e| SandboxError::io("opening the network namespace", &netns, e))?;
+        nix::sched::setns(&f, CloneFlags::CLONE_NEWNET).map_err(|e| {
+            SandboxError::sys(
+                format!("entering the network namespace {}", netns.display()),
+                e,
+            )
         })?;
-    handle.join().map_err(|_| SandboxError::Helper {
-        ns: "net",
-        reason: "the loopback helper thread panicked".into(),
-    })?
+        // SAFETY: plain socket(2); the descriptor is owned below.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(SandboxError::sys(
+                "socket(AF_INET) in the pod's network namespace",
+                Errno::last(),
+            ));
+        }
+        // SAFETY: fd was just returned by socket(2) and is owned by nothing else.
+        let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ifreq is plain data; all-zero is a valid value.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
+            *d = *s as libc::c_char;
+        }
+        // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the flags of the ifreq passed.
+        if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+            return Err(SandboxError::sys("SIOCGIFFLAGS lo", Errno::last()));
+        }
+        // SAFETY: after SIOCGIFFLAGS the union holds the flags.
+        unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+        // SAFETY: as above.
+        if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+            return Err(SandboxError::sys("setting lo up", Errno::last()));
+        }
+        Ok(())
+    })
 }
 
 /// Starts the init of a new PID namespace and bind-mounts that namespace onto `target`
