@@ -40,18 +40,23 @@ fn children_cpu() -> f64 {
 
 /// Times `runs` rounds of each part, in a private network namespace and cgroup parent.
 pub fn measure(runs: usize) -> Result<Floors> {
-    measure_with(runs, crate::targets::Masq::Bridge)
+    measure_with(runs, crate::targets::Masq::Bridge, false)
 }
 
-/// [`measure`] with the CNI chain masquerading as `masq` says.
-pub fn measure_with(runs: usize, masq: crate::targets::Masq) -> Result<Floors> {
+/// [`measure`] with the CNI chain masquerading as `masq` says, and without the loopback
+/// plugin when the runtime brings `lo` up itself (`internal_loopback`).
+pub fn measure_with(
+    runs: usize,
+    masq: crate::targets::Masq,
+    internal_loopback: bool,
+) -> Result<Floors> {
     let node = Netns::new("floor")?;
     let cg = CgroupParent::new("floor");
     cg.create();
     let dir = tempfile::Builder::new().prefix("bench-floor-").tempdir()?;
     let mut f = Floors::default();
     runc(&node, &cg, dir.path(), runs, &mut f)?;
-    cni(&node, dir.path(), runs, masq, &mut f)?;
+    cni(&node, dir.path(), runs, masq, internal_loopback, &mut f)?;
     Ok(f)
 }
 
@@ -89,6 +94,11 @@ fn bundle(dir: &Path, cg: &CgroupParent, id: &str) -> Result<PathBuf> {
 /// One container through an OCI runtime (`program`: runc, crun), timed: `run --detach` when
 /// `one_process`, else `create` then `start`. Returns (wall ms, CPU ms of the runtime's
 /// processes); the container is deleted after.
+///
+/// The CPU is the runtime's processes' in a cgroup they start in, plus the container's
+/// cgroup's: the runtime's own init (`runc init`, which sets the container up and then
+/// execs the program) runs in the container's cgroup and is waited for by nobody until the
+/// container ends, so counting waited children alone missed about half of runc's work.
 fn oci_container(
     program: &str,
     node: &Netns,
@@ -98,9 +108,17 @@ fn oci_container(
     one_process: bool,
     log: &Path,
 ) -> Result<(f64, f64)> {
+    let meter = crate::treecpu::TreeCpu::new(&format!("bench-floor-{id}"))?;
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bundle_dir.join("config.json"))?)?;
+    let cgroup = spec["linux"]["cgroupsPath"]
+        .as_str()
+        .with_context(|| format!("{}: no linux.cgroupsPath", bundle_dir.display()))?;
+    let container = crate::treecpu::TreeCpu::open(cgroup);
     let runc = |args: &[&str]| -> Result<Command> {
         let mut c = node.command(program)?;
         c.arg("--root").arg(state).args(args);
+        meter.join_on_exec(&mut c)?;
         Ok(c)
     };
     let first = if one_process {
@@ -119,7 +137,6 @@ fn oci_container(
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let t = Instant::now();
-    let cpu = children_cpu();
     let r = match cmd.status() {
         Ok(s) if s.success() && one_process => Ok(()),
         Ok(s) if s.success() => run(&mut runc(&["start", id])?),
@@ -131,7 +148,7 @@ fn oci_container(
         Err(e) => Err(anyhow::anyhow!("{program} {}: {e}", first[0])),
     };
     let took = ms(t);
-    let cpu = children_cpu() - cpu;
+    let cpu = meter.ms() + container.ms();
     let _ = runc(&["delete", "--force", id])?.output();
     r.map(|()| (took, cpu))
 }
@@ -197,6 +214,7 @@ fn cni(
     dir: &Path,
     runs: usize,
     masq: crate::targets::Masq,
+    internal_loopback: bool,
     f: &mut Floors,
 ) -> Result<()> {
     let conf = dir.join("net.d");
@@ -205,11 +223,12 @@ fn cni(
         conf.join("10-bench.conflist"),
         crate::targets::conflist_with(&dir.join("ipam"), masq),
     )?;
-    let cfg = CniConfig::new(
+    let mut cfg = CniConfig::new(
         vec!["/usr/lib/cni".into(), "/opt/cni/bin".into()],
         &conf,
         dir.join("cni-cache"),
     );
+    cfg.internal_loopback = internal_loopback;
     let ns = node.path();
     let pods: Vec<Netns> = (0..=runs)
         .map(|_| Netns::new("floor-pod"))

@@ -80,14 +80,60 @@ impl Kubectl {
     }
 }
 
-/// What each phase reads: the control plane's process, the kubelet's process and the
-/// runtime's whole tree (the daemon, its shims, runc and the CNI plugins it ran).
+/// What each phase reads: the control plane's process, the kubelet's process, the
+/// runtime's whole tree (the daemon, its shims, runc and the CNI plugins it ran) and the
+/// pods' cgroups (where runc's init runs until it execs the container's program).
 struct Meters {
     cp_pid: u32,
     kubelet_pid: u32,
     runtime: TreeCpu,
+    containers: TreeCpu,
     /// What the phases wait for.
     watched: Watched,
+}
+
+/// CPU counters at one moment, in milliseconds (the machine's as jiffies: total, idle).
+#[derive(Clone, Copy)]
+struct Counters {
+    cp: f64,
+    kubelet: f64,
+    runtime: f64,
+    containers: f64,
+    host: (u64, u64),
+}
+
+impl Counters {
+    fn read(m: &Meters) -> Counters {
+        Counters {
+            cp: cpu_ms(m.cp_pid),
+            kubelet: cpu_ms(m.kubelet_pid),
+            runtime: m.runtime.ms(),
+            containers: m.containers.ms(),
+            host: host_cpu(),
+        }
+    }
+
+    /// How busy the machine's cores were between `self` and `later`, in percent.
+    fn host_busy(&self, later: &Counters) -> f64 {
+        let total = later.host.0.saturating_sub(self.host.0).max(1);
+        let idle = later.host.1.saturating_sub(self.host.1);
+        100.0 * (1.0 - idle as f64 / total as f64)
+    }
+}
+
+/// The machine's CPU time from /proc/stat's first line, in jiffies: (all, idle + iowait).
+fn host_cpu() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (v.iter().sum(), idle)
 }
 
 /// One measured phase.
@@ -97,6 +143,9 @@ struct Phase {
     cp_cpu_ms: f64,
     kubelet_cpu_ms: f64,
     runtime_cpu_ms: f64,
+    containers_cpu_ms: f64,
+    /// How busy the machine's cores were over the phase, with everything that ran on them.
+    host_busy_pct: f64,
     cp_rss_max_kib: u64,
     pods: usize,
 }
@@ -111,36 +160,103 @@ fn measure(
     mut done: impl FnMut() -> Result<bool>,
     timeout: Duration,
 ) -> Result<Phase> {
-    let cp_pid = m.cp_pid;
-    let cpu0 = cpu_ms(cp_pid);
-    let kubelet0 = cpu_ms(m.kubelet_pid);
-    let runtime0 = m.runtime.ms();
+    let c0 = Counters::read(m);
     eprintln!("{what}: started");
     let t0 = Instant::now();
-    start()?;
-    let mut rss_max = rss_kib(cp_pid);
-    let mut seen = m.watched.changes();
-    loop {
-        if done()? {
-            break;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let timeline_dir = std::env::var_os("WORKLOADS_TIMELINE");
+    let (wall, rss_max) = std::thread::scope(|s| -> Result<(Duration, u64)> {
+        if let Some(dir) = &timeline_dir {
+            let file = std::path::Path::new(dir).join(format!("{}.tsv", what.replace(' ', "_")));
+            let stop = &stop;
+            s.spawn(move || timeline(&file, m, t0, stop));
         }
-        rss_max = rss_max.max(rss_kib(cp_pid));
+        let r = wait_done(what, m, t0, start, &mut done, timeout);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    })?;
+    let c1 = Counters::read(m);
+    eprintln!("{what}: {:.2} s", wall.as_secs_f64());
+    Ok(Phase {
+        what: what.to_string(),
+        wall,
+        cp_cpu_ms: c1.cp - c0.cp,
+        kubelet_cpu_ms: c1.kubelet - c0.kubelet,
+        runtime_cpu_ms: c1.runtime - c0.runtime,
+        containers_cpu_ms: c1.containers - c0.containers,
+        host_busy_pct: c0.host_busy(&c1),
+        cp_rss_max_kib: rss_max.max(rss_kib(m.cp_pid)),
+        pods,
+    })
+}
+
+/// Starts the phase and waits until `done`; returns the wall time and the control plane's
+/// highest RSS seen by the checks.
+fn wait_done(
+    what: &str,
+    m: &Meters,
+    t0: Instant,
+    start: impl FnOnce() -> Result<()>,
+    done: &mut impl FnMut() -> Result<bool>,
+    timeout: Duration,
+) -> Result<(Duration, u64)> {
+    start()?;
+    let mut seen = m.watched.changes();
+    let mut rss_max = 0;
+    loop {
+        rss_max = rss_max.max(rss_kib(m.cp_pid));
+        if done()? {
+            return Ok((t0.elapsed(), rss_max));
+        }
         if t0.elapsed() > timeout {
             bail!("{what}: not done after {timeout:?}");
         }
         seen = m.watched.wait_change(seen, Duration::from_millis(200));
     }
-    let wall = t0.elapsed();
-    eprintln!("{what}: {:.2} s", wall.as_secs_f64());
-    Ok(Phase {
-        what: what.to_string(),
-        wall,
-        cp_cpu_ms: cpu_ms(cp_pid) - cpu0,
-        kubelet_cpu_ms: cpu_ms(m.kubelet_pid) - kubelet0,
-        runtime_cpu_ms: m.runtime.ms() - runtime0,
-        cp_rss_max_kib: rss_max.max(rss_kib(cp_pid)),
-        pods,
-    })
+}
+
+/// `WORKLOADS_TIMELINE=DIR`: every 100 ms of a phase, how busy the machine's cores were, each
+/// process group's CPU in that interval, and how far the pods had come — to see where a
+/// phase waits rather than works. One file per phase.
+fn timeline(file: &std::path::Path, m: &Meters, t0: Instant, stop: &std::sync::atomic::AtomicBool) {
+    use std::io::Write as _;
+    let Ok(mut f) = std::fs::File::create(file) else {
+        return;
+    };
+    let _ = writeln!(
+        f,
+        "ms\tbusy%\tcp\tkubelet\truntime\tcontainers\tpods\tbound\trunning\tready"
+    );
+    let mut c = Counters::read(m);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        let c2 = Counters::read(m);
+        let pods = m.watched.pods.state();
+        let live: Vec<_> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let count = |f: &dyn Fn(&Pod) -> bool| live.iter().filter(|p| f(p)).count();
+        let bound = count(&|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()));
+        let running = count(&|p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+        });
+        let _ = writeln!(
+            f,
+            "{}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{}\t{bound}\t{running}\t{}",
+            t0.elapsed().as_millis(),
+            c.host_busy(&c2),
+            c2.cp - c.cp,
+            c2.kubelet - c.kubelet,
+            c2.runtime - c.runtime,
+            c2.containers - c.containers,
+            live.len(),
+            count(&pod_ready),
+        );
+        c = c2;
+    }
 }
 
 /// What the phases wait for, kept by watches of the API server as an informer keeps it:
@@ -494,8 +610,9 @@ async fn main() -> Result<()> {
         .unwrap_or(1);
     eprintln!("timing the floor (runc run --detach, CNI ADD) alone");
     // The pod network as `nodus up` runs it: the bridge plugin's ipMasq off (the pod network
-    // agent masquerades with one rule), so a CNI ADD does not grow with the node's pod count.
-    let mut floor = nodus_bench::floor::measure_with(10, Masq::Agent)?;
+    // agent masquerades with one rule), so a CNI ADD does not grow with the node's pod count;
+    // no loopback plugin, since the runtime brings `lo` up itself.
+    let mut floor = nodus_bench::floor::measure_with(10, Masq::Agent, true)?;
     let per_pod_floor_ms = pct(&mut floor.runc_run_cpu, 50.0) + pct(&mut floor.cni_add_cpu, 50.0);
     // The runtime as `nodus node` configures it: `lo` brought up by the runtime.
     let t = nodus_with_masq(&bin, "use-internal-loopback = true\n", Masq::Agent).await?;
@@ -530,6 +647,7 @@ async fn main() -> Result<()> {
         cp_pid: c.control_plane.pid(),
         kubelet_pid: c.kubelet.pid(),
         runtime,
+        containers: TreeCpu::open(&t.cgroup.path()),
         watched: Watched::start(t.netns.path(), c.admin.clone())?,
     };
     let phases = run_phases(&k, &meters)?;
@@ -543,8 +661,9 @@ async fn main() -> Result<()> {
          terminationGracePeriodSeconds 1. Each phase ends when watches of pods, Deployments and Jobs held by the benchmark (an informer's view, no process per poll) see its goal. \
          \"control plane CPU\" is the `nodus control-plane` process's user + system time over \
          the phase (API server, scheduler and every controller together); its RSS is the \
-         highest seen. Floor = pods × {per_pod_floor_ms:.1} ms (CPU of `runc run --detach` + \
-         CNI ADD per pod, p50, timed alone in this run) / {cores} cores. {cores} cores.\n\n\
+         highest seen. Floor = pods × {per_pod_floor_ms:.1} ms (CPU of `runc run --detach` — \
+         runc and its init process until it execs the container's program — + CNI ADD per pod, \
+         p50, timed alone in this run) / {cores} cores. {cores} cores.\n\n\
          | phase | pods | wall | floor | wall / floor | control plane CPU | per pod | control plane RSS |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         kubectl_version(),
@@ -566,24 +685,28 @@ async fn main() -> Result<()> {
     body.push_str(&format!(
         "\nWhere the CPU went, per pod: the control plane; the kubelet; the runtime's whole \
          process tree (the daemon, its shims, runc and the CNI plugins, read from a cgroup \
-         the runtime was started in); the floor's share of that ({per_pod_floor_ms:.1} ms); \
-         nodus's own CPU (all three minus the floor); and how busy the {cores} cores were \
-         with these processes over the phase's wall time.\n\n\
-         | phase | control plane | kubelet | runtime tree | floor (runc + CNI) | nodus's own | busy |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n"
+         the runtime was started in); the pods' cgroups (runc's init, which sets a container up \
+         in its cgroup before it execs the program, and the programs themselves); the floor's \
+         share of those ({per_pod_floor_ms:.1} ms); nodus's own CPU (all four minus the floor); \
+         how busy the {cores} cores were with these processes over the phase's wall time, and \
+         with everything (the kernel's workers, interrupts, the benchmark and kubectl too).\n\n\
+         | phase | control plane | kubelet | runtime tree | pods' cgroups | floor (runc + CNI) | nodus's own | busy with these | machine busy |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     ));
     for p in &phases {
         let per = |ms: f64| ms / p.pods as f64;
-        let all = p.cp_cpu_ms + p.kubelet_cpu_ms + p.runtime_cpu_ms;
+        let all = p.cp_cpu_ms + p.kubelet_cpu_ms + p.runtime_cpu_ms + p.containers_cpu_ms;
         body.push_str(&format!(
-            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} % |\n",
+            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} % | {:.0} % |\n",
             p.what,
             per(p.cp_cpu_ms),
             per(p.kubelet_cpu_ms),
             per(p.runtime_cpu_ms),
+            per(p.containers_cpu_ms),
             per_pod_floor_ms,
             per(all) - per_pod_floor_ms,
             100.0 * all / (p.wall.as_secs_f64() * 1e3 * cores as f64),
+            p.host_busy_pct,
         ));
     }
     let (base, deploy) = (&phases[0], &phases[1]);

@@ -251,6 +251,11 @@ pub struct ShimState {
 /// Runs the shim (the body of `nodus shim`). Blocks until the container has exited and
 /// `exit.json` is written, or until the create failed.
 pub fn main(args: ShimArgs) -> ExitCode {
+    // Started by the runtime's `spawn`, which waits only for this first process: leave it
+    // before anything else runs (and while the process is single-threaded).
+    if std::env::var_os(READY_FD_ENV).is_some() && sys::detach().is_err() {
+        return ExitCode::FAILURE;
+    }
     if server::run(args) {
         ExitCode::SUCCESS
     } else {

@@ -61,10 +61,15 @@ impl Ready {
         let fd = std::env::var(READY_FD_ENV)
             .ok()
             .and_then(|v| v.parse::<RawFd>().ok())
-            .filter(|&fd| fd > 2);
+            .filter(|&fd| fd >= 0);
         let Some(fd) = fd else {
             return Ready(None);
         };
+        // `spawn` hands the pipe over as a standard stream (what posix_spawn can pass):
+        // moved out of the way, with /dev/null put back in its place.
+        if fd <= 2 {
+            return Ready(sys::take_std_fd(fd).ok().map(File::from));
+        }
         // Not inherited by runc or the container; also proves the descriptor is open.
         if sys::set_cloexec(fd, true).is_err() {
             return Ready(None);

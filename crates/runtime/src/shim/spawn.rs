@@ -2,7 +2,6 @@
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,8 +37,10 @@ pub(crate) struct ReadyMsg {
 /// Starts `exe shim <args>` fully detached and waits until it reports the container
 /// created (returns the pids) or failed (returns the OCI runtime's own error message).
 ///
-/// The shim is the grandchild of the caller: the intermediate process exits at once and
-/// is reaped here, the shim runs in a session of its own with stdio on `/dev/null`, so it
+/// The shim is started with `posix_spawn` (no copy of this process's page tables, which
+/// a fork of the daemon made twice per container) with the readiness pipe as its stdout;
+/// it then detaches itself (`sys::detach`): its first process exits at once and is reaped
+/// here, the shim goes on in a session of its own with stdio on `/dev/null`, so it
 /// survives the caller being killed and the caller never has to reap it. Blocking: call it
 /// from a blocking-capable thread.
 pub fn spawn(exe: &Path, args: &ShimArgs) -> Result<SpawnedShim, ShimError> {
@@ -58,40 +59,24 @@ pub fn spawn(exe: &Path, args: &ShimArgs) -> Result<SpawnedShim, ShimError> {
         let _ = std::fs::remove_file(args.state_dir.join(stale));
     }
     let (rd, wr) = sys::pipe().map_err(|e| ShimError::io("creating the shim's ready pipe", e))?;
-    let wr_fd = wr.as_raw_fd();
 
+    // No pre_exec closure, uid or groups: std then uses posix_spawn (a vfork that shares
+    // the daemon's memory until the exec) instead of fork.
     let mut cmd = Command::new(exe);
     cmd.arg("shim")
         .args(args.to_args())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::from(wr))
         .stderr(Stdio::null())
-        .env(READY_FD_ENV, wr_fd.to_string())
+        .env(READY_FD_ENV, "1")
         .current_dir("/");
-    // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe calls (fork, _exit, setsid, fcntl).
-    unsafe {
-        cmd.pre_exec(move || {
-            match libc::fork() {
-                -1 => return Err(std::io::Error::last_os_error()),
-                0 => {}
-                _ => libc::_exit(0),
-            }
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let flags = libc::fcntl(wr_fd, libc::F_GETFD);
-            if flags < 0 || libc::fcntl(wr_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = cmd
         .spawn()
         .map_err(|e| ShimError::io(format!("starting {} shim", exe.display()), e))?;
-    drop(wr);
-    // The intermediate process exits right after forking the shim.
+    // Our copy of the pipe's write end went with `cmd`: the read below sees EOF once the
+    // shim has it closed too.
+    drop(cmd);
+    // The first process exits right after forking the shim.
     let _ = child.wait();
 
     let msg = read_ready(rd, CREATE_TIMEOUT).map_err(|e| {

@@ -273,6 +273,50 @@ pub(crate) fn process_alive(pid: i32) -> bool {
 /// every process that maps them, and read back unchanged from the file when touched again:
 /// nothing is lost, and an idle shim's RSS is what its loop uses rather than everything
 /// that start-up and the kernel's fault-around mapped.
+/// Leaves the process that started the shim: forks, the first process exits at once (its
+/// starter reaps it), and the second goes on in a session of its own, re-parented to the
+/// nearest subreaper or init — so it outlives the runtime daemon and the daemon never has
+/// to reap it (containerd's shims detach themselves the same way). Done here rather than
+/// in the daemon because forking the daemon copies its page tables twice, while this
+/// process has only just been exec'd. Call while the process is single-threaded.
+pub(crate) fn detach() -> io::Result<()> {
+    // SAFETY: the process is single-threaded, so fork duplicates the only thread; the
+    // parent only exits.
+    match unsafe { libc::fork() } {
+        -1 => return Err(io::Error::last_os_error()),
+        0 => {}
+        // SAFETY: exits the first process without running anything else.
+        _ => unsafe { libc::_exit(0) },
+    }
+    // SAFETY: plain syscall; the child of a fork is never a process-group leader.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves the descriptor `fd` (a standard stream the starter put a pipe on) above the
+/// standard ones, close-on-exec, and puts `/dev/null` in its place; returns the new
+/// descriptor.
+pub(crate) fn take_std_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl on a descriptor number; the result is checked.
+    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `moved` was just created by F_DUPFD_CLOEXEC and is owned by nobody else.
+    let moved = unsafe { OwnedFd::from_raw_fd(moved) };
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    // SAFETY: dup2 onto a standard descriptor number this process owns.
+    if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(moved)
+}
+
 pub(crate) fn trim_file_rss() {
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;

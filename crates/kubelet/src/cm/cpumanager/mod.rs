@@ -208,6 +208,13 @@ impl CpuManager {
     /// upstream's removeStaleState: containers of pods no longer active give their CPUs
     /// back. `keep` is a pod being admitted right now.
     fn remove_stale_state(&self, inner: &mut Inner, keep: Option<&str>) -> bool {
+        // Nothing assigned, nothing to release: the active pods (a copy of every pod) are
+        // not needed, and admitting a pod must not cost a walk of all the others.
+        if inner.state.assignments.is_empty()
+            && self.last_update.lock().map_or(true, |l| l.is_empty())
+        {
+            return false;
+        }
         let Some(active) = self.active_pods.get() else {
             return false;
         };

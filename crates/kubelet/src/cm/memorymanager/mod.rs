@@ -198,7 +198,7 @@ impl MemoryManager {
         container: &Container,
         hint: Option<TopologyHint>,
     ) -> Result<(), String> {
-        self.allocate_inner(pod, container, hint, None)
+        self.allocate_inner(pod, container, hint, || None)
     }
 
     /// Allocate after giving back the memory of pods not in `live` (when given); the state
@@ -208,8 +208,14 @@ impl MemoryManager {
         pod: &Pod,
         container: &Container,
         hint: Option<TopologyHint>,
-        live: Option<HashSet<String>>,
+        live: impl FnOnce() -> Option<HashSet<String>>,
     ) -> Result<(), String> {
+        // The none policy keeps no state: the active pods (a copy of every pod) are not
+        // needed, and admitting a pod must not cost a walk of all the others.
+        if !self.is_static() {
+            return Ok(());
+        }
+        let live = live();
         let mut i = self.inner.lock().map_err(|_| "memory manager poisoned")?;
         let Inner { policy, state } = &mut *i;
         let Policy::Static(p) = policy else {
@@ -284,6 +290,12 @@ impl MemoryManager {
         }
     }
 
+    fn is_static(&self) -> bool {
+        self.inner
+            .lock()
+            .is_ok_and(|i| matches!(i.policy, Policy::Static(_)))
+    }
+
     /// The pods whose memory is not stale: the active ones and `keep`, the pod being
     /// admitted; None when the manager does not know the active pods.
     fn live_pods(&self, keep: &Pod) -> Option<HashSet<String>> {
@@ -320,6 +332,9 @@ impl MemoryManager {
 
     /// [`Self::release_stale`] on its own (before hints), writing the state when it changed.
     fn remove_stale_state(&self, keep: &Pod) {
+        if !self.is_static() {
+            return;
+        }
         let Some(live) = self.live_pods(keep) else {
             return;
         };
@@ -375,7 +390,7 @@ impl HintProvider for MemoryManager {
                 &container.name,
             )
         });
-        self.allocate_inner(pod, container, hint, self.live_pods(pod))
+        self.allocate_inner(pod, container, hint, || self.live_pods(pod))
     }
 }
 
