@@ -96,7 +96,7 @@ impl From<Result<(), Rejection>> for PodAdmitResult {
 /// upstream's PodAdmitAttributes: the pod and the other pods already admitted and active.
 pub struct PodAdmitAttributes<'a> {
     pub pod: &'a Pod,
-    pub other_pods: &'a [Pod],
+    pub other_pods: &'a [std::sync::Arc<Pod>],
 }
 
 /// One manager's admission check. Asynchronous because the device manager asks its

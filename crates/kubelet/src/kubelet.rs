@@ -492,6 +492,7 @@ pub fn active_pods(
                 && p.metadata.deletion_timestamp.is_none()
                 && workers.phase(&u) == Some(crate::pod_workers::WorkerPhase::Syncing)
         })
+        .map(|p| Pod::clone(&p))
         .collect()
 }
 

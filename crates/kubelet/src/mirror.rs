@@ -97,13 +97,13 @@ impl MirrorManager {
         let Some(node_uid) = self.node_uid.borrow().clone() else {
             return;
         };
-        let statics: Vec<Pod> = self
+        let statics: Vec<_> = self
             .pods
             .all()
             .into_iter()
-            .filter(config::is_static_pod)
+            .filter(|p| config::is_static_pod(p))
             .collect();
-        let wanted: HashSet<String> = statics.iter().map(config::pod_full_name).collect();
+        let wanted: HashSet<String> = statics.iter().map(|p| config::pod_full_name(p)).collect();
         for pod in &statics {
             let full = config::pod_full_name(pod);
             let existing = self.mirrors.get(&full);

@@ -7,16 +7,19 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// The desired pods, by UID (upstream's pod manager).
+///
+/// Pods are shared, not copied, with readers (upstream hands out pointers): admitting a pod
+/// reads every other pod, and a deep copy of each would make a burst of N pods cost N².
 #[derive(Clone, Default)]
 pub struct PodManager {
-    pods: Arc<Mutex<HashMap<String, Pod>>>,
+    pods: Arc<Mutex<HashMap<String, Arc<Pod>>>>,
 }
 
 impl PodManager {
-    pub fn get(&self, uid: &str) -> Option<Pod> {
+    pub fn get(&self, uid: &str) -> Option<Arc<Pod>> {
         self.pods.lock().ok().and_then(|p| p.get(uid).cloned())
     }
-    pub fn all(&self) -> Vec<Pod> {
+    pub fn all(&self) -> Vec<Arc<Pod>> {
         self.pods
             .lock()
             .map(|p| p.values().cloned().collect())
@@ -24,7 +27,7 @@ impl PodManager {
     }
     pub(crate) fn set(&self, pod: &Pod) {
         if let Ok(mut p) = self.pods.lock() {
-            p.insert(uid(pod), pod.clone());
+            p.insert(uid(pod), Arc::new(pod.clone()));
         }
     }
     pub(crate) fn remove(&self, uid: &str) {

@@ -65,13 +65,13 @@ impl SyncLoop {
                 Some(ev) = pleg.recv() => {
                     if let Some(pod) = self.pods.get(&ev.pod_uid).filter(|p| !self.core.is_rejected(&uid(p))) {
                         tracing::debug!(pod = %pod_name(&pod), event = ?ev.kind, container = %ev.data, "SyncLoop (PLEG)");
-                        self.workers.update(Update::Sync(pod, "sync"));
+                        self.workers.update(Update::Sync(Pod::clone(&pod), "sync"));
                     }
                 }
                 Some(p) = probes.recv() => {
                     if let Some(pod) = self.pods.get(&p.pod_uid).filter(|p| !self.core.is_rejected(&uid(p))) {
                         tracing::debug!(pod = %pod_name(&pod), container = %p.container_name, probe = ?p.probe, result = ?p.result, "SyncLoop (probe)");
-                        self.workers.update(Update::Sync(pod, "sync"));
+                        self.workers.update(Update::Sync(Pod::clone(&pod), "sync"));
                     }
                 }
                 _ = sync_tick.tick() => {
@@ -86,7 +86,7 @@ impl SyncLoop {
                     for u in due {
                         if let Some(pod) = self.pods.get(&u).filter(|p| !self.core.is_rejected(&uid(p))) {
                             tracing::debug!(pod = %pod_name(&pod), "SyncLoop (SYNC)");
-                            self.workers.update(Update::Sync(pod, "sync"));
+                            self.workers.update(Update::Sync(Pod::clone(&pod), "sync"));
                         }
                     }
                 }
@@ -116,7 +116,7 @@ impl SyncLoop {
                         self.core.adopt_finished(&pod);
                         continue;
                     }
-                    let others: Vec<Pod> = self
+                    let others: Vec<_> = self
                         .pods
                         .all()
                         .into_iter()

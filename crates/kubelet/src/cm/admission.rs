@@ -9,6 +9,7 @@ use super::resources::pod_requests;
 use crate::admission::{PodAdmitAttributes, PodAdmitHandler, PodAdmitResult, Reason, Rejection};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 /// upstream's predicateAdmitHandler over the container manager's Allocatable.
@@ -27,7 +28,7 @@ impl PodAdmitHandler for PredicateAdmitHandler {
 
 impl PredicateAdmitHandler {
     /// Extended resources no device plugin serves: nothing of them is allocatable.
-    fn admit_extended(&self, pod: &Pod, admitted: &[Pod]) -> Result<(), Rejection> {
+    fn admit_extended<P: Borrow<Pod>>(&self, pod: &Pod, admitted: &[P]) -> Result<(), Rejection> {
         let devices = self.cm.devices.get();
         for (name, requested) in nodus_k8s::resources::pod_extended_requests(pod) {
             if devices.is_some_and(|d| d.is_device_plugin_resource(&name)) || requested == 0 {
@@ -36,7 +37,7 @@ impl PredicateAdmitHandler {
             let used: i64 = admitted
                 .iter()
                 .map(|p| {
-                    nodus_k8s::resources::pod_extended_requests(p)
+                    nodus_k8s::resources::pod_extended_requests(p.borrow())
                         .get(&name)
                         .copied()
                         .unwrap_or(0)
@@ -59,11 +60,15 @@ fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Rej
 }
 
 /// Checks `pod` against `allocatable` minus the requests of `admitted` (the other active pods).
-pub fn admit(pod: &Pod, admitted: &[Pod], allocatable: &NodeResources) -> Result<(), Rejection> {
+pub fn admit<P: Borrow<Pod>>(
+    pod: &Pod,
+    admitted: &[P],
+    allocatable: &NodeResources,
+) -> Result<(), Rejection> {
     let (cpu, mem) = pod_requests(pod);
     let (mut used_cpu, mut used_mem) = (0i64, 0i64);
     for p in admitted {
-        let (c, m) = pod_requests(p);
+        let (c, m) = pod_requests(p.borrow());
         used_cpu += c;
         used_mem += m;
     }
@@ -106,7 +111,7 @@ mod tests {
             r.message,
             "Pod was rejected: Node didn't have enough resource: cpu, requested: 700, used: 400, capacity: 1000"
         );
-        let r = admit(&pod("1m", "2Gi"), &[], &alloc).unwrap_err();
+        let r = admit::<Pod>(&pod("1m", "2Gi"), &[], &alloc).unwrap_err();
         assert_eq!(r.reason, "OutOfmemory");
         let r = admit(
             &pod("1m", "1Mi"),

@@ -294,13 +294,14 @@ impl ContainerManager {
     /// Sets the Burstable tier's shares to the sum of its pods' CPU requests (upstream's
     /// qosContainerManager.UpdateCgroups); BestEffort stays at the minimum. With MemoryQoS,
     /// the tiers' `memory.min` follows their pods' memory requests.
-    pub fn update_tiers(&self, pods: &[Pod]) {
+    pub fn update_tiers<P: std::borrow::Borrow<Pod>>(&self, pods: &[P]) {
         if !self.config.layout.per_qos {
             return;
         }
         let _g = self.lock.lock();
         let burstable_milli: i64 = pods
             .iter()
+            .map(|p| p.borrow())
             .filter(|p| pod_qos(p) == QosClass::Burstable)
             .map(|p| pod_requests(p).0)
             .sum();

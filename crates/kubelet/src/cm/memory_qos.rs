@@ -70,9 +70,10 @@ pub fn container_unified(
 /// The QoS tiers' `memory.min`: Burstable gets the sum of its pods' memory requests, the
 /// Guaranteed tier (`kubepods` itself, which holds Burstable too) that sum plus the
 /// Guaranteed pods'. Each is None when 0, as upstream leaves the file alone then.
-pub fn tier_memory_min(pods: &[Pod]) -> (Option<i64>, Option<i64>) {
+pub fn tier_memory_min<P: std::borrow::Borrow<Pod>>(pods: &[P]) -> (Option<i64>, Option<i64>) {
     let (mut guaranteed, mut burstable) = (0i64, 0i64);
     for p in pods {
+        let p = p.borrow();
         let req = super::resources::pod_requests(p).1;
         match pod_qos(p) {
             QosClass::Guaranteed => guaranteed += req,

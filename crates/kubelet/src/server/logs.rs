@@ -209,10 +209,14 @@ fn bad_request(msg: String) -> Response {
 
 /// Finds the pod the kubelet runs by namespace and name.
 pub fn find_pod(s: &ServerState, ns: &str, name: &str) -> Option<Pod> {
-    s.pods.all().into_iter().find(|p| {
-        p.metadata.namespace.as_deref().unwrap_or("default") == ns
-            && p.metadata.name.as_deref() == Some(name)
-    })
+    s.pods
+        .all()
+        .into_iter()
+        .find(|p| {
+            p.metadata.namespace.as_deref().unwrap_or("default") == ns
+                && p.metadata.name.as_deref() == Some(name)
+        })
+        .map(|p| Pod::clone(&p))
 }
 
 /// The container id (bare) whose log the request means, chosen and refused exactly as

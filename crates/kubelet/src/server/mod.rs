@@ -116,7 +116,8 @@ async fn pods(State(s): State<ServerState>) -> impl IntoResponse {
         .pods
         .all()
         .into_iter()
-        .map(|mut p| {
+        .map(|p| {
+            let mut p = k8s_openapi::api::core::v1::Pod::clone(&p);
             if let Some(st) = s.status.get(p.metadata.uid.as_deref().unwrap_or_default()) {
                 p.status = Some(st);
             }

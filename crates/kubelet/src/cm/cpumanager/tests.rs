@@ -93,7 +93,12 @@ impl Node {
     }
 
     fn admit(&mut self, p: Pod) -> crate::admission::PodAdmitResult {
-        let others = self.admitted.clone();
+        let others: Vec<_> = self
+            .admitted
+            .iter()
+            .cloned()
+            .map(std::sync::Arc::new)
+            .collect();
         let r = futures::executor::block_on(self.tm.admit(&PodAdmitAttributes {
             pod: &p,
             other_pods: &others,

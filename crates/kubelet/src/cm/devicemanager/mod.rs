@@ -388,13 +388,17 @@ impl DeviceManager {
 
     /// upstream's Allocate for every container of `pod` asking for device resources, init
     /// containers first (their devices may be reused by the containers after them).
-    pub async fn allocate(&self, pod: &Pod, others: &[Pod]) -> Result<(), String> {
+    pub async fn allocate<P: std::borrow::Borrow<Pod>>(
+        &self,
+        pod: &Pod,
+        others: &[P],
+    ) -> Result<(), String> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let spec = pod.spec.clone().unwrap_or_default();
         {
             let mut active: HashSet<String> = others
                 .iter()
-                .filter_map(|p| p.metadata.uid.clone())
+                .filter_map(|p| p.borrow().metadata.uid.clone())
                 .collect();
             active.insert(uid.clone());
             let mut s = self.state.lock().map_err(|_| "device manager poisoned")?;

@@ -146,9 +146,10 @@ impl std::ops::Deref for Node {
 /// `others` the active pods.
 async fn admit(n: &Node, pod: &Pod, others: &[Pod]) -> PodAdmitResult {
     *n.active.lock().unwrap() = others.to_vec();
+    let others: Vec<_> = others.iter().cloned().map(std::sync::Arc::new).collect();
     n.tm.admit(&PodAdmitAttributes {
         pod,
-        other_pods: others,
+        other_pods: &others,
     })
     .await
 }

@@ -186,11 +186,15 @@ impl TopologyManager {
     /// upstream's scope Admit: merge (per container or per pod), refuse with
     /// TopologyAffinityError when the policy finds no placement, then let every provider
     /// allocate on the merged hint, init containers first.
-    pub fn admit_pod(&self, pod: &Pod, others: &[Pod]) -> Result<(), Rejection> {
+    pub fn admit_pod<P: std::borrow::Borrow<Pod>>(
+        &self,
+        pod: &Pod,
+        others: &[P],
+    ) -> Result<(), Rejection> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut active: HashSet<String> = others
             .iter()
-            .filter_map(|p| p.metadata.uid.clone())
+            .filter_map(|p| p.borrow().metadata.uid.clone())
             .collect();
         active.insert(uid.clone());
         self.prune(&active);
