@@ -32,7 +32,7 @@ mod version;
 
 use crate::image::manager::ImageManager;
 use crate::oci::Handlers;
-use crate::state::{ContainerRecord, Names, RecordDir, SandboxRecord};
+use crate::state::{ContainerRecord, Names, RecordStore, Records, SandboxRecord};
 use cri::runtime::v1 as pb;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -48,8 +48,8 @@ pub struct Inner {
     pub handlers: Handlers,
     pub state_dir: PathBuf,
     pub root_dir: PathBuf,
-    pub sandbox_records: RecordDir,
-    pub container_records: RecordDir,
+    pub sandbox_records: Records,
+    pub container_records: Records,
     pub sandboxes: Mutex<HashMap<String, SandboxRecord>>,
     pub containers: Mutex<HashMap<String, ContainerRecord>>,
     pub names: Mutex<Names>,
@@ -85,8 +85,13 @@ impl Inner {
         root_dir: &std::path::Path,
         state_dir: &std::path::Path,
     ) -> Result<Self, crate::state::StateError> {
-        let sandbox_records = RecordDir::open(&root_dir.join("sandboxes"))?;
-        let container_records = RecordDir::open(&root_dir.join("containers"))?;
+        for d in [root_dir.join("sandboxes"), root_dir.join("containers")] {
+            std::fs::create_dir_all(&d)
+                .map_err(|source| crate::state::StateError::Io { path: d, source })?;
+        }
+        let store = RecordStore::open(&root_dir.join("meta.redb"))?;
+        let sandbox_records = Records::open(&store, "sandboxes", &root_dir.join("sandboxes"))?;
+        let container_records = Records::open(&store, "containers", &root_dir.join("containers"))?;
         let mut names = Names::default();
         let mut sandboxes = HashMap::new();
         for mut r in sandbox_records.load_all::<SandboxRecord>()? {

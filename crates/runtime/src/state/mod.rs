@@ -1,14 +1,18 @@
-//! Sandbox and container records: what the runtime knows about each, persisted one JSON
-//! file per object so a restarted daemon finds every sandbox and container again.
+//! Sandbox and container records: what the runtime knows about each, persisted as one JSON
+//! value per object in the record store (`records`) so a restarted daemon finds every
+//! sandbox and container again.
 //!
 //! The CRI configs are kept as their protobuf encoding (base64 in the JSON): lossless, and
-//! immune to our own struct changes. Each file is replaced atomically (write, fsync,
-//! rename), so a crash leaves the old or the new record, never a torn one.
+//! immune to our own struct changes. Each save is a transaction of the store, so a crash
+//! leaves the old or the new record, never a torn one.
+
+mod records;
+
+pub use records::{RecordStore, Records};
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::fs::{self, File};
-use std::io::Write;
+
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -194,77 +198,6 @@ pub fn encode<M: prost::Message>(m: &M) -> Vec<u8> {
     m.encode_to_vec()
 }
 
-/// A directory of JSON records, one per id.
-#[derive(Debug, Clone)]
-pub struct RecordDir {
-    dir: PathBuf,
-}
-
-impl RecordDir {
-    pub fn open(dir: &Path) -> Result<Self, StateError> {
-        fs::create_dir_all(dir).map_err(io(dir))?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-        })
-    }
-
-    fn path(&self, id: &str) -> PathBuf {
-        self.dir.join(format!("{id}.json"))
-    }
-
-    pub fn save<T: Serialize>(&self, id: &str, rec: &T) -> Result<(), StateError> {
-        // Each save writes its own temporary file: two saves of one record at once must
-        // not rename each other's file away.
-        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = self.path(id);
-        let tmp = self.dir.join(format!(".{id}.json.{n}.tmp"));
-        let body =
-            serde_json::to_vec_pretty(rec).map_err(|e| io(&path)(std::io::Error::other(e)))?;
-        {
-            let mut f = File::create(&tmp).map_err(io(&tmp))?;
-            f.write_all(&body).map_err(io(&tmp))?;
-            f.sync_all().map_err(io(&tmp))?;
-        }
-        fs::rename(&tmp, &path).map_err(io(&path))
-    }
-
-    pub fn delete(&self, id: &str) -> Result<(), StateError> {
-        match fs::remove_file(self.path(id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&self.path(id))(e)),
-            _ => Ok(()),
-        }
-    }
-
-    /// Every record; a corrupt one is reported and skipped, never fatal for the others.
-    pub fn load_all<T: for<'de> Deserialize<'de>>(&self) -> Result<Vec<T>, StateError> {
-        let mut out = Vec::new();
-        for e in fs::read_dir(&self.dir).map_err(io(&self.dir))?.flatten() {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                let _ = fs::remove_file(&p);
-                continue;
-            }
-            if !name.ends_with(".json") {
-                continue;
-            }
-            match fs::read(&p)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<T>(&b).map_err(|e| e.to_string()))
-            {
-                Ok(r) => out.push(r),
-                Err(message) => tracing::error!(
-                    path = %p.display(),
-                    error = %message,
-                    "skipping corrupt state record"
-                ),
-            }
-        }
-        Ok(out)
-    }
-}
-
 /// Name reservation: one sandbox or container per name, as the CRI requires.
 #[derive(Debug, Default)]
 pub struct Names {
@@ -301,7 +234,8 @@ mod tests {
     #[test]
     fn records_round_trip_and_corrupt_ones_are_skipped() {
         let d = tempfile::tempdir().unwrap();
-        let dir = RecordDir::open(d.path()).unwrap();
+        let store = RecordStore::open(&d.path().join("meta.redb")).unwrap();
+        let dir = Records::open(&store, "sandboxes", &d.path().join("sandboxes")).unwrap();
         let cfg = cri::runtime::v1::PodSandboxConfig {
             hostname: "h".into(),
             ..Default::default()
@@ -327,7 +261,8 @@ mod tests {
             dir: "/x".into(),
         };
         dir.save("a", &rec).unwrap();
-        std::fs::write(d.path().join("b.json"), b"{garbage").unwrap();
+        dir.save("b", &serde_json::json!({"id": "b", "garbage": true}))
+            .unwrap();
         let all: Vec<SandboxRecord> = dir.load_all().unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].config().hostname, "h");
