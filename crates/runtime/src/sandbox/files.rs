@@ -21,6 +21,11 @@ pub const HOST_HOSTS: &str = "/etc/hosts";
 pub const DEFAULT_SHM_SIZE: u64 = 64 * 1024 * 1024;
 
 /// Writes `path` atomically (temporary file in the same directory, then rename), mode 0644.
+///
+/// Not synced: these files are made from the sandbox's config whenever the sandbox is, and
+/// a host crash that could lose them also ends the sandbox (its namespaces are gone after
+/// a reboot, so the kubelet makes a new one), while a daemon crash keeps them in the page
+/// cache. The rename still keeps readers from ever seeing half a file.
 fn write_atomic(path: &Path, content: &[u8]) -> Result<(), SandboxError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(|e| SandboxError::io("creating", dir, e))?;
@@ -38,7 +43,6 @@ fn write_atomic(path: &Path, content: &[u8]) -> Result<(), SandboxError> {
             .open(&tmp)?;
         f.write_all(content)?;
         f.set_permissions(fs::Permissions::from_mode(0o644))?;
-        f.sync_all()?;
         fs::rename(&tmp, path)
     })();
     result.map_err(|e| {

@@ -260,8 +260,8 @@ mod tests {
             network_ready: true,
             dir: "/x".into(),
         };
-        dir.save("a", &rec).unwrap();
-        dir.save("b", &serde_json::json!({"id": "b", "garbage": true}))
+        dir.save_blocking("a", &rec).unwrap();
+        dir.save_blocking("b", &serde_json::json!({"id": "b", "garbage": true}))
             .unwrap();
         let all: Vec<SandboxRecord> = dir.load_all().unwrap();
         assert_eq!(all.len(), 1);

@@ -2,11 +2,12 @@
 //! the pods' configs) with a table per kind and a JSON value per id — containerd keeps its
 //! metadata in one bolt file the same way.
 //!
-//! Saves that arrive together commit together: the first waiting writer commits every
-//! write queued by then in one transaction (one fdatasync) and wakes the others, so a burst
-//! of pods costs a few syncs rather than a new file, an fsync and a rename per save (on a
-//! busy ext4, allocating those inodes was itself a measurable share of a pod's start). A
-//! save returns once its transaction is durable, so a crash keeps every save that returned.
+//! Saves that arrive together commit together: a committer thread takes every write queued
+//! while its last commit was syncing into one transaction (one fdatasync), and the savers
+//! await their commit without holding a thread, so a burst of pods costs a few syncs rather
+//! than a new file, an fsync and a rename per save (on a busy ext4, allocating those inodes
+//! was itself a measurable share of a pod's start). A save returns once its transaction is
+//! durable, so a crash keeps every save that returned.
 //!
 //! Records of older nodus versions (one JSON file per id beside the sandbox and container
 //! directories) are moved into the store the first time it opens.
@@ -15,28 +16,30 @@ use super::{StateError, io};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 
 type Table = TableDefinition<'static, &'static str, &'static [u8]>;
 
 /// The record database, shared by the kinds' [`Records`].
 pub struct RecordStore {
-    db: Database,
+    db: Arc<Database>,
     path: PathBuf,
-    queue: Mutex<Queue>,
-    committed: Condvar,
+    queue: Option<std::sync::mpsc::Sender<(Write, Done)>>,
+    committer: Option<std::thread::JoinHandle<()>>,
 }
 
-#[derive(Default)]
-struct Queue {
-    pending: Vec<(Write, Arc<Slot>)>,
-    /// A writer is committing a batch (taken out of `pending`) right now.
-    committing: bool,
+impl Drop for RecordStore {
+    /// Lets the committer finish what is queued and close the database, so the store can
+    /// be opened again as soon as this one is gone.
+    fn drop(&mut self) {
+        self.queue.take();
+        if let Some(t) = self.committer.take() {
+            let _ = t.join();
+        }
+    }
 }
 
-/// The outcome of one queued write, filled in by whoever commits it.
-#[derive(Default)]
-struct Slot(Mutex<Option<Result<(), String>>>);
+type Done = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 enum Write {
     Put {
@@ -57,12 +60,8 @@ fn db_err(path: &Path) -> impl Fn(redb::Error) -> StateError + '_ {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl RecordStore {
-    /// Opens (or creates) the store at `path`.
+    /// Opens (or creates) the store at `path` and starts its committer thread.
     pub fn open(path: &Path) -> Result<Arc<RecordStore>, StateError> {
         nodus_serving::private::create_file(path).map_err(io(path))?;
         let db = Database::create(path).map_err(|e| match e {
@@ -75,64 +74,64 @@ impl RecordStore {
             },
             e => db_err(path)(e.into()),
         })?;
+        let db = Arc::new(db);
+        let (tx, rx) = std::sync::mpsc::channel::<(Write, Done)>();
+        let committer = Arc::clone(&db);
+        let thread = std::thread::Builder::new()
+            .name("nodus-records".into())
+            .spawn(move || {
+                // Everything queued while the last commit was syncing goes in the next one.
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(rx.try_iter());
+                    let r = commit(&committer, &batch).map_err(|e| e.to_string());
+                    for (_, done) in batch {
+                        let _ = done.send(r.clone());
+                    }
+                }
+            })
+            .map_err(io(path))?;
         Ok(Arc::new(RecordStore {
             db,
             path: path.to_path_buf(),
-            queue: Mutex::default(),
-            committed: Condvar::new(),
+            queue: Some(tx),
+            committer: Some(thread),
         }))
     }
 
     /// Queues `w` and returns once a transaction holding it has committed (or failed).
-    fn write(&self, w: Write) -> Result<(), StateError> {
-        let slot = Arc::new(Slot::default());
-        let mut q = lock(&self.queue);
-        q.pending.push((w, Arc::clone(&slot)));
-        loop {
-            if let Some(r) = lock(&slot.0).take() {
-                return r.map_err(|message| StateError::Corrupt {
-                    path: self.path.clone(),
-                    message,
-                });
-            }
-            if q.committing {
-                q = self.committed.wait(q).unwrap_or_else(|p| p.into_inner());
-                continue;
-            }
-            // Nobody is committing: this writer commits everything queued so far, its own
-            // write among it unless an earlier leader already took it.
-            let batch = std::mem::take(&mut q.pending);
-            q.committing = true;
-            drop(q);
-            let r = self.commit(&batch).map_err(|e| e.to_string());
-            for (_, s) in &batch {
-                *lock(&s.0) = Some(r.clone());
-            }
-            q = lock(&self.queue);
-            q.committing = false;
-            self.committed.notify_all();
-        }
+    async fn write(&self, w: Write) -> Result<(), StateError> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let failed = |message: String| StateError::Corrupt {
+            path: self.path.clone(),
+            message,
+        };
+        self.queue
+            .as_ref()
+            .ok_or_else(|| failed("the record store is closed".into()))?
+            .send((w, done))
+            .map_err(|_| failed("the record store's committer has stopped".into()))?;
+        rx.await
+            .map_err(|_| failed("the record store's committer has stopped".into()))?
+            .map_err(failed)
     }
+}
 
-    fn commit(&self, batch: &[(Write, Arc<Slot>)]) -> Result<(), redb::Error> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let txn = self.db.begin_write()?;
-        for (w, _) in batch {
-            match w {
-                Write::Put { table, id, value } => {
-                    txn.open_table(Table::new(table))?
-                        .insert(id.as_str(), value.as_slice())?;
-                }
-                Write::Delete { table, id } => {
-                    txn.open_table(Table::new(table))?.remove(id.as_str())?;
-                }
+fn commit(db: &Database, batch: &[(Write, Done)]) -> Result<(), redb::Error> {
+    let txn = db.begin_write()?;
+    for (w, _) in batch {
+        match w {
+            Write::Put { table, id, value } => {
+                txn.open_table(Table::new(table))?
+                    .insert(id.as_str(), value.as_slice())?;
+            }
+            Write::Delete { table, id } => {
+                txn.open_table(Table::new(table))?.remove(id.as_str())?;
             }
         }
-        txn.commit()?;
-        Ok(())
     }
+    txn.commit()?;
+    Ok(())
 }
 
 /// The records of one kind (sandboxes, containers): a table of the store.
@@ -183,11 +182,11 @@ impl Records {
                 continue;
             }
             let value = std::fs::read(&p).map_err(io(&p))?;
-            self.store.write(Write::Put {
+            futures::executor::block_on(self.store.write(Write::Put {
                 table: self.table,
                 id: id.to_string(),
                 value,
-            })?;
+            }))?;
             moved.push(p);
         }
         if !moved.is_empty() {
@@ -199,23 +198,39 @@ impl Records {
         Ok(())
     }
 
-    pub fn save<T: Serialize>(&self, id: &str, rec: &T) -> Result<(), StateError> {
+    /// Saves `rec` as the record of `id`; returns once it is durable.
+    pub async fn save<T: Serialize>(&self, id: &str, rec: &T) -> Result<(), StateError> {
         let value = serde_json::to_vec(rec).map_err(|e| StateError::Corrupt {
             path: self.store.path.clone(),
             message: format!("encoding {} record {id}: {e}", self.table),
         })?;
-        self.store.write(Write::Put {
-            table: self.table,
-            id: id.to_string(),
-            value,
-        })
+        self.store
+            .write(Write::Put {
+                table: self.table,
+                id: id.to_string(),
+                value,
+            })
+            .await
     }
 
-    pub fn delete(&self, id: &str) -> Result<(), StateError> {
-        self.store.write(Write::Delete {
-            table: self.table,
-            id: id.to_string(),
-        })
+    /// [`Self::save`] for a caller that is not async (start-up, exit monitors): blocks the
+    /// thread until the record is durable.
+    pub fn save_blocking<T: Serialize>(&self, id: &str, rec: &T) -> Result<(), StateError> {
+        futures::executor::block_on(self.save(id, rec))
+    }
+
+    /// [`Self::delete`] for a caller that must not await (it holds a lock).
+    pub fn delete_blocking(&self, id: &str) -> Result<(), StateError> {
+        futures::executor::block_on(self.delete(id))
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<(), StateError> {
+        self.store
+            .write(Write::Delete {
+                table: self.table,
+                id: id.to_string(),
+            })
+            .await
     }
 
     /// Every record; a corrupt one is reported and skipped, never fatal for the others.
@@ -249,11 +264,11 @@ impl Records {
     /// The raw value of `id`, for tests that corrupt or inspect a record.
     #[cfg(test)]
     fn put_raw(&self, id: &str, value: &[u8]) -> Result<(), StateError> {
-        self.store.write(Write::Put {
+        futures::executor::block_on(self.store.write(Write::Put {
             table: self.table,
             id: id.to_string(),
             value: value.to_vec(),
-        })
+        }))
     }
 }
 
@@ -278,7 +293,7 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..25u32 {
                         let id = format!("{t}-{i}");
-                        recs.save(
+                        recs.save_blocking(
                             &id,
                             &R {
                                 id: id.clone(),
@@ -291,8 +306,8 @@ mod tests {
             }
         });
         assert_eq!(recs.load_all::<R>().unwrap().len(), 200);
-        recs.delete("3-7").unwrap();
-        recs.delete("not-there").unwrap();
+        futures::executor::block_on(recs.delete("3-7")).unwrap();
+        futures::executor::block_on(recs.delete("not-there")).unwrap();
         let all: Vec<R> = recs.load_all().unwrap();
         assert_eq!(all.len(), 199);
         assert!(!all.iter().any(|r| r.id == "3-7"));

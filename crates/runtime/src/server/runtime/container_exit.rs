@@ -53,7 +53,7 @@ pub(crate) fn record_exit(inner: &Inner, id: &str) {
         }
     }
     rec.state = ContainerState::Exited;
-    if let Err(e) = inner.save_container(&rec) {
+    if let Err(e) = inner.save_container_blocking(&rec) {
         tracing::error!(container = %id, error = %e, "recording container exit failed");
         return;
     }

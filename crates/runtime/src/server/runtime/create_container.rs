@@ -517,7 +517,7 @@ pub async fn create_container(
             additional_gids: p.user().additional_gids().clone().unwrap_or_default(),
         }),
     };
-    inner.save_container(&rec)?;
+    inner.save_container(&rec).await?;
     undo.disarm();
     drop(sync_block);
     inner.images.acquire(&image.id);

@@ -108,7 +108,7 @@ impl Inner {
             {
                 tracing::warn!(sandbox = %r.id, "the sandbox's namespaces are gone (host restarted or unmounted): NotReady");
                 r.state = crate::state::SandboxState::NotReady;
-                if let Err(e) = sandbox_records.save(&r.id, &r) {
+                if let Err(e) = sandbox_records.save_blocking(&r.id, &r) {
                     tracing::warn!(sandbox = %r.id, error = %e, "cannot record the sandbox as NotReady");
                 }
             }
@@ -226,17 +226,28 @@ impl Inner {
         find_by_prefix(&self.containers(), id, "container")
     }
 
-    pub fn save_sandbox(&self, rec: &SandboxRecord) -> Result<(), Status> {
+    pub async fn save_sandbox(&self, rec: &SandboxRecord) -> Result<(), Status> {
         self.sandbox_records
             .save(&rec.id, rec)
+            .await
             .map_err(|e| Status::internal(e.to_string()))?;
         self.sandboxes().insert(rec.id.clone(), rec.clone());
         Ok(())
     }
 
-    pub fn save_container(&self, rec: &ContainerRecord) -> Result<(), Status> {
+    pub async fn save_container(&self, rec: &ContainerRecord) -> Result<(), Status> {
         self.container_records
             .save(&rec.id, rec)
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        self.containers().insert(rec.id.clone(), rec.clone());
+        Ok(())
+    }
+
+    /// [`Self::save_container`] for threads that are not async (exit monitors, start-up).
+    pub fn save_container_blocking(&self, rec: &ContainerRecord) -> Result<(), Status> {
+        self.container_records
+            .save_blocking(&rec.id, rec)
             .map_err(|e| Status::internal(e.to_string()))?;
         self.containers().insert(rec.id.clone(), rec.clone());
         Ok(())

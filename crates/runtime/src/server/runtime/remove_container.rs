@@ -53,7 +53,7 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
         let _turn = super::lock(&inner.exits);
         inner
             .container_records
-            .delete(&rec.id)
+            .delete_blocking(&rec.id)
             .map_err(|e| Status::internal(e.to_string()))?;
         inner.containers().remove(&rec.id);
     }

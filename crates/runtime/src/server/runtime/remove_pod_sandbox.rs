@@ -36,6 +36,7 @@ pub async fn remove_pod_sandbox(
     inner
         .sandbox_records
         .delete(&rec.id)
+        .await
         .map_err(|e| Status::internal(e.to_string()))?;
     inner.sandboxes().remove(&rec.id);
     inner

@@ -240,7 +240,7 @@ pub async fn run_pod_sandbox(
         tracing::warn!(sandbox = %id, error = %e.message(), "sandbox setup failed; undoing");
         teardown(inner, &rec).await;
         let _ = std::fs::remove_dir_all(&dir);
-        if let Err(d) = inner.sandbox_records.delete(&id) {
+        if let Err(d) = inner.sandbox_records.delete(&id).await {
             tracing::error!(sandbox = %id, error = %d, "removing the record of a failed sandbox");
         }
         inner.sandboxes().remove(&id);
@@ -253,7 +253,7 @@ pub async fn run_pod_sandbox(
         return Err(e);
     }
     rec.state = SandboxState::Ready;
-    let saved = inner.save_sandbox(&rec);
+    let saved = inner.save_sandbox(&rec).await;
     super::lock(&inner.hidden).remove(&id);
     drop(sync_block);
     saved?;
@@ -273,7 +273,7 @@ async fn setup(
     std::fs::create_dir_all(&dir)
         .map_err(|e| Status::internal(format!("creating {}: {e}", dir.display())))?;
     // Record early so a crash mid-setup is cleaned up by the next start.
-    inner.save_sandbox(rec)?;
+    inner.save_sandbox(rec).await?;
     let ns_dir = dir.join("ns");
     let pinned = tokio::task::spawn_blocking(move || crate::sandbox::pin(&ns_dir, &opts))
         .await
@@ -285,7 +285,7 @@ async fn setup(
     rec.pid_ns = pinned.pid;
     rec.pid_init = pinned.pid_init;
     rec.user_ns = pinned.user;
-    inner.save_sandbox(rec)?;
+    inner.save_sandbox(rec).await?;
 
     let file_err = |what: &str, e: crate::sandbox::SandboxError| {
         Status::internal(format!("writing the sandbox's {what}: {e}"))

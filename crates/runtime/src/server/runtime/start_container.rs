@@ -61,7 +61,7 @@ pub async fn start_container(
     // order (CREATED, STARTED, STOPPED) and finished_at is never before started_at.
     rec.state = ContainerState::Running;
     rec.started_at = crate::state::now_ns();
-    inner.save_container(&rec)?;
+    inner.save_container(&rec).await?;
     let sandbox = inner
         .find_sandbox(&rec.sandbox_id)
         .ok()
@@ -91,7 +91,7 @@ pub async fn start_container(
                 rec.finished_at = crate::state::now_ns();
                 rec.reason = "StartError".into();
                 rec.message = e.to_string();
-                inner.save_container(&rec)?;
+                inner.save_container(&rec).await?;
                 inner.emit(
                     &rec.id,
                     pb::ContainerEventType::ContainerStoppedEvent,
@@ -108,7 +108,7 @@ pub async fn start_container(
     let mut rec = inner.find_container(&rec.id)?;
     rec.shim_pid = Some(spawned.shim_pid as u32);
     rec.init_pid = Some(spawned.init_pid as u32);
-    inner.save_container(&rec)?;
+    inner.save_container(&rec).await?;
     super::container_exit::spawn_monitor(inner, &rec.id, spawned.shim_pid as u32);
     tracing::info!(container = %rec.id, "container started");
     if let Some(nri) = inner.nri()

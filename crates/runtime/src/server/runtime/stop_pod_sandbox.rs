@@ -34,7 +34,7 @@ pub(crate) async fn stop(inner: &Inner, id: &str) -> Result<(), Status> {
         tracing::info!(sandbox = %rec.id, "sandbox stopped");
     }
     rec.state = SandboxState::NotReady;
-    inner.save_sandbox(&rec)?;
+    inner.save_sandbox(&rec).await?;
     // Once per stop, as the kubelet may stop a pod many times.
     if was_ready
         && let Some(nri) = inner.nri()

@@ -121,7 +121,7 @@ pub(crate) async fn apply(
     let mut cfg = rec.config();
     cfg.linux.get_or_insert_with(Default::default).resources = Some(res);
     rec.set_config(&cfg);
-    inner.save_container(&rec)
+    inner.save_container(&rec).await
 }
 
 #[cfg(test)]
