@@ -111,6 +111,14 @@ fn sort_deepest_first(points: &mut Vec<PathBuf>) {
     points.dedup();
 }
 
+/// Whether `path` is the root of a mount (statx(2), or mountinfo on kernels before 5.8).
+pub fn is_mount_point(path: &Path) -> io::Result<bool> {
+    match is_mount_root(path)? {
+        Some(root) => Ok(root),
+        None => Ok(read_self()?.iter().any(|m| m.mount_point == path)),
+    }
+}
+
 /// Whether `path` is the root of a mount; None when the kernel cannot say.
 fn is_mount_root(path: &Path) -> io::Result<Option<bool>> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())

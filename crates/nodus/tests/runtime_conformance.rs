@@ -375,7 +375,7 @@ async fn image_volumes_report_the_image_and_mount_only_their_sub_path() {
         );
     }
     n.stop_and_remove_sandbox(&sb).await;
-    assert!(testkit::containerd::mounts_under(n.rt.dir.path()).is_empty());
+    assert!(testkit::leftovers::pod_mounts_under(n.rt.dir.path()).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -17,9 +17,9 @@ async fn node() -> TestNode {
     TestNode::new(SUBNET).await
 }
 
-/// Mount points under `dir` still mounted (must be none after cleanup).
+/// Mount points pods left under the runtime's `dir` (must be none after cleanup).
 fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    testkit::containerd::mounts_under(dir)
+    testkit::leftovers::pod_mounts_under(dir)
 }
 
 #[tokio::test(flavor = "multi_thread")]

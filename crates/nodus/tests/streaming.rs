@@ -463,7 +463,7 @@ async fn exec_over_spdy_and_websocket_with_stdin_tty_exit_codes_and_errors() {
     assert!(out.status.success());
 
     n.stop_and_remove_sandbox(&sb).await;
-    assert!(testkit::containerd::mounts_under(n.rt.dir.path()).is_empty());
+    assert!(testkit::leftovers::pod_mounts_under(n.rt.dir.path()).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -665,7 +665,7 @@ async fn attach_and_port_forward_over_spdy_and_websocket() {
     );
 
     n.stop_and_remove_sandbox(&sb).await;
-    assert!(testkit::containerd::mounts_under(n.rt.dir.path()).is_empty());
+    assert!(testkit::leftovers::pod_mounts_under(n.rt.dir.path()).is_empty());
 }
 
 /// A stand-in for the API server, just enough for `kubectl exec` and `kubectl

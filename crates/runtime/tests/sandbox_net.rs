@@ -11,7 +11,9 @@ use nodus_runtime::sandbox::cni::{
     Cni, CniConfig, CniError, DefaultNetwork, PodNetworkInfo, PortMapping, Protocol,
 };
 use nodus_runtime::sandbox::namespaces::{PID_INIT_NAME, is_namespace_file};
-use nodus_runtime::sandbox::{PinOptions, PinnedNamespaces, pin, pin_pid_namespace, unpin};
+use nodus_runtime::sandbox::{
+    PinOptions, PinRoot, PinnedNamespaces, pin, pin_pid_namespace, unpin,
+};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt;
@@ -405,6 +407,95 @@ fn sandbox_net_internal_loopback_needs_no_plugin() {
         });
     });
     unpin(&dir).unwrap();
+    assert_eq!(mounts_under(&tmp_path), Vec::<String>::new());
+}
+
+/// Unmounts what a failed assertion left under a test directory.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for m in nodus_cgroups::mountinfo::mounts_under(&self.0).unwrap_or_default() {
+            let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+#[test]
+fn sandboxes_share_one_mount_point_whose_unmounts_reach_cloned_mount_namespaces() {
+    if !have_root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_path = tmp.path().canonicalize().unwrap();
+    let _unmount = Unmount(tmp_path.clone());
+    let root_dir = tmp_path.join("sandboxes");
+    let root = PinRoot::prepare(&root_dir).unwrap();
+    let mut pins = Pins::default();
+    let dir_a = root_dir.join("sba/ns");
+    let dir_b = root_dir.join("sbb/ns");
+    pins.0.push(dir_a.clone());
+    pins.0.push(dir_b.clone());
+    let a = pin(&dir_a, &PinOptions::pod("pod-a")).unwrap();
+    pin(&dir_b, &PinOptions::pod("pod-b")).unwrap();
+
+    // One mount for the root, shared, and the three pins of each sandbox: no mount per
+    // sandbox directory.
+    let mounts = mounts_under(&tmp_path);
+    assert_eq!(mounts.len(), 7, "{mounts:#?}");
+    let root_line = mounts
+        .iter()
+        .find(|l| l.split(' ').nth(4) == Some(root_dir.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{} is not a mount point: {mounts:#?}", root_dir.display()));
+    assert!(root_line.contains(" shared:"), "{root_line}");
+    assert!(
+        !mounts
+            .iter()
+            .any(|l| l.split(' ').nth(4) == Some(dir_a.to_str().unwrap()))
+    );
+
+    // A daemon started again finds the root mounted and leaves it (and the pins) as it is.
+    let again = PinRoot::prepare(&root_dir).unwrap();
+    assert_eq!(mounts_under(&tmp_path).len(), 7);
+    assert_eq!(PinnedNamespaces::load(&dir_a).unwrap(), a);
+    again.release();
+    root.release();
+    assert_eq!(
+        mounts_under(&tmp_path).len(),
+        7,
+        "released with pods pinned"
+    );
+
+    // A mount namespace cloned meanwhile (its propagation unchanged, as a daemon's private
+    // /tmp is made) holds a copy of the pins; unpin's unmount reaches it.
+    let mut holder = Command::new("unshare")
+        .args(["--mount", "--propagation", "unchanged", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let net_a = a.net.clone().unwrap();
+    let net_a_str = net_a.to_str().unwrap().to_string();
+    let holder_mounts =
+        || std::fs::read_to_string(format!("/proc/{}/mountinfo", holder.id())).unwrap_or_default();
+    // Once it runs sleep, unshare has made its mount namespace.
+    let comm =
+        || std::fs::read_to_string(format!("/proc/{}/comm", holder.id())).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while comm().trim() != "sleep" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{}/ns/mnt", holder.id())).unwrap(),
+        std::fs::read_link("/proc/self/ns/mnt").unwrap()
+    );
+    assert!(holder_mounts().contains(&net_a_str), "{}", holder_mounts());
+    unpin(&dir_a).unwrap();
+    let after = holder_mounts();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(!after.contains(&net_a_str), "{after}");
+
+    unpin(&dir_b).unwrap();
+    root.release();
     assert_eq!(mounts_under(&tmp_path), Vec::<String>::new());
 }
 

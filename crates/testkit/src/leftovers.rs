@@ -52,3 +52,24 @@ pub fn kill_runtime_leftovers(state: &Path, base: &Path) {
         let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+/// What pods left mounted under a runtime's directory `dir`: every mount point below it, except
+/// that the runtime's pin root (`<state>/sandboxes`, one shared mount point that stays while the
+/// daemon runs, as `/run/netns` does) is looked into rather than reported itself.
+pub fn pod_mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for m in crate::containerd::mounts_under(dir) {
+        let pin_root = m.file_name().is_some_and(|n| n == "sandboxes")
+            && m.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|n| n == "state");
+        if pin_root {
+            for sb in list_dir(&m) {
+                out.extend(crate::containerd::mounts_under(&sb));
+            }
+        } else {
+            out.push(m);
+        }
+    }
+    out
+}

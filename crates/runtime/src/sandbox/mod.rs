@@ -19,7 +19,9 @@ mod helper_msg;
 pub mod namespaces;
 pub mod userns;
 
-pub use namespaces::{PinOptions, PinnedNamespaces, UserMappings, pin, pin_pid_namespace, unpin};
+pub use namespaces::{
+    PinOptions, PinRoot, PinnedNamespaces, UserMappings, pin, pin_pid_namespace, unpin,
+};
 
 use std::path::PathBuf;
 

@@ -14,10 +14,13 @@
 //! zombies and exits on SIGTERM/SIGINT, like the pause container. Its pid is recorded in the
 //! directory's `pid-init` file so that [`unpin`] finds it after a restart of the daemon.
 //!
-//! The namespace directory is made a mount point of its own and *shared* (as `ip netns`
-//! does for `/run/netns`): a mount namespace cloned while a sandbox exists (a daemon's
-//! private /tmp, a container during its set-up) then receives the unmount of [`unpin`] too
-//! and does not keep the pod's network namespace alive behind our back.
+//! The directory all sandboxes live under (`<state-dir>/sandboxes`, the [`PinRoot`]) is made a
+//! mount point of its own and *shared*, once (as `ip netns` does for `/run/netns`): a mount
+//! namespace cloned while a sandbox exists (a daemon's private /tmp, a container during its
+//! set-up) then receives the unmount of [`unpin`] too and does not keep the pod's network
+//! namespace alive behind our back. One mount point for all sandboxes, not one per sandbox:
+//! every line of the host's mount table is rendered again on each read of mountinfo, which
+//! runc does several times per container.
 
 use super::SandboxError;
 use super::userns::IdMap;
@@ -203,7 +206,6 @@ fn pin_inner(
     opts: &PinOptions,
     hostname: Option<String>,
 ) -> Result<PinnedNamespaces, SandboxError> {
-    make_shared_mountpoint(dir)?;
     let mut pinned = PinnedNamespaces::default();
     let mut flags = CloneFlags::empty();
     let mut targets = Vec::new();
@@ -264,6 +266,65 @@ fn pin_inner(
         }
     }
     Ok(pinned)
+}
+
+/// The directory sandboxes' namespace directories are created under, made a shared mount
+/// point of its own by [`PinRoot::prepare`].
+#[derive(Debug)]
+pub struct PinRoot {
+    dir: PathBuf,
+    /// Whether this process made `dir` a mount point (so may unmount it again).
+    bound: bool,
+}
+
+impl PinRoot {
+    /// Creates `dir` and makes it a mount point in a peer group of its own, unless it is one
+    /// already: after a restart of the daemon it still is, with the running sandboxes' pins
+    /// below it, and binding it again would hide them.
+    pub fn prepare(dir: &Path) -> Result<PinRoot, SandboxError> {
+        fs::create_dir_all(dir).map_err(|e| SandboxError::io("creating", dir, e))?;
+        let dir = fs::canonicalize(dir).map_err(|e| SandboxError::io("resolving", dir, e))?;
+        let inspect = |e| SandboxError::io("inspecting", &dir, e);
+        if nodus_cgroups::mountinfo::is_mount_point(&dir).map_err(inspect)? {
+            return Ok(PinRoot { dir, bound: false });
+        }
+        // Sandboxes of a version that gave each its own mount point: a bind of the root
+        // would hide their pins (a recursive one would copy them, and the hidden originals
+        // would keep their namespaces alive after unpin). The root is made once they are gone.
+        if !nodus_cgroups::mountinfo::mounts_under(&dir)
+            .map_err(inspect)?
+            .is_empty()
+        {
+            tracing::info!(dir = %dir.display(), "sandboxes of an earlier version are pinned here: the shared mount point is made once they are gone");
+            return Ok(PinRoot { dir, bound: false });
+        }
+        make_shared_mountpoint(&dir)?;
+        Ok(PinRoot { dir, bound: true })
+    }
+
+    /// Unmounts the root again if this process mounted it and nothing is pinned below it, so
+    /// a daemon stopped with no pods leaves no mount behind; with pods left it stays for the
+    /// next run.
+    pub fn release(&self) {
+        if !self.bound {
+            return;
+        }
+        let busy = fs::read_dir(&self.dir)
+            .map(|rd| {
+                rd.flatten().any(|e| {
+                    !nodus_cgroups::mountinfo::mounts_under(&e.path())
+                        .unwrap_or_default()
+                        .is_empty()
+                })
+            })
+            .unwrap_or(true);
+        if busy {
+            return;
+        }
+        if let Err(e) = umount2(&self.dir, MntFlags::empty()) {
+            tracing::debug!(dir = %self.dir.display(), error = %e, "leaving the sandboxes' mount point mounted");
+        }
+    }
 }
 
 /// Makes `dir` a mount point of its own in a peer group of its own (bind on itself, private,
@@ -574,8 +635,9 @@ unsafe fn pid_init_main(devnull: libc::c_int, comm: *const libc::c_char) -> ! {
     }
 }
 
-/// Undoes [`pin`]: stops the PID namespace's init, unmounts every namespace file and the
-/// directory's own mount, removes the directory. Idempotent; after a crash it works from what
+/// Undoes [`pin`]: stops the PID namespace's init, unmounts every namespace file (and the
+/// directory's own mount, which versions before the shared [`PinRoot`] made), removes the
+/// directory. Idempotent; after a crash it works from what
 /// exists (mounts listed in /proc/self/mountinfo, the `pid-init` file).
 pub fn unpin(dir: &Path) -> Result<(), SandboxError> {
     let dir = match fs::canonicalize(dir) {

@@ -48,6 +48,9 @@ pub struct Inner {
     pub handlers: Handlers,
     pub state_dir: PathBuf,
     pub root_dir: PathBuf,
+    /// `<state-dir>/sandboxes`, the one shared mount point the pods' namespaces are pinned
+    /// under.
+    pub pin_root: crate::sandbox::PinRoot,
     pub sandbox_records: Records,
     pub container_records: Records,
     pub sandboxes: Mutex<HashMap<String, SandboxRecord>>,
@@ -156,6 +159,14 @@ impl Inner {
                 source,
             }
         })?;
+        // Last, so that no failure above leaves the mount behind.
+        let pin_root =
+            crate::sandbox::PinRoot::prepare(&state_dir.join("sandboxes")).map_err(|e| {
+                crate::state::StateError::Io {
+                    path: state_dir.join("sandboxes"),
+                    source: std::io::Error::other(e.to_string()),
+                }
+            })?;
         Ok(Self {
             images,
             handlers: Handlers::new(
@@ -169,6 +180,7 @@ impl Inner {
             ),
             state_dir: state_dir.to_path_buf(),
             root_dir: root_dir.to_path_buf(),
+            pin_root,
             sandbox_records,
             container_records,
             sandboxes: Mutex::new(sandboxes),
