@@ -165,13 +165,17 @@ pub(super) fn run(args: ShimArgs) -> bool {
     }
 }
 
+/// Replaces `path` by rename, so that the daemon never reads half a file. Not synced: the
+/// shim's pid and its container's exit describe processes a host crash ends too (after a
+/// reboot the daemon finds the container gone, as containerd does), a daemon crash leaves
+/// them in the page cache, and the runtime's default state dir (under `/run`) is a tmpfs on
+/// most hosts anyway.
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)
 }

@@ -60,6 +60,9 @@ pub fn cache_file(cache_dir: &Path, network: &str, container_id: &str, ifname: &
         .join(format!("{network}-{container_id}-{ifname}"))
 }
 
+/// Writes the entry by rename (a reader never sees half of it), not synced, as libcni writes
+/// its cache: an entry lost in a host crash describes a network namespace the crash removed
+/// too, and DEL without an entry falls back to the network's configuration.
 pub fn write(path: &Path, info: &CachedInfo) -> Result<(), CniError> {
     let err = |reason: String| CniError::Cache {
         path: path.to_path_buf(),
@@ -80,7 +83,6 @@ pub fn write(path: &Path, info: &CachedInfo) -> Result<(), CniError> {
     let res = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(&bytes)?;
-        f.sync_all()?;
         fs::rename(&tmp, path)
     })();
     res.map_err(|e| {
