@@ -67,7 +67,7 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     k.wait_pod(&name, T, "all containers running", |p| {
         is_running(p, "main") && is_running(p, "server")
     });
-    cp.wait_mirror(&name, T);
+    cp.wait_mirror_running(&name, T);
     let url = |path: &str| format!("https://127.0.0.1:{KUBELET_PORT}{path}");
     let (crt, key) = cp.admin_cert();
     let (crt, key) = (crt.display().to_string(), key.display().to_string());
@@ -932,7 +932,7 @@ async fn kubectl_logs_exec_and_port_forward_work_on_containerd() {
     k.wait_pod(&name, T, "main and server running", |p| {
         is_running(p, "main") && is_running(p, "server")
     });
-    cp.wait_mirror(&name, T);
+    cp.wait_mirror_running(&name, T);
     let logs = cp.kubectl_ok(&["logs", &name, "-c", "main", "--tail=2"], None);
     assert_eq!(lines(&logs), vec!["two", "three"]);
     let said = cp.kubectl_ok(

@@ -189,16 +189,24 @@ impl ControlPlane {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Waits until the kubelet's mirror pod `name` is in the API server.
-    pub fn wait_mirror(&self, name: &str, timeout: std::time::Duration) {
+    /// Waits until the kubelet's mirror pod `name` is in the API server with phase Running,
+    /// as `kubectl port-forward` requires: the kubelet's status reaches a mirror pod only
+    /// after the mirror pod exists (on the status manager's next round, as upstream's).
+    pub fn wait_mirror_running(&self, name: &str, timeout: std::time::Duration) {
         let deadline = std::time::Instant::now() + timeout;
+        let mut phase = String::new();
         while std::time::Instant::now() < deadline {
-            if self.kubectl(&["get", "pod", name]).status.success() {
+            let out = self.kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"]);
+            phase = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if out.status.success() && phase == "Running" {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        panic!("mirror pod {name} did not appear\n{}", self.log());
+        panic!(
+            "mirror pod {name} did not appear Running (phase {phase:?})\n{}",
+            self.log()
+        );
     }
 
     /// curl inside the namespace; returns (HTTP code, body).
