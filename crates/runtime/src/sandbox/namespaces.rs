@@ -302,6 +302,11 @@ impl PinRoot {
         Ok(PinRoot { dir, bound: true })
     }
 
+    /// Where the sandbox `id` pins its namespaces.
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+
     /// Unmounts the root again if this process mounted it and nothing is pinned below it, so
     /// a daemon stopped with no pods leaves no mount behind; with pods left it stays for the
     /// next run.
@@ -637,8 +642,8 @@ unsafe fn pid_init_main(devnull: libc::c_int, comm: *const libc::c_char) -> ! {
 
 /// Undoes [`pin`]: stops the PID namespace's init, unmounts every namespace file (and the
 /// directory's own mount, which versions before the shared [`PinRoot`] made), removes the
-/// directory. Idempotent; after a crash it works from what
-/// exists (mounts listed in /proc/self/mountinfo, the `pid-init` file).
+/// directory. Idempotent; after a crash it works from what exists (mounts listed in
+/// /proc/self/mountinfo, the `pid-init` file).
 pub fn unpin(dir: &Path) -> Result<(), SandboxError> {
     let dir = match fs::canonicalize(dir) {
         Ok(d) => d,

@@ -76,6 +76,21 @@ pub struct Inner {
     pub(crate) hidden: Mutex<HashSet<String>>,
 }
 
+/// Why the runtime's state could not be opened at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error("starting the streaming server on {addr}: {source}")]
+    Streaming {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("preparing the sandboxes' namespace pins: {0}")]
+    Pins(#[from] crate::sandbox::SandboxError),
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -87,7 +102,7 @@ impl Inner {
         config: &crate::config::RuntimeConfig,
         root_dir: &std::path::Path,
         state_dir: &std::path::Path,
-    ) -> Result<Self, crate::state::StateError> {
+    ) -> Result<Self, OpenError> {
         for d in [root_dir.join("sandboxes"), root_dir.join("containers")] {
             std::fs::create_dir_all(&d)
                 .map_err(|source| crate::state::StateError::Io { path: d, source })?;
@@ -154,19 +169,13 @@ impl Inner {
         })?;
         let streaming_addr = config.stream_server_address;
         let streaming = crate::streaming::Server::start(streaming_addr).map_err(|source| {
-            crate::state::StateError::Io {
-                path: format!("streaming server {streaming_addr}").into(),
+            OpenError::Streaming {
+                addr: streaming_addr,
                 source,
             }
         })?;
         // Last, so that no failure above leaves the mount behind.
-        let pin_root =
-            crate::sandbox::PinRoot::prepare(&state_dir.join("sandboxes")).map_err(|e| {
-                crate::state::StateError::Io {
-                    path: state_dir.join("sandboxes"),
-                    source: std::io::Error::other(e.to_string()),
-                }
-            })?;
+        let pin_root = crate::sandbox::PinRoot::prepare(&state_dir.join("sandboxes"))?;
         Ok(Self {
             images,
             handlers: Handlers::new(

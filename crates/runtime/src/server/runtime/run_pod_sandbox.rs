@@ -186,7 +186,7 @@ pub async fn run_pod_sandbox(
             "failed to reserve sandbox name {name:?}: name {name:?} is reserved for {holder:?}"
         )));
     }
-    let dir = inner.state_dir.join("sandboxes").join(&id);
+    let dir = inner.pin_root.sandbox_dir(&id);
     let host_network = namespace_mode(&cfg, |o| o.network) == pb::NamespaceMode::Node;
     let host_ipc = namespace_mode(&cfg, |o| o.ipc) == pb::NamespaceMode::Node;
     let shared_pid = namespace_mode(&cfg, |o| o.pid) == pb::NamespaceMode::Pod;
