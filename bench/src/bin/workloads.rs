@@ -148,6 +148,8 @@ struct Phase {
     host_busy_pct: f64,
     cp_rss_max_kib: u64,
     pods: usize,
+    /// The floor's per-pod CPU (ms), timed on the idle node just before the phase.
+    floor_ms: f64,
 }
 
 /// Checks `done` at every change the watches see (and every 200 ms) until it holds; samples
@@ -160,6 +162,11 @@ fn measure(
     mut done: impl FnMut() -> Result<bool>,
     timeout: Duration,
 ) -> Result<Phase> {
+    // Timed right before the phase, on the idle node: the machine's speed drifts over a
+    // run (the floor moved by a quarter between runs minutes apart), and a ratio is only
+    // meaningful when both of its sides ran under the same conditions.
+    eprintln!("{what}: timing the floor");
+    let floor_ms = per_pod_floor_ms()?;
     let c0 = Counters::read(m);
     eprintln!("{what}: started");
     let t0 = Instant::now();
@@ -187,6 +194,7 @@ fn measure(
         host_busy_pct: c0.host_busy(&c1),
         cp_rss_max_kib: rss_max.max(rss_kib(m.cp_pid)),
         pods,
+        floor_ms,
     })
 }
 
@@ -608,12 +616,8 @@ async fn main() -> Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    eprintln!("timing the floor (runc run --detach, CNI ADD) alone");
-    // The pod network as `nodus up` runs it: the bridge plugin's ipMasq off (the pod network
-    // agent masquerades with one rule), so a CNI ADD does not grow with the node's pod count;
-    // no loopback plugin, since the runtime brings `lo` up itself.
-    let mut floor = nodus_bench::floor::measure_with(10, Masq::Agent, true)?;
-    let per_pod_floor_ms = pct(&mut floor.runc_run_cpu, 50.0) + pct(&mut floor.cni_add_cpu, 50.0);
+    eprintln!("timing the floor (runc run --detach, CNI ADD) alone, before the cluster starts");
+    let start_floor_ms = per_pod_floor_ms()?;
     // The runtime as `nodus node` configures it: `lo` brought up by the runtime.
     let t = nodus_with_masq(&bin, "use-internal-loopback = true\n", Masq::Agent).await?;
     let runtime = TreeCpu::new("nodus-bench-runtime")?;
@@ -651,7 +655,7 @@ async fn main() -> Result<()> {
         watched: Watched::start(t.netns.path(), c.admin.clone())?,
     };
     let phases = run_phases(&k, &meters)?;
-    let floor_wall = |pods: usize| pods as f64 * per_pod_floor_ms / cores as f64 / 1e3;
+    let floor_wall = |p: &Phase| p.pods as f64 * p.floor_ms / cores as f64 / 1e3;
     let mut body = format!(
         "One node: `nodus control-plane` and the nodus kubelet (`--kubeconfig`, EventedPLEG on, \
          `--max-pods 250`) on nodus's runtime, in the runtime's network namespace, driven by the \
@@ -661,15 +665,16 @@ async fn main() -> Result<()> {
          terminationGracePeriodSeconds 1. Each phase ends when watches of pods, Deployments and Jobs held by the benchmark (an informer's view, no process per poll) see its goal. \
          \"control plane CPU\" is the `nodus control-plane` process's user + system time over \
          the phase (API server, scheduler and every controller together); its RSS is the \
-         highest seen. Floor = pods × {per_pod_floor_ms:.1} ms (CPU of `runc run --detach` — \
-         runc and its init process until it execs the container's program — + CNI ADD per pod, \
-         p50, timed alone in this run) / {cores} cores. {cores} cores.\n\n\
+         highest seen. Floor = pods × the per-pod floor (CPU of `runc run --detach` — runc and \
+         its init process until it execs the container's program — + CNI ADD, p50 of 10, timed \
+         alone on the idle node just before the phase; {start_floor_ms:.1} ms when timed before \
+         the cluster started) / {cores} cores. {cores} cores.\n\n\
          | phase | pods | wall | floor | wall / floor | control plane CPU | per pod | control plane RSS |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         kubectl_version(),
     );
     for p in &phases {
-        let fl = floor_wall(p.pods);
+        let fl = floor_wall(p);
         body.push_str(&format!(
             "| {} | {} | {:.2} s | {:.2} s | {:.1}× | {:.0} ms | {:.2} ms | {:.1} MiB |\n",
             p.what,
@@ -687,7 +692,7 @@ async fn main() -> Result<()> {
          process tree (the daemon, its shims, runc and the CNI plugins, read from a cgroup \
          the runtime was started in); the pods' cgroups (runc's init, which sets a container up \
          in its cgroup before it execs the program, and the programs themselves); the floor's \
-         share of those ({per_pod_floor_ms:.1} ms); nodus's own CPU (all four minus the floor); \
+         share of those (timed before the phase); nodus's own CPU (all four minus the floor); \
          how busy the {cores} cores were with these processes over the phase's wall time, and \
          with everything (the kernel's workers, interrupts, the benchmark and kubectl too).\n\n\
          | phase | control plane | kubelet | runtime tree | pods' cgroups | floor (runc + CNI) | nodus's own | busy with these | machine busy |\n\
@@ -703,8 +708,8 @@ async fn main() -> Result<()> {
             per(p.kubelet_cpu_ms),
             per(p.runtime_cpu_ms),
             per(p.containers_cpu_ms),
-            per_pod_floor_ms,
-            per(all) - per_pod_floor_ms,
+            p.floor_ms,
+            per(all) - p.floor_ms,
             100.0 * all / (p.wall.as_secs_f64() * 1e3 * cores as f64),
             p.host_busy_pct,
         ));
@@ -732,6 +737,15 @@ async fn main() -> Result<()> {
     drop(c);
     drop(t);
     Ok(())
+}
+
+/// CPU of the parts a pod start cannot avoid, per pod: `runc run --detach` and CNI ADD, p50
+/// of 10 each, timed alone. The pod network as `nodus up` runs it: the bridge plugin's ipMasq
+/// off (the pod network agent masquerades with one rule), so a CNI ADD does not grow with
+/// the node's pod count; no loopback plugin, since the runtime brings `lo` up itself.
+fn per_pod_floor_ms() -> Result<f64> {
+    let mut floor = nodus_bench::floor::measure_with(10, Masq::Agent, true)?;
+    Ok(pct(&mut floor.runc_run_cpu, 50.0) + pct(&mut floor.cni_add_cpu, 50.0))
 }
 
 fn kubectl_version() -> String {
