@@ -136,6 +136,25 @@ fn host_cpu() -> (u64, u64) {
     (v.iter().sum(), idle)
 }
 
+/// Waits until the machine's cores were less than 10 % busy over two half-second windows in
+/// a row (at most a minute, then says so and goes on).
+fn wait_quiet(what: &str) {
+    let t0 = Instant::now();
+    let mut quiet = 0;
+    while quiet < 2 {
+        if t0.elapsed() > Duration::from_secs(60) {
+            eprintln!("{what}: the machine did not go quiet within 60 s; going on");
+            return;
+        }
+        let a = host_cpu();
+        std::thread::sleep(Duration::from_millis(500));
+        let b = host_cpu();
+        let total = b.0.saturating_sub(a.0).max(1);
+        let busy = 1.0 - b.1.saturating_sub(a.1) as f64 / total as f64;
+        quiet = if busy < 0.10 { quiet + 1 } else { 0 };
+    }
+}
+
 /// One measured phase.
 struct Phase {
     what: String,
@@ -165,8 +184,13 @@ fn measure(
     // Timed right before the phase, on the idle node: the machine's speed drifts over a
     // run (the floor moved by a quarter between runs minutes apart), and a ratio is only
     // meaningful when both of its sides ran under the same conditions.
+    // The previous phase's pods are gone from the API before the node has finished with
+    // them (containers and sandboxes removed, CNI DEL): the floor is timed alone, and the
+    // phase starts, once the machine is quiet.
+    wait_quiet(what);
     eprintln!("{what}: timing the floor");
     let floor_ms = per_pod_floor_ms()?;
+    wait_quiet(what);
     let c0 = Counters::read(m);
     eprintln!("{what}: started");
     let t0 = Instant::now();
@@ -667,7 +691,8 @@ async fn main() -> Result<()> {
          the phase (API server, scheduler and every controller together); its RSS is the \
          highest seen. Floor = pods × the per-pod floor (CPU of `runc run --detach` — runc and \
          its init process until it execs the container's program — + CNI ADD, p50 of 10, timed \
-         alone on the idle node just before the phase; {start_floor_ms:.1} ms when timed before \
+         alone just before the phase, once the machine is quiet (under 10 % busy for a second), \
+         as the phase then starts; {start_floor_ms:.1} ms when timed before \
          the cluster started) / {cores} cores. {cores} cores.\n\n\
          | phase | pods | wall | floor | wall / floor | control plane CPU | per pod | control plane RSS |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- |\n",
