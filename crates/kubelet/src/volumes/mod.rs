@@ -1,6 +1,6 @@
 //! Pod volumes on the node: emptyDir (disk and Memory medium), hostPath, and the
-//! API-backed [`configmap`], [`secret`] (on tmpfs), [`downwardapi`] and [`projected`]
-//! volumes written by the [`atomic_writer`], plus the kubelet-managed files every container
+//! API-backed [`configmap`], [`secret`] (on tmpfs), [`downwardapi`] and [`projected`] (on
+//! tmpfs) volumes written by the [`atomic_writer`], plus the kubelet-managed files every container
 //! gets (`/etc/hosts`, the termination-message file).
 //!
 //! Layout as upstream's: `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`,
@@ -305,10 +305,12 @@ pub fn set_up(
             p
         } else if let Some(pr) = &v.projected {
             let p = plugin_dir(root, uid, "projected", &v.name);
+            // On tmpfs, as upstream's projected plugin wraps an emptyDir of medium Memory:
+            // the service-account token every pod gets is a credential.
             write_payload(
                 v,
                 &p,
-                false,
+                true,
                 projected::payload(pod, &v.name, pr, &sources.objects, sources),
             )?;
             p
@@ -378,7 +380,8 @@ fn check_host_path(p: &Path, kind: &str) -> Result<(), String> {
     }
 }
 
-/// Unmounts the pod's tmpfs volumes (Memory emptyDirs, secrets) and removes its directory.
+/// Unmounts the pod's tmpfs volumes (Memory emptyDirs, secrets, projected) and removes its
+/// directory.
 pub fn tear_down(root: &Path, uid: &str) -> Result<(), VolumeError> {
     let dir = pod_dir(root, uid);
     for plugin in std::fs::read_dir(dir.join("volumes"))
