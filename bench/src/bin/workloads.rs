@@ -3,16 +3,17 @@
 //!
 //! 1. a baseline: 100 bare pods (`kubectl apply` of a List, scheduled) to all Ready — the
 //!    same API server, scheduler and kubelet work without any controller;
-//! 2. a 100-replica Deployment from `kubectl apply` to all pods Ready;
+//! 2. a 100-replica Deployment from `kubectl apply` to all pods Ready (1 and 2 run twice);
 //! 3. a rolling update of it to a new image (`kubectl set image`) until the rollout is
 //!    complete;
 //! 4. a Job of 500 completions with parallelism 50 until it is Complete.
 //!
 //! For each: wall time, the control plane's CPU time over the phase, its RSS. The
 //! controllers run inside the control-plane process, so their own CPU is read as the
-//! Deployment phase's control-plane CPU minus the baseline's, per created pod. Beside them
-//! the floor: the CPU time of the processes every pod needs (`runc run --detach` + the CNI
-//! ADD), timed alone in the same run (bench/src/floor.rs), spread over the machine's cores.
+//! Deployment phase's control-plane CPU minus the baseline's, per created pod, averaged over
+//! the two rounds. Beside them the floor: the CPU time of the processes every pod needs
+//! (`runc run --detach` + the CNI ADD), timed alone just before each phase once the machine
+//! is quiet (bench/src/floor.rs), spread over the machine's cores.
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt as _;
