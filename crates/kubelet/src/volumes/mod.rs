@@ -210,11 +210,15 @@ fn write_payload(
     let payload = payload.map_err(|m| setup_failed(v, m))?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     if tmpfs && !is_mountpoint(dir) {
+        // No nosuid/nodev, as upstream's Memory emptyDir under these plugins: the kubelet
+        // alone writes here (modes are at most 0777), and in a pod with its own user
+        // namespace those flags would be locked on the container's bind, so the OCI
+        // runtime's read-only remount of it, which does not repeat them, fails with EPERM.
         nix::mount::mount(
             Some("tmpfs"),
             dir,
             Some("tmpfs"),
-            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            nix::mount::MsFlags::empty(),
             Some("mode=0755"),
         )
         .map_err(|e| setup_failed(v, format!("mount tmpfs: {e}")))?;
