@@ -1,6 +1,6 @@
 //! Pod volumes on the node: emptyDir (disk and Memory medium), hostPath, and the
-//! API-backed [`configmap`], [`secret`] (on tmpfs), [`downwardapi`] and [`projected`] (on
-//! tmpfs) volumes written by the [`atomic_writer`], plus the kubelet-managed files every container
+//! API-backed [`configmap`], [`secret`] (on tmpfs), [`downwardapi`] and [`projected`]
+//! volumes written by the [`atomic_writer`], plus the kubelet-managed files every container
 //! gets (`/etc/hosts`, the termination-message file).
 //!
 //! Layout as upstream's: `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`,
@@ -210,7 +210,7 @@ fn write_payload(
     let payload = payload.map_err(|m| setup_failed(v, m))?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     if tmpfs && !is_mountpoint(dir) {
-        // No nosuid/nodev, as upstream's Memory emptyDir under these plugins: the kubelet
+        // No nosuid/nodev, as upstream's Memory emptyDir under the secret plugin: the kubelet
         // alone writes here (modes are at most 0777), and in a pod with its own user
         // namespace those flags would be locked on the container's bind, so the OCI
         // runtime's read-only remount of it, which does not repeat them, fails with EPERM.
@@ -309,12 +309,13 @@ pub fn set_up(
             p
         } else if let Some(pr) = &v.projected {
             let p = plugin_dir(root, uid, "projected", &v.name);
-            // On tmpfs, as upstream's projected plugin wraps an emptyDir of medium Memory:
-            // the service-account token every pod gets is a credential.
+            // Upstream's projected plugin wraps an emptyDir of medium Memory; on disk here
+            // until a terminated pod's volumes are unmounted as upstream's
+            // syncTerminatedPod does (else every Completed pod would keep a tmpfs mount).
             write_payload(
                 v,
                 &p,
-                true,
+                false,
                 projected::payload(pod, &v.name, pr, &sources.objects, sources),
             )?;
             p
@@ -384,8 +385,7 @@ fn check_host_path(p: &Path, kind: &str) -> Result<(), String> {
     }
 }
 
-/// Unmounts the pod's tmpfs volumes (Memory emptyDirs, secrets, projected) and removes its
-/// directory.
+/// Unmounts the pod's tmpfs volumes (Memory emptyDirs, secrets) and removes its directory.
 pub fn tear_down(root: &Path, uid: &str) -> Result<(), VolumeError> {
     let dir = pod_dir(root, uid);
     for plugin in std::fs::read_dir(dir.join("volumes"))

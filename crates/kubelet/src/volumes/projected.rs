@@ -1,6 +1,5 @@
 //! projected volumes (upstream's pkg/volume/projected): configMap, secret, downwardAPI and
-//! serviceAccountToken sources merged into one directory with one atomic writer, on a
-//! tmpfs as upstream's (its service-account token is a credential).
+//! serviceAccountToken sources merged into one directory with one atomic writer.
 
 use super::PodObjects;
 use super::atomic_writer::{FileProjection, Payload};
