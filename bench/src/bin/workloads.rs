@@ -118,10 +118,14 @@ impl Counters {
 
     /// How busy the machine's cores were between `self` and `later`, in percent.
     fn host_busy(&self, later: &Counters) -> f64 {
-        let total = later.host.0.saturating_sub(self.host.0).max(1);
-        let idle = later.host.1.saturating_sub(self.host.1);
-        100.0 * (1.0 - idle as f64 / total as f64)
+        100.0 * busy_between(self.host, later.host)
     }
+}
+
+/// The share (0..1) of the machine's CPU time that was busy between two `host_cpu` readings.
+fn busy_between(a: (u64, u64), b: (u64, u64)) -> f64 {
+    let total = b.0.saturating_sub(a.0).max(1);
+    1.0 - b.1.saturating_sub(a.1) as f64 / total as f64
 }
 
 /// The machine's CPU time from /proc/stat's first line, in jiffies: (all, idle + iowait).
@@ -151,10 +155,11 @@ fn wait_quiet(what: &str) {
         }
         let a = host_cpu();
         std::thread::sleep(Duration::from_millis(500));
-        let b = host_cpu();
-        let total = b.0.saturating_sub(a.0).max(1);
-        let busy = 1.0 - b.1.saturating_sub(a.1) as f64 / total as f64;
-        quiet = if busy < 0.10 { quiet + 1 } else { 0 };
+        quiet = if busy_between(a, host_cpu()) < 0.10 {
+            quiet + 1
+        } else {
+            0
+        };
     }
 }
 

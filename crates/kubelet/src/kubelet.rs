@@ -222,15 +222,17 @@ impl Core {
         elapsed.as_secs() >= deadline
     }
 
-    async fn do_sync(self: Arc<Self>, pod: Pod, op: &'static str) {
+    /// One sync of a pod that should run; true when it has reached a terminal phase.
+    async fn do_sync(self: Arc<Self>, pod: Pod, op: &'static str) -> bool {
         let started = Instant::now();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.seen(&uid);
         if self.active_deadline_exceeded(&pod) {
             self.fail_deadline(&pod).await;
             self.metrics.observe_worker(op, started.elapsed());
-            return;
+            return true;
         }
+        let mut terminal = false;
         self.kr.probes.add_pod(&pod);
         match self.kr.sync_pod(&pod).await {
             Ok((result, rp)) => {
@@ -243,6 +245,7 @@ impl Core {
                 }
                 let status = self.compute_status(&pod, &rp);
                 self.note_started(&uid, &status);
+                terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
                 self.status.set(&uid, status);
                 for e in &result.errors {
                     tracing::info!(pod = %pod_name(&pod), error = %e, "sync left an error");
@@ -263,6 +266,7 @@ impl Core {
             }
         }
         self.metrics.observe_worker(op, started.elapsed());
+        terminal
     }
 
     /// Status from a fresh runtime view, readiness settled by the probers.
@@ -383,6 +387,14 @@ impl Core {
                     self.status.set(&uid, status);
                     if abnormal.is_some_and(|a| a.reason == AbnormalReason::Evicted) {
                         self.reclaim_evicted(&pod).await;
+                    } else if after.running().next().is_none() {
+                        // upstream's syncTerminatedPod: once no container runs, the
+                        // pod's volumes are unmounted; its directory stays until the pod
+                        // is deleted.
+                        let n = volumes::unmount(&self.kr.settings.root_dir, &uid);
+                        if n > 0 {
+                            tracing::info!(pod = %pod_name(&pod), volumes = n, "unmounted the terminated pod's volumes");
+                        }
                     }
                 }
             }
@@ -500,7 +512,7 @@ pub fn active_pods(
 pub struct Syncer(pub Arc<Core>);
 
 impl PodSyncer for Syncer {
-    fn sync(&self, pod: Pod, operation: &'static str) -> BoxFuture<'static, ()> {
+    fn sync(&self, pod: Pod, operation: &'static str) -> BoxFuture<'static, bool> {
         Box::pin(Arc::clone(&self.0).do_sync(pod, operation))
     }
     fn terminate(&self, pod: Pod, grace: Option<i64>) -> BoxFuture<'static, ()> {

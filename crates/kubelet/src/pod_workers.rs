@@ -1,7 +1,8 @@
 //! Pod workers: one task per pod, so work on a pod is serialised while pods proceed in
 //! parallel (upstream's podWorkers). Each worker follows upstream's state machine:
 //! syncing → terminating (containers stopped within the grace period) → terminated
-//! (resources released); a pod that is removed is torn down exactly once, and a pod
+//! (resources released), entered when the pod is deleted or, as upstream's completeSync,
+//! when its sync finds it in a terminal phase; a pod that is removed is torn down exactly once, and a pod
 //! re-added with the same UID while terminating waits for the teardown to finish.
 
 use futures::future::BoxFuture;
@@ -13,7 +14,9 @@ use tokio::sync::Notify;
 /// What the kubelet does for a worker. Implemented by the kubelet core.
 pub trait PodSyncer: Send + Sync + 'static {
     /// Reconciles a pod that should run. `operation` is `create`, `update` or `sync`.
-    fn sync(&self, pod: Pod, operation: &'static str) -> BoxFuture<'static, ()>;
+    /// Returns true once the pod has reached a terminal phase (Succeeded or Failed,
+    /// upstream's isTerminal): the worker then terminates it and syncs it no more.
+    fn sync(&self, pod: Pod, operation: &'static str) -> BoxFuture<'static, bool>;
     /// Stops every container of the pod within `grace` (None: the pod's own).
     fn terminate(&self, pod: Pod, grace: Option<i64>) -> BoxFuture<'static, ()>;
     /// Releases what a terminated pod held: containers, sandboxes, volumes, status.
@@ -212,7 +215,16 @@ async fn run_worker(
             };
             match work {
                 None => break,
-                Some(Work::Sync(pod, op)) => syncer.sync(pod, op).await,
+                Some(Work::Sync(pod, op)) => {
+                    if syncer.sync(pod, op).await
+                        && let Ok(mut s) = state.lock()
+                    {
+                        // upstream's completeSync: a pod that finished goes on to
+                        // terminating (its containers have exited; the sandbox stops and
+                        // the volumes are unmounted) with its own grace period.
+                        s.terminate.get_or_insert(None);
+                    }
+                }
                 Some(Work::Terminate(pod, grace)) => {
                     syncer.terminate(pod, grace).await;
                     if let Ok(mut s) = state.lock() {
@@ -264,13 +276,15 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use std::time::Duration;
 
+    /// Records the calls; its syncs report the pod terminal when `terminal` is set.
     #[derive(Default)]
-    struct Recorder(Mutex<Vec<String>>);
+    struct Recorder(Mutex<Vec<String>>, std::sync::atomic::AtomicBool);
 
     impl PodSyncer for Arc<Recorder> {
-        fn sync(&self, _pod: Pod, operation: &'static str) -> BoxFuture<'static, ()> {
+        fn sync(&self, _pod: Pod, operation: &'static str) -> BoxFuture<'static, bool> {
             self.0.lock().unwrap().push(format!("sync {operation}"));
-            Box::pin(async {})
+            let terminal = self.1.load(std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move { terminal })
         }
         fn terminate(&self, _pod: Pod, grace: Option<i64>) -> BoxFuture<'static, ()> {
             self.0.lock().unwrap().push(format!("terminate {grace:?}"));
@@ -346,5 +360,28 @@ mod tests {
             *rec.0.lock().unwrap(),
             vec!["sync create".to_string(), "terminate Some(7)".to_string()]
         );
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_finished_is_terminated_once_and_synced_no_more() {
+        let rec = Arc::new(Recorder::default());
+        let workers = PodWorkers::new(Arc::new(Arc::clone(&rec)));
+        rec.1.store(true, std::sync::atomic::Ordering::SeqCst);
+        workers.update(Update::Sync(pod(false), "create"));
+        settle(&workers, "u1", Some(WorkerPhase::Terminated)).await;
+        workers.update(Update::Sync(pod(false), "sync"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            vec!["sync create".to_string(), "terminate None".to_string()]
+        );
+        // Deleting it later releases what it held.
+        workers.update(Update::Kill {
+            pod: pod(true),
+            grace: None,
+            remove: true,
+        });
+        settle(&workers, "u1", None).await;
+        assert_eq!(rec.0.lock().unwrap().last().unwrap(), "cleanup");
     }
 }

@@ -907,9 +907,71 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
         is_running(&k.pod(&vol).unwrap(), "app"),
         "others unaffected"
     );
+
+    // A pod that ran to completion keeps no volume mounted on the host (upstream's
+    // syncTerminatedPod unmounts them), while a running pod's secret and projected
+    // service-account token stay on their tmpfs.
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml("done", DONE_SPEC)));
+    let done = k.wait_pod("done", T, "Succeeded", |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    let done_dir = k
+        .root()
+        .join("pods")
+        .join(done["metadata"]["uid"].as_str().unwrap());
+    let vol_dir = k
+        .root()
+        .join("pods")
+        .join(k.pod(&vol).unwrap()["metadata"]["uid"].as_str().unwrap());
+    let deadline = Instant::now() + T;
+    loop {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let under = |d: &std::path::Path| {
+            mountinfo
+                .lines()
+                .filter(|l| l.contains(&format!(" {}/", d.display())))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let (left, running) = (under(&done_dir), under(&vol_dir));
+        if left.is_empty() {
+            assert!(
+                running
+                    .iter()
+                    .any(|l| l.contains("/kubernetes.io~secret/creds "))
+                    && running
+                        .iter()
+                        .any(|l| l.contains("/kubernetes.io~projected/kube-api-access-")),
+                "the running pod's secret and token are tmpfs mounts: {running:#?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Succeeded pod's volumes stay mounted: {left:#?}\n{}",
+            k.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        done_dir.is_dir(),
+        "the terminated pod keeps its directory until deleted"
+    );
     drop(k);
     drop(cp);
 }
+
+const DONE_SPEC: &str = r#"  restartPolicy: Never
+  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["cat", "/creds/token"]
+    volumeMounts:
+    - {name: creds, mountPath: /creds}
+  volumes:
+  - {name: creds, secret: {secretName: creds}}
+"#;
 
 /// The same kubelet API on containerd: logs from containerd's log files, exec and
 /// port-forward proxied to containerd's own streaming server.

@@ -5,7 +5,8 @@
 //! `/proc/self/uid_map` maps container id 0 to a block of 65536 host ids that starts on a
 //! multiple of 65536 at or above 65536, and `id -u` says 0. A second such pod gets another
 //! block; the kubelet persisted both in the pods' directories and a restarted kubelet
-//! hands a third pod neither of them; a deleted pod's block is free again. The Node
+//! hands a third pod neither of them; a deleted pod's block is free again. Secret and
+//! read-only Memory emptyDir volumes (tmpfs mounts of the kubelet's) mount in such a pod. The Node
 //! reports that its default runtime handler supports user namespaces. A pod asking for a
 //! user namespace and the host's network is refused by the API server with upstream's
 //! message. On containerd 1.6, which reports no runtime handlers, the kubelet refuses such
@@ -188,9 +189,43 @@ async fn pods_without_host_users_get_their_own_id_blocks() {
     );
 
     cp.kubectl_ok(&["create", "-f", "-"], Some(&userns_pod("first", "")));
-    cp.kubectl_ok(&["create", "-f", "-"], Some(&userns_pod("second", "")));
+    // The second pod also mounts a secret and a Memory emptyDir read-only: both are tmpfs
+    // mounts the kubelet makes on the host, whose flags the container's user namespace
+    // locks, so the runtime's read-only remount must not need to drop any.
+    cp.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=token=t0p",
+        ],
+        None,
+    );
+    cp.kubectl_ok(
+        &["create", "-f", "-"],
+        Some(&common::kubelet_api::busybox_pod(
+            "second",
+            "  hostUsers: false\n  volumes:\n  - {name: creds, secret: {secretName: creds}}\n  - {name: scratch, emptyDir: {medium: Memory}}\n",
+            "cat /proc/self/uid_map; cat /proc/self/gid_map; id -u; exec sleep 3600",
+            "    volumeMounts:\n    - {name: creds, mountPath: /creds}\n    - {name: scratch, mountPath: /scratch, readOnly: true}\n",
+        )),
+    );
     let first = assert_pod_block("first", &wait_output(&cp, &k, "first"));
     let second = assert_pod_block("second", &wait_output(&cp, &k, "second"));
+    assert_eq!(
+        cp.kubectl_ok(&["exec", "second", "--", "cat", "/creds/token"], None),
+        "t0p",
+        "the secret reaches the user-namespaced pod"
+    );
+    assert!(
+        cp.kubectl_ok(
+            &["exec", "second", "--", "grep", " /scratch ", "/proc/mounts"],
+            None
+        )
+        .contains("tmpfs ro,"),
+        "the Memory emptyDir is a read-only tmpfs in the container"
+    );
     assert_ne!(first, second, "two pods never share a block");
     assert_eq!(persisted_host_id(&k, &pod_uid(&cp, "first")), first);
     assert_eq!(persisted_host_id(&k, &pod_uid(&cp, "second")), second);

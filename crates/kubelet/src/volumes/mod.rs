@@ -1,6 +1,6 @@
 //! Pod volumes on the node: emptyDir (disk and Memory medium), hostPath, and the
-//! API-backed [`configmap`], [`secret`] (on tmpfs), [`downwardapi`] and [`projected`]
-//! volumes written by the [`atomic_writer`], plus the kubelet-managed files every container
+//! API-backed [`configmap`], [`secret`] (on tmpfs), [`downwardapi`] and [`projected`] (on
+//! tmpfs) volumes written by the [`atomic_writer`], plus the kubelet-managed files every container
 //! gets (`/etc/hosts`, the termination-message file).
 //!
 //! Layout as upstream's: `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`,
@@ -259,11 +259,14 @@ pub fn set_up(
                         .value();
                     opts.push_str(&format!(",size={bytes}"));
                 }
+                // No nosuid/nodev, as upstream's emptyDir: in a pod with its own user
+                // namespace they would be locked on the container's bind (see
+                // write_payload).
                 nix::mount::mount(
                     Some("tmpfs"),
                     &p,
                     Some("tmpfs"),
-                    nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                    nix::mount::MsFlags::empty(),
                     Some(opts.as_str()),
                 )
                 .map_err(|e| setup_failed(v, format!("mount tmpfs: {e}")))?;
@@ -309,13 +312,12 @@ pub fn set_up(
             p
         } else if let Some(pr) = &v.projected {
             let p = plugin_dir(root, uid, "projected", &v.name);
-            // Upstream's projected plugin wraps an emptyDir of medium Memory; on disk here
-            // until a terminated pod's volumes are unmounted as upstream's
-            // syncTerminatedPod does (else every Completed pod would keep a tmpfs mount).
+            // Upstream's projected plugin wraps an emptyDir of medium Memory: the
+            // service-account token never touches the node's disk.
             write_payload(
                 v,
                 &p,
-                false,
+                true,
                 projected::payload(pod, &v.name, pr, &sources.objects, sources),
             )?;
             p
@@ -385,10 +387,13 @@ fn check_host_path(p: &Path, kind: &str) -> Result<(), String> {
     }
 }
 
-/// Unmounts the pod's tmpfs volumes (Memory emptyDirs, secrets) and removes its directory.
-pub fn tear_down(root: &Path, uid: &str) -> Result<(), VolumeError> {
-    let dir = pod_dir(root, uid);
-    for plugin in std::fs::read_dir(dir.join("volumes"))
+/// Unmounts the pod's tmpfs volumes (Memory emptyDirs, secrets, projected), as upstream's
+/// syncTerminatedPod waits for once the pod's containers have stopped: a pod that ran to
+/// completion keeps its directory (until it is deleted) but no mount. Returns how many
+/// volumes were unmounted.
+pub fn unmount(root: &Path, uid: &str) -> usize {
+    let mut n = 0;
+    for plugin in std::fs::read_dir(pod_dir(root, uid).join("volumes"))
         .into_iter()
         .flatten()
         .flatten()
@@ -400,10 +405,22 @@ pub fn tear_down(root: &Path, uid: &str) -> Result<(), VolumeError> {
         {
             let p = e.path();
             if is_mountpoint(&p) {
-                let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
+                match nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH) {
+                    Ok(()) => n += 1,
+                    Err(e) => {
+                        tracing::warn!(path = %p.display(), error = %e, "UnmountVolume.TearDown failed")
+                    }
+                }
             }
         }
     }
+    n
+}
+
+/// Unmounts the pod's tmpfs volumes and removes its directory.
+pub fn tear_down(root: &Path, uid: &str) -> Result<(), VolumeError> {
+    unmount(root, uid);
+    let dir = pod_dir(root, uid);
     match std::fs::remove_dir_all(&dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&dir)(e)),
         _ => Ok(()),
