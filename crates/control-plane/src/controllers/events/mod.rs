@@ -1,10 +1,17 @@
 //! Events from the control plane's own components (the scheduler's FailedScheduling, the
 //! node-lifecycle controller's NodeNotReady, the taint manager's TaintManagerEviction),
-//! aggregated as upstream's recorder does: a repeat of the same reason and message on
-//! the same object bumps `count` and `lastTimestamp` instead of creating a new Event.
+//! correlated as upstream's recorder does ([`correlator`]): a repeat of the same reason and
+//! message on the same object bumps `count` and `lastTimestamp` instead of creating a new
+//! Event, many different messages are combined into one event, and an object's bursts are
+//! throttled.
+
+mod correlator;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
+
+use correlator::{Correlator, Verdict};
 
 use serde_json::{Value, json};
 
@@ -15,15 +22,22 @@ use crate::storage::{MutateOp, Mutation, StoreError, Stored};
 
 pub struct Recorder {
     component: String,
-    /// (involved uid, reason, message) → the Event's storage key.
+    /// (involved uid, reason, message) → the Event's storage key; a combined event's
+    /// entry has [`COMBINED`] for its message.
     seen: Mutex<HashMap<(String, String, String), String>>,
+    correlator: Mutex<Correlator>,
 }
+
+/// The `seen` message of an object's combined event, which every later combined event of
+/// that type and reason bumps.
+const COMBINED: &str = "\u{0}combined";
 
 impl Recorder {
     pub fn new(component: &str) -> Recorder {
         Recorder {
             component: component.to_string(),
             seen: Mutex::new(HashMap::new()),
+            correlator: Mutex::new(Correlator::default()),
         }
     }
 
@@ -39,13 +53,28 @@ impl Recorder {
         let now = now_rfc3339();
         let mut ops: Vec<MutateOp<'_>> = Vec::new();
         let mut dedups = Vec::new();
+        let at = Instant::now();
         for (obj, kind, reason, message) in items {
-            let uid = obj
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let dedup = (uid, reason.to_string(), message.to_string());
+            let meta = |f: &str| obj.pointer(f).and_then(Value::as_str).unwrap_or("");
+            let uid = meta("/metadata/uid").to_string();
+            let object = [
+                meta("/kind"),
+                meta("/metadata/namespace"),
+                meta("/metadata/name"),
+                &uid,
+                meta("/apiVersion"),
+            ]
+            .join("\u{0}");
+            let verdict = match self.correlator.lock() {
+                Ok(mut c) => c.correlate(&object, kind, reason, message, at),
+                Err(_) => continue,
+            };
+            let Verdict::Record { message, combined } = verdict else {
+                tracing::debug!(component = %self.component, reason, object = %meta("/metadata/name"), "event dropped by the spam filter");
+                continue;
+            };
+            let seen_as = if combined { COMBINED } else { message.as_str() };
+            let dedup = (uid, reason.to_string(), seen_as.to_string());
             let existing = self.seen.lock().ok().and_then(|m| m.get(&dedup).cloned());
             let now = now.clone();
             match existing {
@@ -59,10 +88,12 @@ impl Recorder {
                         let n = e.get("count").and_then(Value::as_i64).unwrap_or(1);
                         e["count"] = json!(n + 1);
                         e["lastTimestamp"] = json!(now);
+                        // A combined event shows the latest of the messages it counts.
+                        e["message"] = json!(message);
                         Ok(Mutation::Put(e))
                     }),
                 )),
-                None => match self.build(obj, kind, reason, message, &now) {
+                None => match self.build(obj, kind, reason, &message, &now) {
                     Ok((key, ev)) => {
                         let mut ev = Some(ev);
                         ops.push((
