@@ -157,10 +157,16 @@ impl Core {
     }
 
     /// Takes in a pod the API reports finished, without running it: like a rejected pod,
-    /// it has no worker and keeps the status the server has.
+    /// it has no worker and keeps the status the server has. Its containers have all exited
+    /// (the phase is final only then), so volumes a previous kubelet left mounted (it died
+    /// between the pod's end and syncTerminatedPod) are unmounted now.
     pub fn adopt_finished(&self, pod: &Pod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         tracing::info!(pod = %pod_name(pod), phase = ?pod.status.as_ref().and_then(|s| s.phase.clone()), "pod already finished; not starting it");
+        let n = volumes::unmount(&self.kr.settings.root_dir, &uid);
+        if n > 0 {
+            tracing::info!(pod = %pod_name(pod), volumes = n, "unmounted the finished pod's volumes");
+        }
         if let Ok(mut s) = self.rejected.lock() {
             s.insert(uid.clone());
         }

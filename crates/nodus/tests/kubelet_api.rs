@@ -811,7 +811,7 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
     ] {
         cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml(n, spec)));
     }
-    let k = cp.join_kubelet(&node, &["--sync-frequency".into(), "2s".into()]);
+    let mut k = cp.join_kubelet(&node, &["--sync-frequency".into(), "2s".into()]);
     let vol = "vol".to_string();
     k.wait_pod(&vol, T, "app running", |p| is_running(p, "app"));
     let exec = |cmd: &str| cp.kubectl_ok(&["exec", &vol, "-c", "app", "--", "sh", "-c", cmd], None);
@@ -956,6 +956,39 @@ async fn pods_get_config_maps_and_secrets_as_files_and_env() {
     assert!(
         done_dir.is_dir(),
         "the terminated pod keeps its directory until deleted"
+    );
+
+    // A kubelet that died between a pod's end and the unmount left its tmpfs behind: the
+    // next kubelet, which adopts the finished pod without running it, unmounts it.
+    k.kill();
+    let stale = done_dir.join("volumes/kubernetes.io~secret/creds");
+    nix::mount::mount(
+        Some("tmpfs"),
+        &stale,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .unwrap();
+    k.start_again();
+    let deadline = Instant::now() + T;
+    while std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .contains(&format!(" {} ", stale.display()))
+    {
+        if Instant::now() >= deadline {
+            let _ = nix::mount::umount2(&stale, nix::mount::MntFlags::MNT_DETACH);
+            panic!(
+                "the restarted kubelet left the finished pod's volume mounted\n{}",
+                k.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(
+        k.pod("done").unwrap()["status"]["phase"],
+        "Succeeded",
+        "the finished pod is adopted as it was, not run again"
     );
     drop(k);
     drop(cp);
