@@ -55,9 +55,37 @@ pub fn measure_with(
     cg.create();
     let dir = tempfile::Builder::new().prefix("bench-floor-").tempdir()?;
     let mut f = Floors::default();
-    runc(&node, &cg, dir.path(), runs, &mut f)?;
+    let oci = MemDir::new(&dir.path().join("oci"))?;
+    runc(&node, &cg, &oci.0, runs, &mut f)?;
+    drop(oci);
     cni(&node, dir.path(), runs, masq, internal_loopback, &mut f)?;
     Ok(f)
+}
+
+/// A tmpfs mounted for the OCI runtime's state and bundles, unmounted on drop: nodus's shim
+/// runs runc with both on the runtime's state dir, which is in memory (`/run` on a host,
+/// a tmpfs of the runtime's own otherwise), so the floor does the same work.
+struct MemDir(PathBuf);
+
+impl MemDir {
+    fn new(path: &Path) -> Result<MemDir> {
+        std::fs::create_dir_all(path)?;
+        nix::mount::mount(
+            Some("tmpfs"),
+            path,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("mode=711"),
+        )
+        .with_context(|| format!("mounting a tmpfs on {}", path.display()))?;
+        Ok(MemDir(path.to_path_buf()))
+    }
+}
+
+impl Drop for MemDir {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
 }
 
 fn ms(t: Instant) -> f64 {
@@ -192,13 +220,14 @@ pub fn oci_run_detach(program: &str, runs: usize) -> Result<(Vec<f64>, Vec<f64>)
     let node = Netns::new("floor")?;
     let cg = CgroupParent::new("floor");
     cg.create();
-    let dir = tempfile::Builder::new().prefix("bench-floor-").tempdir()?;
-    let state = dir.path().join(format!("{program}-state"));
+    let tmp = tempfile::Builder::new().prefix("bench-floor-").tempdir()?;
+    let dir = MemDir::new(&tmp.path().join("oci"))?;
+    let state = dir.0.join(format!("{program}-state"));
     let (mut wall, mut cpu) = (Vec::new(), Vec::new());
     for i in 0..=runs {
         let id = format!("floor-{program}-{i}");
-        let b = bundle(dir.path(), &cg, &id)?;
-        let log = dir.path().join(format!("{id}.log"));
+        let b = bundle(&dir.0, &cg, &id)?;
+        let log = dir.0.join(format!("{id}.log"));
         let (w, c) = oci_container(program, &node, &state, &b, &id, true, &log)?;
         // As in `runc`: the first round only warms the page cache.
         if i > 0 {

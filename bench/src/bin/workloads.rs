@@ -89,6 +89,8 @@ impl Kubectl {
 struct Meters {
     cp_pid: u32,
     kubelet_pid: u32,
+    /// The runtime daemon's own process (its threads, not the shims and plugins it starts).
+    runtime_pid: u32,
     runtime: TreeCpu,
     containers: TreeCpu,
     /// What the phases wait for.
@@ -101,6 +103,7 @@ struct Counters {
     cp: f64,
     kubelet: f64,
     runtime: f64,
+    runtime_daemon: f64,
     containers: f64,
     host: (u64, u64),
 }
@@ -111,6 +114,7 @@ impl Counters {
             cp: cpu_ms(m.cp_pid),
             kubelet: cpu_ms(m.kubelet_pid),
             runtime: m.runtime.ms(),
+            runtime_daemon: cpu_ms(m.runtime_pid),
             containers: m.containers.ms(),
             host: host_cpu(),
         }
@@ -170,6 +174,7 @@ struct Phase {
     cp_cpu_ms: f64,
     kubelet_cpu_ms: f64,
     runtime_cpu_ms: f64,
+    runtime_daemon_cpu_ms: f64,
     containers_cpu_ms: f64,
     /// How busy the machine's cores were over the phase, with everything that ran on them.
     host_busy_pct: f64,
@@ -222,6 +227,7 @@ fn measure(
         cp_cpu_ms: c1.cp - c0.cp,
         kubelet_cpu_ms: c1.kubelet - c0.kubelet,
         runtime_cpu_ms: c1.runtime - c0.runtime,
+        runtime_daemon_cpu_ms: c1.runtime_daemon - c0.runtime_daemon,
         containers_cpu_ms: c1.containers - c0.containers,
         host_busy_pct: c0.host_busy(&c1),
         cp_rss_max_kib: rss_max.max(rss_kib(m.cp_pid)),
@@ -696,6 +702,7 @@ async fn main() -> Result<()> {
     let meters = Meters {
         cp_pid: c.control_plane.pid(),
         kubelet_pid: c.kubelet.pid(),
+        runtime_pid: t.daemon_pid,
         runtime,
         containers: TreeCpu::open(&t.cgroup.path()),
         watched: Watched::start(t.netns.path(), c.admin.clone())?,
@@ -712,7 +719,8 @@ async fn main() -> Result<()> {
          \"control plane CPU\" is the `nodus control-plane` process's user + system time over \
          the phase (API server, scheduler and every controller together); its RSS is the \
          highest seen. Floor = pods × the per-pod floor (CPU of `runc run --detach` — runc and \
-         its init process until it execs the container's program — + CNI ADD, p50 of 10, timed \
+         its init process until it execs the container's program, its state and bundle on a tmpfs \
+         as the runtime's state dir is — + CNI ADD, p50 of 10, timed \
          alone just before the phase, once the machine is quiet (under 10 % busy for a second), \
          as the phase then starts; {start_floor_ms:.1} ms when timed before \
          the cluster started) / {cores} cores. {cores} cores.\n\n\
@@ -737,23 +745,24 @@ async fn main() -> Result<()> {
     body.push_str(&format!(
         "\nWhere the CPU went, per pod: the control plane; the kubelet; the runtime's whole \
          process tree (the daemon, its shims, runc and the CNI plugins, read from a cgroup \
-         the runtime was started in); the pods' cgroups (runc's init, which sets a container up \
+         the runtime was started in), and of it the runtime daemon's own process; the pods' cgroups (runc's init, which sets a container up \
          in its cgroup before it execs the program, and the programs themselves); the floor's \
          share of those (timed before the phase); nodus's own CPU (all four minus the floor); \
          how busy the {cores} cores were with these processes over the phase's wall time, and \
          with everything (the kernel's workers, interrupts, the benchmark and kubectl too).\n\n\
-         | phase | control plane | kubelet | runtime tree | pods' cgroups | floor (runc + CNI) | nodus's own | busy with these | machine busy |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+         | phase | control plane | kubelet | runtime tree | of it the daemon | pods' cgroups | floor (runc + CNI) | nodus's own | busy with these | machine busy |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     ));
     for p in &phases {
         let per = |ms: f64| ms / p.pods as f64;
         let all = p.cp_cpu_ms + p.kubelet_cpu_ms + p.runtime_cpu_ms + p.containers_cpu_ms;
         body.push_str(&format!(
-            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} % | {:.0} % |\n",
+            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} % | {:.0} % |\n",
             p.what,
             per(p.cp_cpu_ms),
             per(p.kubelet_cpu_ms),
             per(p.runtime_cpu_ms),
+            per(p.runtime_daemon_cpu_ms),
             per(p.containers_cpu_ms),
             p.floor_ms,
             per(all) - p.floor_ms,

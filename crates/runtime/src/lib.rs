@@ -6,7 +6,8 @@
 //! * [`nri`]: the Node Resource Interface: plugins hooked into pod and container lifecycle.
 //!
 //! The runtime owns everything under its `--root-dir` (persistent: content, snapshots, image
-//! metadata) and `--state-dir` (volatile). It never touches the kubelet's directories.
+//! metadata) and `--state-dir` (volatile, kept on tmpfs: `statedir`). It never touches the
+//! kubelet's directories.
 
 pub mod config;
 pub mod container;
@@ -17,4 +18,5 @@ pub mod sandbox;
 pub mod server;
 pub mod shim;
 pub mod state;
+mod statedir;
 pub mod streaming;

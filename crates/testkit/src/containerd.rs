@@ -76,6 +76,24 @@ impl Containerd {
         for sub in ["root", "state", "opt", "cni/bin", "cni/conf.d"] {
             std::fs::create_dir_all(d.join(sub))?;
         }
+        // containerd's `state` is on /run, a tmpfs on the hosts it runs on, as nodus's
+        // runtime keeps its own state dir: the two are compared on the same footing.
+        nix::mount::mount(
+            Some("tmpfs"),
+            &d.join("state"),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("mode=711"),
+        )?;
+        // Until the Containerd below exists (its drop unmounts everything under the dir), a
+        // failure must not leave the tmpfs behind.
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let state_mount = Unmount(d.join("state"));
         let config = format!(
             r#"version = 2
 root = {root}
@@ -153,6 +171,7 @@ disabled_plugins = [
             daemon: Some(daemon),
             dir,
         };
+        std::mem::forget(state_mount);
         ready?;
         Ok(containerd)
     }

@@ -54,11 +54,15 @@ pub fn kill_runtime_leftovers(state: &Path, base: &Path) {
 }
 
 /// What pods left mounted under a runtime's directory `dir`: every mount point below it, except
-/// that the runtime's pin root (`<state>/sandboxes`, one shared mount point that stays while the
-/// daemon runs, as `/run/netns` does) is looked into rather than reported itself.
+/// the runtime's own, which stay while the daemon runs and are looked into rather than
+/// reported themselves: the state dir's tmpfs (`<dir>/state`, as `/run` is) and the pin root
+/// (`<state>/sandboxes`, one shared mount point, as `/run/netns` is).
 pub fn pod_mounts_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for m in crate::containerd::mounts_under(dir) {
+        if m == dir.join("state") {
+            continue;
+        }
         let pin_root = m.file_name().is_some_and(|n| n == "sandboxes")
             && m.parent()
                 .and_then(Path::file_name)

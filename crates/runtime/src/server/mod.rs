@@ -76,12 +76,17 @@ async fn shutdown_signal() {
 
 /// Runs the CRI server until SIGTERM or SIGINT.
 pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
-    std::fs::create_dir_all(&opts.state_dir).map_err(|e| {
-        ServeError::Setup(format!(
-            "creating state dir {}: {e}",
-            opts.state_dir.display()
-        ))
-    })?;
+    match crate::statedir::prepare(&opts.state_dir).map_err(ServeError::Setup)? {
+        crate::statedir::StateDir::Mounted => tracing::info!(
+            state = %opts.state_dir.display(),
+            "the state dir was on disk: mounted a tmpfs on it"
+        ),
+        crate::statedir::StateDir::OnDisk => tracing::warn!(
+            state = %opts.state_dir.display(),
+            "the state dir is on disk and holds an earlier runtime's state: using it there (it is put in memory once it is empty, e.g. after a reboot)"
+        ),
+        crate::statedir::StateDir::InMemory => {}
+    }
     let images = ImageManager::open(ImageManagerConfig::new(&opts.root_dir, &opts.config))
         .map_err(|e| ServeError::Setup(format!("opening image store: {e}")))?;
     let listener = bind(&opts.listen)?;
