@@ -5,6 +5,7 @@
 //! - [`gvk`]: group/version/kind of objects.
 //! - [`catalog`]: the built-in resources served, with upstream's names, verbs, subresources.
 //! - [`cron`]: CronJob schedules and their next activation time.
+//! - [`events`]: the event correlator (aggregation and spam filter) of every recorder.
 //! - [`flowcontrol`]: API Priority and Fairness's mandatory and suggested configuration.
 //! - [`quantity`]: `resource.Quantity` parsing and rounding.
 //! - [`qos`]: the pod QoS class.
@@ -24,6 +25,7 @@ pub mod catalog;
 pub mod cron;
 pub mod defaults;
 pub mod duration;
+pub mod events;
 pub mod flowcontrol;
 pub mod gvk;
 pub mod intstr;

@@ -4,9 +4,13 @@
 //!
 //! Recording never blocks and never fails the caller: events go through a bounded queue to
 //! one sender task, and when the API server is down or the queue is full they are dropped
-//! with a log line, as upstream's broadcaster does. A repeat of the same event (object,
-//! type, reason, message) within ten minutes bumps `count` and `lastTimestamp` of the
-//! existing Event instead of creating another (upstream's EventCorrelator, simplified).
+//! with a log line, as upstream's broadcaster does. Events are correlated as upstream's
+//! EventCorrelator does ([`nodus_k8s::events`], shared with the control plane): from an
+//! object's tenth different message of one type and reason within ten minutes they are
+//! combined into one "(combined from similar events)" Event, an object's bursts beyond 25
+//! are dropped (one more per five minutes), and a repeat of the same event (object, type,
+//! reason, message, or the same combined event) within ten minutes bumps `count` and
+//! `lastTimestamp` of the existing Event instead of creating another.
 //!
 //! The process has one recorder, [`recorder()`]: events are emitted deep inside kuberuntime,
 //! the probers and the volume code, and one kubelet runs per process, so a shared handle
@@ -16,6 +20,7 @@
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodus_k8s::events::{Correlator, Verdict};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -122,7 +127,23 @@ pub fn node_ref(node: &str) -> ObjectReference {
     }
 }
 
-fn key(r: &Record) -> String {
+/// The involved object as the correlator tells objects apart (upstream's aggregate and spam
+/// keys: kind, namespace, name, uid, apiVersion; not the field path).
+fn object_key(o: &ObjectReference) -> String {
+    [&o.kind, &o.namespace, &o.name, &o.uid, &o.api_version]
+        .map(|f| f.as_deref().unwrap_or_default())
+        .join("\u{0}")
+}
+
+/// The key under which a repeat bumps an Event already written: all combined events of one
+/// object, type and reason bump the same one, as upstream's logger keys them by the
+/// aggregate key.
+fn key(r: &Record, combined: bool) -> String {
+    let message = if combined {
+        "\u{0}combined"
+    } else {
+        &r.message
+    };
     format!(
         "{}/{}/{}/{}/{}/{}",
         r.object.uid.as_deref().unwrap_or_default(),
@@ -130,7 +151,7 @@ fn key(r: &Record) -> String {
         r.object.name.as_deref().unwrap_or_default(),
         r.type_,
         r.reason,
-        r.message
+        message
     )
 }
 
@@ -143,16 +164,33 @@ struct Seen {
 
 async fn send_loop(client: kube::Client, node: String, mut rx: mpsc::Receiver<Record>) {
     let mut seen: HashMap<String, Seen> = HashMap::new();
-    while let Some(r) = rx.recv().await {
+    let mut correlator = Correlator::default();
+    while let Some(mut r) = rx.recv().await {
         seen.retain(|_, s| s.first.elapsed() < CORRELATION_WINDOW);
-        let k = key(&r);
+        let verdict = correlator.correlate(
+            &object_key(&r.object),
+            &r.type_,
+            &r.reason,
+            &r.message,
+            Instant::now(),
+        );
+        let Verdict::Record { message, combined } = verdict else {
+            tracing::debug!(reason = %r.reason, object = ?r.object.name, "event dropped by the spam filter");
+            continue;
+        };
+        r.message = message;
+        let k = key(&r, combined);
         if let Some(s) = seen.get_mut(&k) {
             s.count += 1;
             let api: Api<Event> = Api::namespaced(client.clone(), &s.namespace);
-            let patch = serde_json::json!({
+            let mut patch = serde_json::json!({
                 "count": s.count,
                 "lastTimestamp": Time(r.at),
             });
+            if combined {
+                // The combined event says what the latest of them said, as upstream's.
+                patch["message"] = r.message.clone().into();
+            }
             match api
                 .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await

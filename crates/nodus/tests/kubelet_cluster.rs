@@ -65,6 +65,27 @@ spec:
       failureThreshold: 1
 "#;
 
+/// A readiness probe whose output differs at every failure (the uptime), so each Unhealthy
+/// event has a message of its own.
+const FLAKY: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: flaky
+  namespace: default
+spec:
+  nodeName: test-node
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    readinessProbe:
+      exec: {command: ["sh", "-c", "cat /proc/uptime; exit 1"]}
+      periodSeconds: 1
+"#;
+
 const HUGE: &str = r#"
 apiVersion: v1
 kind: Pod
@@ -377,6 +398,52 @@ fn kubelet_registers_heartbeats_and_runs_api_pods() {
             c.logs()
         );
         std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // Ten different messages of one reason on one pod are combined, as upstream's
+    // EventCorrelator does: nine Unhealthy Events, then one "(combined from similar
+    // events)" Event whose count goes up, and never an eleventh.
+    c.cp.apply(FLAKY);
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let unhealthy: Vec<(String, i64)> =
+            c.cp.get_json(&["events", "-n", "default"])
+                .and_then(|v| v["items"].as_array().cloned())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| e["involvedObject"]["name"] == "flaky" && e["reason"] == "Unhealthy")
+                .map(|e| {
+                    (
+                        e["message"].as_str().unwrap_or_default().to_string(),
+                        e["count"].as_i64().unwrap_or(0),
+                    )
+                })
+                .collect();
+        assert!(unhealthy.len() <= 10, "{unhealthy:#?}");
+        let combined: Vec<_> = unhealthy
+            .iter()
+            .filter(|(m, _)| {
+                m.starts_with("(combined from similar events): Readiness probe failed: ")
+            })
+            .collect();
+        if combined.iter().any(|(_, n)| *n >= 2) {
+            assert_eq!(combined.len(), 1, "{unhealthy:#?}");
+            assert_eq!(
+                unhealthy
+                    .iter()
+                    .filter(|(m, _)| m.starts_with("Readiness probe failed: "))
+                    .count(),
+                9,
+                "{unhealthy:#?}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "readiness events: {unhealthy:#?}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
 
     // A pod the node cannot admit fails with upstream's reason.

@@ -1,17 +1,15 @@
 //! Events from the control plane's own components (the scheduler's FailedScheduling, the
 //! node-lifecycle controller's NodeNotReady, the taint manager's TaintManagerEviction),
-//! correlated as upstream's recorder does ([`correlator`]): a repeat of the same reason and
+//! correlated as upstream's recorder does (`nodus_k8s::events`): a repeat of the same reason and
 //! message on the same object bumps `count` and `lastTimestamp` instead of creating a new
 //! Event, many different messages are combined into one event, and an object's bursts are
 //! throttled.
-
-mod correlator;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use correlator::{Correlator, Verdict};
+use nodus_k8s::events::{Correlator, Verdict};
 
 use serde_json::{Value, json};
 

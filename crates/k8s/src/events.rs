@@ -1,10 +1,16 @@
-//! upstream's EventCorrelator (client-go `tools/record`), for the control plane's recorders:
-//! the aggregator, which folds an object's events of one type and reason into a single
-//! "(combined from similar events)" Event once ten different messages came within ten
-//! minutes, and the spam filter, a token bucket per object (25 events at once, then one
-//! every five minutes), which drops the rest. A ReplicaSet scaled to a hundred replicas
-//! gets nine "Created pod" events, one combined event counting the next sixteen, and no
-//! more writes for that burst, as with upstream's controller manager.
+//! upstream's EventCorrelator (client-go `tools/record`), for every recorder of nodus (the
+//! control plane's controllers and scheduler, the kubelet): the aggregator, which folds an
+//! object's events of one type and reason into a single "(combined from similar events)"
+//! Event once ten different messages came within ten minutes, and the spam filter, a token
+//! bucket per object (25 events at once, then one every five minutes), which drops the
+//! rest. A ReplicaSet scaled to a hundred replicas gets nine "Created pod" events, one
+//! combined event counting the next sixteen, and no more writes for that burst, as with
+//! upstream's controller manager; a probe whose output changes at every failure gets nine
+//! "Unhealthy" events and then one combined event that counts the rest.
+//!
+//! The recorders keep the third part, the logger that turns a repeat of an event (same
+//! object, reason and message, or the same combined event) into a `count` bump of the
+//! Event already written, since that one needs the API.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -21,7 +27,7 @@ const MAX_KEYS: usize = 10_000;
 
 /// What to write for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// Write it with `message`; `combined` when it is the object's aggregate event, which
     /// later combined events bump.
     Record { message: String, combined: bool },
@@ -40,7 +46,7 @@ struct Bucket {
 }
 
 #[derive(Default)]
-pub(crate) struct Correlator {
+pub struct Correlator {
     aggregates: HashMap<String, Aggregate>,
     buckets: HashMap<String, Bucket>,
 }
@@ -48,7 +54,7 @@ pub(crate) struct Correlator {
 impl Correlator {
     /// `object` identifies the involved object (kind, namespace, name, uid, apiVersion);
     /// `type_` is Normal or Warning.
-    pub(crate) fn correlate(
+    pub fn correlate(
         &mut self,
         object: &str,
         type_: &str,
