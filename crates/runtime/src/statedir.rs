@@ -73,6 +73,32 @@ pub fn prepare(dir: &Path) -> Result<StateDir, String> {
     Ok(StateDir::Mounted)
 }
 
+/// Unmounts the tmpfs [`prepare`] just mounted unless [`keep`](Self::keep) is called: a
+/// daemon that fails to start leaves the host as it found it (the state dir is empty then,
+/// nothing has run).
+pub struct MountedHere(Option<std::path::PathBuf>);
+
+impl MountedHere {
+    pub fn new(dir: &Path, outcome: StateDir) -> MountedHere {
+        MountedHere((outcome == StateDir::Mounted).then(|| dir.to_path_buf()))
+    }
+
+    /// The daemon is up: the mount stays, as `/run` does.
+    pub fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for MountedHere {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take()
+            && let Err(e) = nix::mount::umount2(&dir, nix::mount::MntFlags::MNT_DETACH)
+        {
+            tracing::warn!(state = %dir.display(), error = %e, "cannot unmount the state dir's tmpfs");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

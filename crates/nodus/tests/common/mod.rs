@@ -125,6 +125,14 @@ impl Runtime {
         let mut err = String::new();
         std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
             .expect("read stderr");
+        let left = testkit::containerd::mounts_under(dir.path());
+        for m in &left {
+            let _ = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH);
+        }
+        assert!(
+            left.is_empty(),
+            "nodus runtime refused to start with {what} but left {left:?} mounted"
+        );
         assert!(
             !status.success(),
             "nodus runtime exited 0 with {what}: {err}"

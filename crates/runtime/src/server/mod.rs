@@ -76,7 +76,9 @@ async fn shutdown_signal() {
 
 /// Runs the CRI server until SIGTERM or SIGINT.
 pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
-    match crate::statedir::prepare(&opts.state_dir).map_err(ServeError::Setup)? {
+    let state = crate::statedir::prepare(&opts.state_dir).map_err(ServeError::Setup)?;
+    let state_mount = crate::statedir::MountedHere::new(&opts.state_dir, state);
+    match state {
         crate::statedir::StateDir::Mounted => tracing::info!(
             state = %opts.state_dir.display(),
             "the state dir was on disk: mounted a tmpfs on it"
@@ -135,6 +137,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             tracing::warn!(socket = %socket.display(), error = %e, "NRI could not start; running without NRI (nri = true makes this an error, nri = false turns NRI off)");
         }
     }
+    state_mount.keep();
     nodus_serving::sd_notify::ready(nodus_serving::sd_notify::Component::Runtime);
     let runtime_svc = RuntimeServiceServer::new(runtime::RuntimeService::new(Arc::clone(&inner)))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
