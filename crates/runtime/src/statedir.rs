@@ -125,7 +125,7 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
         assert_eq!(prepare(&dir).unwrap(), StateDir::Mounted);
-        let guard = scopeguard(&dir);
+        let guard = MountedHere::new(&dir, StateDir::Mounted);
         assert!(mounted(&dir));
         assert!(in_memory(&dir).unwrap());
         assert_eq!(
@@ -135,7 +135,9 @@ mod tests {
         // A second start (a restarted daemon) finds it in memory and mounts nothing more.
         std::fs::write(dir.join("shim.pid"), "1").unwrap();
         assert_eq!(prepare(&dir).unwrap(), StateDir::InMemory);
+        // A start that fails after mounting takes its tmpfs away again.
         drop(guard);
+        assert!(!mounted(&dir));
 
         // An earlier runtime's state on disk is used where it is.
         let old = base.path().join("old");
@@ -143,15 +145,5 @@ mod tests {
         assert_eq!(prepare(&old).unwrap(), StateDir::OnDisk);
         assert!(!mounted(&old));
         assert!(old.join("containers").is_dir());
-    }
-
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-    fn scopeguard(p: &Path) -> Unmount<'_> {
-        Unmount(p)
     }
 }
