@@ -330,25 +330,18 @@ fn kubelet_registers_heartbeats_and_runs_api_pods() {
     assert_eq!(c.running_containers("web"), 1);
 
     // Events from the pod's lifecycle (Scheduled is the scheduler's, not the kubelet's).
-    let deadline = std::time::Instant::now() + T;
-    loop {
-        let ev = events_for(&c.cp, "default", "web");
-        let has = |r: &str| ev.iter().any(|(reason, _)| reason == r);
-        if has("Pulled") && has("Created") && has("Started") {
-            assert!(
-                ev.iter()
-                    .any(|(r, m)| r == "Started" && m == "Started container main"),
-                "{ev:?}"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pod events: {ev:?}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let logs = || c.logs();
+    let ev =
+        c.cp.wait_events(("default", "web"), T, "pod events", &logs, |ev| {
+            ["Pulled", "Created", "Started"]
+                .iter()
+                .all(|r| ev.iter().any(|e| e.reason == *r))
+        });
+    assert!(
+        ev.iter()
+            .any(|e| e.reason == "Started" && e.message == "Started container main"),
+        "{ev:?}"
+    );
     let node_events = events_for(&c.cp, "default", NODE_NAME);
     for r in ["Starting", "NodeReady", "NodeHasSufficientMemory"] {
         assert!(
@@ -380,71 +373,42 @@ fn kubelet_registers_heartbeats_and_runs_api_pods() {
 
     // A failing liveness probe: Unhealthy, then Killing with upstream's reason.
     c.cp.apply(SICK);
-    let deadline = std::time::Instant::now() + T;
-    loop {
-        let ev = events_for(&c.cp, "default", "sick");
+    c.cp.wait_events(("default", "sick"), T, "liveness events", &logs, |ev| {
         let unhealthy = ev
             .iter()
-            .any(|(r, m)| r == "Unhealthy" && m.starts_with("Liveness probe failed"));
-        let killing = ev.iter().any(|(r, m)| {
-            r == "Killing" && m == "Container main failed liveness probe, will be restarted"
+            .any(|e| e.reason == "Unhealthy" && e.message.starts_with("Liveness probe failed"));
+        let killing = ev.iter().any(|e| {
+            e.reason == "Killing"
+                && e.message == "Container main failed liveness probe, will be restarted"
         });
-        if unhealthy && killing {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "liveness events: {ev:?}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        unhealthy && killing
+    });
 
     // Ten different messages of one reason on one pod are combined, as upstream's
     // EventCorrelator does: nine Unhealthy Events, then one "(combined from similar
     // events)" Event whose count goes up, and never an eleventh.
     c.cp.apply(FLAKY);
-    let deadline = std::time::Instant::now() + T;
-    loop {
-        let unhealthy: Vec<(String, i64)> =
-            c.cp.get_json(&["events", "-n", "default"])
-                .and_then(|v| v["items"].as_array().cloned())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|e| e["involvedObject"]["name"] == "flaky" && e["reason"] == "Unhealthy")
-                .map(|e| {
-                    (
-                        e["message"].as_str().unwrap_or_default().to_string(),
-                        e["count"].as_i64().unwrap_or(0),
-                    )
-                })
-                .collect();
+    c.cp.wait_events(("default", "flaky"), T, "readiness events", &logs, |ev| {
+        let unhealthy: Vec<_> = ev.iter().filter(|e| e.reason == "Unhealthy").collect();
         assert!(unhealthy.len() <= 10, "{unhealthy:#?}");
         let combined: Vec<_> = unhealthy
             .iter()
-            .filter(|(m, _)| {
-                m.starts_with("(combined from similar events): Readiness probe failed: ")
+            .filter(|e| {
+                e.message
+                    .starts_with("(combined from similar events): Readiness probe failed: ")
             })
             .collect();
-        if combined.iter().any(|(_, n)| *n >= 2) {
-            assert_eq!(combined.len(), 1, "{unhealthy:#?}");
-            assert_eq!(
-                unhealthy
-                    .iter()
-                    .filter(|(m, _)| m.starts_with("Readiness probe failed: "))
-                    .count(),
-                9,
-                "{unhealthy:#?}"
-            );
-            break;
+        if !combined.iter().any(|e| e.count >= 2) {
+            return false;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "readiness events: {unhealthy:#?}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        assert_eq!(combined.len(), 1, "{unhealthy:#?}");
+        let plain = unhealthy
+            .iter()
+            .filter(|e| e.message.starts_with("Readiness probe failed: "))
+            .count();
+        assert_eq!(plain, 9, "{unhealthy:#?}");
+        true
+    });
 
     // A pod the node cannot admit fails with upstream's reason.
     c.cp.apply(HUGE);

@@ -282,6 +282,34 @@ impl ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// Polls the events about `name` in `namespace` until `done` holds (it may assert what
+    /// must never be seen on the way); panics with the last events, `what` and `context()`
+    /// otherwise.
+    pub fn wait_events(
+        &self,
+        (namespace, name): (&str, &str),
+        timeout: Duration,
+        what: &str,
+        context: &dyn Fn() -> String,
+        done: impl Fn(&[SeenEvent]) -> bool,
+    ) -> Vec<SeenEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ev = events_of(self, namespace, name);
+            if done(&ev) {
+                return ev;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {timeout:?}\nevents: {ev:#?}\n{}",
+                context()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         if let Some(mut d) = self.daemon.take() {
@@ -338,19 +366,34 @@ pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
-/// The events about object `name` in `namespace`, as (reason, message) pairs.
-pub fn events_for(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<(String, String)> {
+/// An Event about one object, as `kubectl get events` shows it.
+#[derive(Debug)]
+pub struct SeenEvent {
+    pub reason: String,
+    pub message: String,
+    pub count: i64,
+}
+
+/// The events about object `name` in `namespace`.
+pub fn events_of(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<SeenEvent> {
     cp.get_json(&["events", "-n", namespace])
         .and_then(|v| v["items"].as_array().cloned())
         .unwrap_or_default()
         .into_iter()
         .filter(|e| e["involvedObject"]["name"] == name)
-        .map(|e| {
-            (
-                e["reason"].as_str().unwrap_or_default().to_string(),
-                e["message"].as_str().unwrap_or_default().to_string(),
-            )
+        .map(|e| SeenEvent {
+            reason: e["reason"].as_str().unwrap_or_default().to_string(),
+            message: e["message"].as_str().unwrap_or_default().to_string(),
+            count: e["count"].as_i64().unwrap_or(0),
         })
+        .collect()
+}
+
+/// The events about object `name` in `namespace`, as (reason, message) pairs.
+pub fn events_for(cp: &ControlPlane, namespace: &str, name: &str) -> Vec<(String, String)> {
+    events_of(cp, namespace, name)
+        .into_iter()
+        .map(|e| (e.reason, e.message))
         .collect()
 }
 
