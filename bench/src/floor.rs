@@ -262,46 +262,252 @@ fn cni(
     let pods: Vec<Netns> = (0..=runs)
         .map(|_| Netns::new("floor-pod"))
         .collect::<Result<_>>()?;
-    // The plugins create the bridge and veths in the namespace they run in: a thread that
-    // entered the node's namespace starts them, so the host's own network is never touched.
-    let out = std::thread::scope(|s| {
-        s.spawn(|| -> Result<Floors> {
-            let file = std::fs::File::open(&ns)?;
-            // SAFETY: setns on this thread only, with a valid namespace fd.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                bail!("setns: {}", std::io::Error::last_os_error());
+    let out = in_netns(&ns, || async {
+        let cni = Cni::new(cfg);
+        let mut f = Floors::default();
+        for (i, pod) in pods.iter().enumerate() {
+            let id = format!("floor{i:04}");
+            let info = PodNetworkInfo::new(format!("floor-{i}"), "bench", id.clone());
+            let t = Instant::now();
+            let cpu = children_cpu();
+            cni.setup(&id, &pod.path(), &info).await?;
+            let add = ms(t);
+            let add_cpu = children_cpu() - cpu;
+            let t = Instant::now();
+            cni.teardown(&id, Some(&pod.path()), &info).await?;
+            let del = ms(t);
+            if i > 0 {
+                f.cni_add.push(add);
+                f.cni_del.push(del);
+                f.cni_add_cpu.push(add_cpu);
             }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let cni = Cni::new(cfg);
-                let mut f = Floors::default();
-                for (i, pod) in pods.iter().enumerate() {
-                    let id = format!("floor{i:04}");
-                    let info = PodNetworkInfo::new(format!("floor-{i}"), "bench", id.clone());
-                    let t = Instant::now();
-                    let cpu = children_cpu();
-                    cni.setup(&id, &pod.path(), &info).await?;
-                    let add = ms(t);
-                    let add_cpu = children_cpu() - cpu;
-                    let t = Instant::now();
-                    cni.teardown(&id, Some(&pod.path()), &info).await?;
-                    let del = ms(t);
-                    if i > 0 {
-                        f.cni_add.push(add);
-                        f.cni_del.push(del);
-                        f.cni_add_cpu.push(add_cpu);
-                    }
-                }
-                Ok(f)
-            })
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("CNI thread panicked"))?
+        }
+        Ok(f)
     })?;
     f.cni_add = out.cni_add;
     f.cni_del = out.cni_del;
     f.cni_add_cpu = out.cni_add_cpu;
+    Ok(())
+}
+
+/// The floor's parts for `pods` pods started all at once, as a burst of pods asks them of a
+/// runtime: for each pod a network namespace pinned by a bind mount, a `/dev/shm` tmpfs and
+/// an overlay root (the mounts every CRI runtime makes per pod: containerd's netns pin,
+/// sandbox shm and rootfs), the CNI chain's ADD into that namespace and `runc run --detach`
+/// of a container joining it. No runtime of any kind runs: this is what the burst costs
+/// the parts alone on this machine, where [`measure`] times one pod at a time on an idle
+/// machine.
+#[derive(Debug)]
+pub struct Burst {
+    /// From the first pod's start to the last `runc run` returning.
+    pub wall_ms: f64,
+    /// CPU (user + system) of the plugins, runc and the containers' cgroups, per pod.
+    pub cpu_ms_per_pod: f64,
+}
+
+pub fn burst(
+    pods: usize,
+    masq: crate::targets::Masq,
+    internal_loopback: bool,
+    mounts: PodMounts,
+) -> Result<Burst> {
+    let node = Netns::new("floor-burst")?;
+    let cg = CgroupParent::new("floor-burst");
+    cg.create();
+    let dir = tempfile::Builder::new().prefix("bench-burst-").tempdir()?;
+    let oci = MemDir::new(&dir.path().join("oci"))?;
+    let conf = dir.path().join("net.d");
+    std::fs::create_dir_all(&conf)?;
+    std::fs::write(
+        conf.join("10-bench.conflist"),
+        crate::targets::conflist_with(&dir.path().join("ipam"), masq),
+    )?;
+    let mut cfg = CniConfig::new(
+        vec!["/usr/lib/cni".into(), "/opt/cni/bin".into()],
+        &conf,
+        dir.path().join("cni-cache"),
+    );
+    cfg.internal_loopback = internal_loopback;
+    // The image's one layer, shared by every pod's overlay as a snapshot is.
+    let lower = oci.0.join("lower");
+    std::fs::create_dir_all(lower.join("bin"))?;
+    std::fs::copy(
+        testkit::image::busybox::HOST_BUSYBOX,
+        lower.join("bin/busybox"),
+    )?;
+    run(Command::new("runc").arg("spec").arg("--bundle").arg(&oci.0))?;
+    let base: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(oci.0.join("config.json"))?)?;
+    // Bundles and namespaces are made before the clock starts, as an unpacked image and
+    // a kubelet's earlier work are; the pins are mounts, so the mount table runc reads is
+    // as large from the start as it gets late in a real burst.
+    let mut set = Vec::with_capacity(pods);
+    for i in 0..pods {
+        let pod = Netns::new("floor-burst-pod")?;
+        let b = oci.0.join(format!("p{i}"));
+        // The writable layer lives on disk, under the runtime's root as containerd's does.
+        let layer = dir.path().join(format!("layers/p{i}"));
+        for d in [
+            b.join("rootfs"),
+            b.join("shm"),
+            layer.join("upper"),
+            layer.join("work"),
+        ] {
+            std::fs::create_dir_all(&d)?;
+        }
+        if mounts == PodMounts::NetnsOnly {
+            // A root of its own on the tmpfs, linked to the one busybox: no mount.
+            std::fs::create_dir_all(b.join("rootfs/bin"))?;
+            std::fs::hard_link(lower.join("bin/busybox"), b.join("rootfs/bin/busybox"))?;
+        }
+        let mut spec = base.clone();
+        spec["process"]["terminal"] = false.into();
+        spec["process"]["args"] = serde_json::json!(["/bin/busybox", "sleep", "3600"]);
+        spec["root"] = serde_json::json!({ "path": b.join("rootfs") });
+        spec["linux"]["cgroupsPath"] = format!("{}/floor-burst-{i}", cg.path()).into();
+        if let Some(ns) = spec["linux"]["namespaces"].as_array_mut() {
+            for n in ns.iter_mut().filter(|n| n["type"] == "network") {
+                n["path"] = pod.path().display().to_string().into();
+            }
+        }
+        if let Some(m) = spec["mounts"].as_array_mut()
+            && mounts == PodMounts::Runtime
+        {
+            m.retain(|m| m["destination"] != "/dev/shm");
+            m.push(serde_json::json!({
+                "destination": "/dev/shm", "type": "bind",
+                "source": b.join("shm"), "options": ["rbind", "rw"],
+            }));
+        }
+        std::fs::write(b.join("config.json"), serde_json::to_vec(&spec)?)?;
+        set.push((pod, b, layer));
+    }
+    let state = oci.0.join("runc-state");
+    let ns = node.path();
+    let t = Instant::now();
+    let cpu0 = children_cpu();
+    let started = in_netns(&ns, || async {
+        let cni = Cni::new(cfg);
+        let one = |i: usize| {
+            let (pod, b, layer) = &set[i];
+            let (cni, state, lower) = (&cni, &state, &lower);
+            async move {
+                if mounts == PodMounts::Runtime {
+                    mount_pod(b, layer, lower)?;
+                }
+                let id = format!("burst{i:04}");
+                let info = PodNetworkInfo::new(format!("burst-{i}"), "bench", id.clone());
+                cni.setup(&id, &pod.path(), &info).await?;
+                // As in `oci_container`: the container inherits runc's stdio, so
+                // it gets none, and runc's errors go to --log.
+                let log = b.join("runc.log");
+                let st = tokio::process::Command::new("runc")
+                    .arg("--root")
+                    .arg(state)
+                    .arg("--log")
+                    .arg(&log)
+                    .args(["run", "--detach", "--bundle"])
+                    .arg(b)
+                    .arg(&id)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .await?;
+                if !st.success() {
+                    bail!(
+                        "runc run {id}: {st}: {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                }
+                Ok(())
+            }
+        };
+        futures::future::try_join_all((0..pods).map(one)).await?;
+        Ok(())
+    });
+    let wall_ms = ms(t);
+    let cpu = children_cpu() - cpu0 + crate::treecpu::TreeCpu::open(&cg.path()).ms();
+    for i in 0..pods {
+        let _ = Command::new("runc")
+            .arg("--root")
+            .arg(&state)
+            .args(["delete", "--force", &format!("burst{i:04}")])
+            .output();
+    }
+    for (_, b, _) in &set {
+        for m in ["rootfs", "shm"] {
+            let _ = nix::mount::umount2(&b.join(m), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    started?;
+    Ok(Burst {
+        wall_ms,
+        cpu_ms_per_pod: cpu / pods as f64,
+    })
+}
+
+/// Runs `work` on a thread that entered the network namespace `ns`, on a runtime of its
+/// own: the CNI plugins create the bridge and veths in the namespace they run in, so the
+/// host's own network is never touched.
+fn in_netns<T: Send, F: std::future::Future<Output = Result<T>>>(
+    ns: &Path,
+    work: impl FnOnce() -> F + Send,
+) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<T> {
+            let file = std::fs::File::open(ns)?;
+            // SAFETY: setns on this thread only, with a valid namespace fd.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns: {}", std::io::Error::last_os_error());
+            }
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(work())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread in {} panicked", ns.display()))?
+    })
+}
+
+/// Which of a pod's mounts [`burst`] makes in the node's mount namespace, where runc reads
+/// the whole mount table several times per container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodMounts {
+    /// The pinned network namespace, the `/dev/shm` tmpfs and the overlay root: what every
+    /// CRI runtime mounts per pod.
+    Runtime,
+    /// The network namespace's pin alone (the CNI plugins need its path); the container's
+    /// root a plain directory and its `/dev/shm` runc's own: the mount table a runtime
+    /// that kept its per-pod mounts out of the node's mount namespace would leave.
+    NetnsOnly,
+}
+
+/// A pod's `/dev/shm` tmpfs and its container's overlay root, as a runtime mounts them.
+fn mount_pod(bundle: &Path, layer: &Path, lower: &Path) -> Result<()> {
+    use nix::mount::{MsFlags, mount};
+    mount(
+        Some("shm"),
+        &bundle.join("shm"),
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=1777,size=65536k"),
+    )
+    .context("mounting the pod's shm")?;
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        layer.join("upper").display(),
+        layer.join("work").display()
+    );
+    mount(
+        Some("overlay"),
+        &bundle.join("rootfs"),
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(opts.as_str()),
+    )
+    .context("mounting the pod's overlay root")?;
     Ok(())
 }

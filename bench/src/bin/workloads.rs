@@ -13,7 +13,9 @@
 //! Deployment phase's control-plane CPU minus the baseline's, per created pod, averaged over
 //! the two rounds. Beside them the floor: the CPU time of the processes every pod needs
 //! (`runc run --detach` + the CNI ADD), timed alone just before each phase once the machine
-//! is quiet (bench/src/floor.rs), spread over the machine's cores.
+//! is quiet (bench/src/floor.rs), spread over the machine's cores; and for the phases that
+//! start every pod at once, the burst floor: the same parts for all those pods at once with
+//! nothing of nodus running, which is what they cost as a burst on this machine.
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt as _;
@@ -182,6 +184,9 @@ struct Phase {
     pods: usize,
     /// The floor's per-pod CPU (ms), timed on the idle node just before the phase.
     floor_ms: f64,
+    /// The floor's parts for all the phase's pods at once, timed just before it (phases
+    /// that start every pod at once only).
+    burst: Option<nodus_bench::floor::Burst>,
 }
 
 /// Checks `done` at every change the watches see (and every 200 ms) until it holds; samples
@@ -189,6 +194,7 @@ struct Phase {
 fn measure(
     what: &str,
     pods: usize,
+    at_once: bool,
     m: &Meters,
     start: impl FnOnce() -> Result<()>,
     mut done: impl FnMut() -> Result<bool>,
@@ -203,6 +209,18 @@ fn measure(
     wait_quiet(what);
     eprintln!("{what}: timing the floor");
     let floor_ms = per_pod_floor_ms()?;
+    let burst = if at_once {
+        wait_quiet(what);
+        eprintln!("{what}: timing the floor's parts as one burst of {pods}");
+        Some(nodus_bench::floor::burst(
+            pods,
+            Masq::Agent,
+            true,
+            nodus_bench::floor::PodMounts::Runtime,
+        )?)
+    } else {
+        None
+    };
     wait_quiet(what);
     let c0 = Counters::read(m);
     eprintln!("{what}: started");
@@ -233,6 +251,7 @@ fn measure(
         cp_rss_max_kib: rss_max.max(rss_kib(m.cp_pid)),
         pods,
         floor_ms,
+        burst,
     })
 }
 
@@ -604,6 +623,7 @@ fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
         phases.push(measure(
             &format!("{REPLICAS} bare pods (kubectl apply of a List) → all Ready{nth}"),
             REPLICAS,
+            true,
             m,
             || k.run(&["apply", "-f", "-"], Some(&list)).map(drop),
             || Ok(w.ready_pods("bare").0 == REPLICAS),
@@ -614,6 +634,7 @@ fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
         phases.push(measure(
             &format!("Deployment of {REPLICAS} replicas (kubectl apply) → all pods Ready{nth}"),
             REPLICAS,
+            true,
             m,
             || k.run(&["apply", "-f", "-"], Some(&d)).map(drop),
             || Ok(w.ready_pods("web").0 == REPLICAS),
@@ -629,6 +650,7 @@ fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
             "rolling update of the {REPLICAS} to a new image (kubectl set image) → rollout complete"
         ),
         REPLICAS,
+        false,
         m,
         || {
             k.run(
@@ -651,6 +673,7 @@ fn run_phases(k: &Kubectl, m: &Meters) -> Result<Vec<Phase>> {
     phases.push(measure(
         &format!("Job of {JOB_COMPLETIONS} completions, parallelism {JOB_PARALLELISM} → Complete"),
         JOB_COMPLETIONS,
+        false,
         m,
         || k.run(&["apply", "-f", "-"], Some(&j)).map(drop),
         || job_complete(w),
@@ -670,6 +693,7 @@ async fn main() -> Result<()> {
         .unwrap_or(1);
     eprintln!("timing the floor (runc run --detach, CNI ADD) alone, before the cluster starts");
     let start_floor_ms = per_pod_floor_ms()?;
+    let mounts_ab = mount_table_ab()?;
     // The runtime as `nodus node` configures it: `lo` brought up by the runtime.
     let t = nodus_with_masq(&bin, "use-internal-loopback = true\n", Masq::Agent).await?;
     let runtime = TreeCpu::new("nodus-bench-runtime")?;
@@ -723,20 +747,39 @@ async fn main() -> Result<()> {
          as the runtime's state dir is — + CNI ADD, p50 of 10, timed \
          alone just before the phase, once the machine is quiet (under 10 % busy for a second), \
          as the phase then starts; {start_floor_ms:.1} ms when timed before \
-         the cluster started) / {cores} cores. {cores} cores.\n\n\
-         | phase | pods | wall | floor | wall / floor | control plane CPU | per pod | control plane RSS |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+         the cluster started) / {cores} cores. Burst floor = the same parts for all the \
+         phase's pods at once, with no runtime, kubelet or control plane running \
+         (`bench/src/floor.rs` `burst`: per pod a pinned network namespace, a `/dev/shm` \
+         tmpfs and an overlay root mounted, the CNI ADD into that namespace, then `runc run \
+         --detach` of a container joining it), timed just before the phase: what the \
+         prescribed parts cost as a burst on this machine, where the floor times one pod \
+         at a time. {cores} cores.\n\n\
+         | phase | pods | wall | floor | wall / floor | burst floor | burst floor / floor | nodus beyond the burst floor | control plane CPU | per pod | control plane RSS |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         kubectl_version(),
     );
     for p in &phases {
         let fl = floor_wall(p);
+        let wall = p.wall.as_secs_f64();
+        let (burst, burst_ratio, beyond) = match &p.burst {
+            Some(b) => (
+                format!("{:.2} s", b.wall_ms / 1e3),
+                format!("{:.1}×", b.wall_ms / 1e3 / fl),
+                format!(
+                    "{:.2} s ({:.1}× the floor)",
+                    wall - b.wall_ms / 1e3,
+                    (wall - b.wall_ms / 1e3) / fl
+                ),
+            ),
+            None => ("—".into(), "—".into(), "—".into()),
+        };
         body.push_str(&format!(
-            "| {} | {} | {:.2} s | {:.2} s | {:.1}× | {:.0} ms | {:.2} ms | {:.1} MiB |\n",
+            "| {} | {} | {:.2} s | {:.2} s | {:.1}× | {burst} | {burst_ratio} | {beyond} | {:.0} ms | {:.2} ms | {:.1} MiB |\n",
             p.what,
             p.pods,
-            p.wall.as_secs_f64(),
+            wall,
             fl,
-            p.wall.as_secs_f64() / fl,
+            wall / fl,
             p.cp_cpu_ms,
             p.cp_cpu_ms / p.pods as f64,
             p.cp_rss_max_kib as f64 / 1024.0,
@@ -747,17 +790,18 @@ async fn main() -> Result<()> {
          process tree (the daemon, its shims, runc and the CNI plugins, read from a cgroup \
          the runtime was started in), and of it the runtime daemon's own process; the pods' cgroups (runc's init, which sets a container up \
          in its cgroup before it execs the program, and the programs themselves); the floor's \
-         share of those (timed before the phase); nodus's own CPU (all four minus the floor); \
+         share of those (timed before the phase), and the same parts' CPU per pod when they ran \
+         as one burst without nodus; nodus's own CPU (all four minus the floor); \
          how busy the {cores} cores were with these processes over the phase's wall time, and \
          with everything (the kernel's workers, interrupts, the benchmark and kubectl too).\n\n\
-         | phase | control plane | kubelet | runtime tree | of it the daemon | pods' cgroups | floor (runc + CNI) | nodus's own | busy with these | machine busy |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+         | phase | control plane | kubelet | runtime tree | of it the daemon | pods' cgroups | floor (runc + CNI) | the same as a burst | nodus's own | busy with these | machine busy |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     ));
     for p in &phases {
         let per = |ms: f64| ms / p.pods as f64;
         let all = p.cp_cpu_ms + p.kubelet_cpu_ms + p.runtime_cpu_ms + p.containers_cpu_ms;
         body.push_str(&format!(
-            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} % | {:.0} % |\n",
+            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.1} ms | {:.0} % | {:.0} % |\n",
             p.what,
             per(p.cp_cpu_ms),
             per(p.kubelet_cpu_ms),
@@ -765,6 +809,9 @@ async fn main() -> Result<()> {
             per(p.runtime_daemon_cpu_ms),
             per(p.containers_cpu_ms),
             p.floor_ms,
+            p.burst
+                .as_ref()
+                .map_or("—".into(), |b| format!("{:.1} ms", b.cpu_ms_per_pod)),
             per(all) - p.floor_ms,
             100.0 * all / (p.wall.as_secs_f64() * 1e3 * cores as f64),
             p.host_busy_pct,
@@ -791,6 +838,14 @@ async fn main() -> Result<()> {
          pod.\n",
         pairs.len()
     ));
+    body.push_str(&format!(
+        "\nWhat the node's mount table costs the burst floor, before the cluster started \
+         ({REPLICAS} pods, alternating, {MOUNT_AB_ROUNDS} of each): with each pod's mounts \
+         in the node's mount namespace, as every CRI runtime makes them (netns pin, \
+         `/dev/shm`, overlay root) {}; with the netns pins alone (a plain root, runc's own \
+         `/dev/shm`) {}.\n",
+        mounts_ab.0, mounts_ab.1
+    ));
     println!("{body}");
     if let Some(p) = write {
         nodus_bench::write_section(
@@ -813,6 +868,31 @@ async fn main() -> Result<()> {
 fn per_pod_floor_ms() -> Result<f64> {
     let mut floor = nodus_bench::floor::measure_with(10, Masq::Agent, true)?;
     Ok(pct(&mut floor.runc_run_cpu, 50.0) + pct(&mut floor.cni_add_cpu, 50.0))
+}
+
+const MOUNT_AB_ROUNDS: usize = 2;
+
+/// The burst floor with the pods' mounts in the node's mount namespace and with the netns
+/// pins alone, alternating: runc reads the whole mount table several times per container,
+/// so this is what keeping a runtime's per-pod mounts out of it would move.
+fn mount_table_ab() -> Result<(String, String)> {
+    use nodus_bench::floor::{PodMounts, burst};
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..MOUNT_AB_ROUNDS {
+        for (m, out) in [
+            (PodMounts::Runtime, &mut with),
+            (PodMounts::NetnsOnly, &mut without),
+        ] {
+            wait_quiet("mount-table A/B");
+            let b = burst(REPLICAS, Masq::Agent, true, m)?;
+            out.push(format!(
+                "{:.2} s ({:.1} ms CPU per pod)",
+                b.wall_ms / 1e3,
+                b.cpu_ms_per_pod
+            ));
+        }
+    }
+    Ok((with.join(", "), without.join(", ")))
 }
 
 fn kubectl_version() -> String {
