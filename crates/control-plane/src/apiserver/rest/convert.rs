@@ -3,6 +3,7 @@
 //! `kubectl describe` sees what a client wrote through either API.
 
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 use super::path::Target;
 
@@ -57,12 +58,13 @@ pub fn core_to_events(obj: &Value) -> Value {
     rename(obj, true, "events.k8s.io/v1")
 }
 
-/// An `events.k8s.io/v1` Event as the core Event it is stored as.
-pub fn events_to_core(obj: &Value) -> Value {
+/// An `events.k8s.io/v1` Event as the core Event it is stored as (anything else is
+/// returned as it is).
+pub fn events_to_core(obj: Value) -> Value {
     if obj.get("apiVersion").and_then(Value::as_str) != Some("events.k8s.io/v1") {
-        return obj.clone();
+        return obj;
     }
-    let mut core = rename(obj, false, "v1");
+    let mut core = rename(&obj, false, "v1");
     if core.get("source").is_none()
         && let Some(c) = obj.get("reportingController")
     {
@@ -71,17 +73,19 @@ pub fn events_to_core(obj: &Value) -> Value {
     core
 }
 
-/// How a target shows a stored object.
-pub fn present(t: &Target, obj: &Value) -> Value {
+/// How a target shows a stored object: borrowed when it is shown as stored, which is
+/// every built-in resource but `events.k8s.io` (each watcher of each event, each response,
+/// would otherwise copy the whole object only to serialize it).
+pub fn present<'a>(t: &Target, obj: &'a Value) -> Cow<'a, Value> {
     if is_events_v1(t) {
-        core_to_events(obj)
+        Cow::Owned(core_to_events(obj))
     } else if t.info.custom {
         // A CRD's versions share one storage (the `None` conversion): only apiVersion moves.
         let mut o = obj.clone();
         o["apiVersion"] = Value::from(t.gvk().api_version());
-        o
+        Cow::Owned(o)
     } else {
-        obj.clone()
+        Cow::Borrowed(obj)
     }
 }
 
@@ -100,7 +104,7 @@ mod tests {
             "regarding": {"kind": "Pod", "name": "p"}, "note": "Pulled", "reason": "Pulled",
             "type": "Normal", "reportingController": "kubelet", "reportingInstance": "n1",
             "eventTime": "2026-01-01T00:00:00.000000Z", "action": "Pull"});
-        let core = events_to_core(&ev);
+        let core = events_to_core(ev.clone());
         assert_eq!(core["involvedObject"]["name"], "p");
         assert_eq!(core["message"], "Pulled");
         assert_eq!(core["reportingComponent"], "kubelet");

@@ -238,7 +238,7 @@ pub async fn create_object(req: &Req, mut obj: Value, track: bool) -> ApiResult<
     if track {
         super::apply::track_update(req, None, &mut obj, super::update::Part::Main);
     }
-    let obj = super::convert::events_to_core(&obj);
+    let obj = super::convert::events_to_core(obj);
     if req.dry_run() {
         return Ok(json_response(201, &output::object(req, &obj), &warnings));
     }

@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderMap, header};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
 use super::Req;
 
@@ -89,20 +90,22 @@ fn table(req: &Req, objs: &[Value], inc: IncludeObject) -> Value {
     t
 }
 
-/// One object in the requested shape.
-pub fn object(req: &Req, obj: &Value) -> Value {
-    let obj = &super::convert::present(&req.target, obj);
-    match shape(req) {
-        Shape::Object => obj.clone(),
-        Shape::Metadata => partial(obj),
+/// One object in the requested shape (the stored object itself when it is shown as
+/// stored).
+pub fn object<'a>(req: &Req, obj: &'a Value) -> Cow<'a, Value> {
+    let obj = super::convert::present(&req.target, obj);
+    let shaped = match shape(req) {
+        Shape::Object => return obj,
+        Shape::Metadata => partial(&obj),
         Shape::Table(inc) => {
-            let mut t = table(req, std::slice::from_ref(obj), inc);
+            let mut t = table(req, std::slice::from_ref(obj.as_ref()), inc);
             if let Some(rv) = obj.pointer("/metadata/resourceVersion") {
                 t["metadata"] = json!({"resourceVersion": rv});
             }
             t
         }
-    }
+    };
+    Cow::Owned(shaped)
 }
 
 /// A list in the requested shape; `meta` is the ListMeta (resourceVersion, continue, ...).
@@ -110,7 +113,7 @@ pub fn list(req: &Req, items: Vec<Value>, meta: Value) -> Value {
     let items: Vec<Value> = if super::convert::converts(&req.target) {
         items
             .iter()
-            .map(|o| super::convert::present(&req.target, o))
+            .map(|o| super::convert::present(&req.target, o).into_owned())
             .collect()
     } else {
         items

@@ -183,7 +183,7 @@ pub fn write(
     part: Part,
     mut alloc: Option<&mut Allocations>,
     compute: &mut Compute<'_>,
-) -> ApiResult<(Value, Vec<String>)> {
+) -> ApiResult<(std::sync::Arc<Value>, Vec<String>)> {
     let t = &req.target;
     let key = t.key_for(name);
     let mut failure: Option<ApiError> = None;
@@ -276,7 +276,7 @@ pub fn write(
             } else if let Some(f) = applied_fields {
                 meta_mut(&mut new).insert("managedFields".into(), f);
             }
-            let new = super::convert::events_to_core(&new);
+            let mut new = super::convert::events_to_core(new);
             if dry_run {
                 dry = Some(new);
                 return Ok(None);
@@ -285,9 +285,9 @@ pub fn write(
                 return Ok(Some(Mutation::Delete));
             }
             // An update that changes nothing is not written, as upstream skips no-op writes.
-            let mut cmp = new.clone();
-            crate::storage::set_resource_version(&mut cmp, cur.revision);
-            if cmp == *cur.object {
+            // The store gives a written object its new revision whatever it carries.
+            crate::storage::set_resource_version(&mut new, cur.revision);
+            if new == *cur.object {
                 return Ok(Some(Mutation::Keep));
             }
             Ok(Some(Mutation::Put(new)))
@@ -306,11 +306,12 @@ pub fn write(
     }
     let outcome = outcome.map_err(|e| super::store_error(t, name, e))?;
     if let Some(d) = dry {
-        return Ok((d, warnings));
+        return Ok((std::sync::Arc::new(d), warnings));
     }
+    // The stored object itself: the response only serializes it.
     let obj = match (outcome.stored, outcome.deleted) {
-        (Some(s), _) => (*s.object).clone(),
-        (None, Some(d)) => (*d.object).clone(),
+        (Some(s), _) => s.object,
+        (None, Some(d)) => d.object,
         (None, None) => {
             return Err(ApiError(status::not_found(
                 t.info.group,

@@ -16,8 +16,16 @@ use super::output::{self, Shape};
 use super::{ApiError, ApiResult, Req};
 use crate::storage::{Event, EventKind, StoreError};
 
-fn line(kind: &str, object: Value) -> bytes::Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+/// One watch event on the wire; serialized from the object where it is, not a copy.
+#[derive(serde::Serialize)]
+struct WatchEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    object: &'a Value,
+}
+
+fn line(kind: &str, object: &Value) -> bytes::Bytes {
+    let mut v = serde_json::to_vec(&WatchEvent { kind, object }).unwrap_or_default();
     v.push(b'\n');
     bytes::Bytes::from(v)
 }
@@ -101,12 +109,12 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
         (Vec::new(), from)
     };
     let (tx, out_rx) = mpsc::channel::<bytes::Bytes>(256);
-    let render = move |req: &Req, o: &Value| -> Value {
+    fn render<'a>(shape: Shape, req: &Req, o: &'a Value) -> std::borrow::Cow<'a, Value> {
         match shape {
             Shape::Object => super::convert::present(&req.target, o),
             _ => output::object(req, o),
         }
-    };
+    }
     // Progress markers let a bookmark carry the store's revision past the watched
     // resource's last event, as upstream's cacher does (a quiet resource's watcher can
     // then resume after a compaction instead of listing again).
@@ -114,7 +122,7 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
         Ok(rx) => rx,
         Err(StoreError::Compacted { requested, oldest }) => {
             let msg = format!("too old resource version: {requested} ({oldest})");
-            let _ = tx.try_send(line("ERROR", status::gone(&msg)));
+            let _ = tx.try_send(line("ERROR", &status::gone(&msg)));
             drop(tx);
             return Ok(stream_response(out_rx));
         }
@@ -132,7 +140,7 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
             }
             line(
                 "BOOKMARK",
-                json!({"kind": info.kind, "apiVersion": api_version, "metadata": meta}),
+                &json!({"kind": info.kind, "apiVersion": api_version, "metadata": meta}),
             )
         };
         for s in &initial {
@@ -141,7 +149,7 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
                 .is_none_or(|n| s.key.ends_with(&format!("/{n}")))
                 && filter.matches(&s.object)
                 && tx
-                    .send(line("ADDED", render(&req, &s.object)))
+                    .send(line("ADDED", &render(shape, &req, &s.object)))
                     .await
                     .is_err()
             {
@@ -173,7 +181,7 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
                     }
                     if let Some((kind, obj)) = translate(&filter, name.as_deref(), &ev) {
                         req.st.metrics.watch_event(&req.target);
-                        if tx.send(line(kind, render(&req, &obj))).await.is_err() {
+                        if tx.send(line(kind, &render(shape, &req, &obj))).await.is_err() {
                             return;
                         }
                     }
