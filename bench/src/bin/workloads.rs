@@ -281,7 +281,8 @@ fn wait_done(
 }
 
 /// `WORKLOADS_TIMELINE=DIR`: every 100 ms of a phase, how busy the machine's cores were, each
-/// process group's CPU in that interval, and how far the pods had come — to see where a
+/// process group's CPU in that interval, how far the pods had come and how long the node's
+/// mount table was — to see where a
 /// phase waits rather than works. One file per phase.
 fn timeline(file: &std::path::Path, m: &Meters, t0: Instant, stop: &std::sync::atomic::AtomicBool) {
     use std::io::Write as _;
@@ -290,7 +291,7 @@ fn timeline(file: &std::path::Path, m: &Meters, t0: Instant, stop: &std::sync::a
     };
     let _ = writeln!(
         f,
-        "ms\tbusy%\tcp\tkubelet\truntime\tcontainers\tpods\tbound\trunning\tready"
+        "ms\tbusy%\tcp\tkubelet\truntime\tcontainers\tpods\tbound\trunning\tready\tmounts"
     );
     let mut c = Counters::read(m);
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -308,9 +309,13 @@ fn timeline(file: &std::path::Path, m: &Meters, t0: Instant, stop: &std::sync::a
                 .as_ref()
                 .is_some_and(|s| s.phase.as_deref() == Some("Running"))
         });
+        // The node's mount table, which every runc invocation renders several times.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
         let _ = writeln!(
             f,
-            "{}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{}\t{bound}\t{running}\t{}",
+            "{}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{}\t{bound}\t{running}\t{}\t{mounts}",
             t0.elapsed().as_millis(),
             c.host_busy(&c2),
             c2.cp - c.cp,

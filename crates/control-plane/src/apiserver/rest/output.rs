@@ -93,8 +93,13 @@ fn table(req: &Req, objs: &[Value], inc: IncludeObject) -> Value {
 /// One object in the requested shape (the stored object itself when it is shown as
 /// stored).
 pub fn object<'a>(req: &Req, obj: &'a Value) -> Cow<'a, Value> {
+    object_as(shape(req), req, obj)
+}
+
+/// [`object`] in a shape negotiated once, for a watch that renders many.
+pub fn object_as<'a>(shape: Shape, req: &Req, obj: &'a Value) -> Cow<'a, Value> {
     let obj = super::convert::present(&req.target, obj);
-    let shaped = match shape(req) {
+    let shaped = match shape {
         Shape::Object => return obj,
         Shape::Metadata => partial(&obj),
         Shape::Table(inc) => {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::list::Filter;
-use super::output::{self, Shape};
+use super::output;
 use super::{ApiError, ApiResult, Req};
 use crate::storage::{Event, EventKind, StoreError};
 
@@ -109,12 +109,6 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
         (Vec::new(), from)
     };
     let (tx, out_rx) = mpsc::channel::<bytes::Bytes>(256);
-    fn render<'a>(shape: Shape, req: &Req, o: &'a Value) -> std::borrow::Cow<'a, Value> {
-        match shape {
-            Shape::Object => super::convert::present(&req.target, o),
-            _ => output::object(req, o),
-        }
-    }
     // Progress markers let a bookmark carry the store's revision past the watched
     // resource's last event, as upstream's cacher does (a quiet resource's watcher can
     // then resume after a compaction instead of listing again).
@@ -149,7 +143,7 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
                 .is_none_or(|n| s.key.ends_with(&format!("/{n}")))
                 && filter.matches(&s.object)
                 && tx
-                    .send(line("ADDED", &render(shape, &req, &s.object)))
+                    .send(line("ADDED", &output::object_as(shape, &req, &s.object)))
                     .await
                     .is_err()
             {
@@ -181,7 +175,7 @@ pub async fn watch(req: Req) -> ApiResult<Response> {
                     }
                     if let Some((kind, obj)) = translate(&filter, name.as_deref(), &ev) {
                         req.st.metrics.watch_event(&req.target);
-                        if tx.send(line(kind, &render(shape, &req, &obj))).await.is_err() {
+                        if tx.send(line(kind, &output::object_as(shape, &req, &obj))).await.is_err() {
                             return;
                         }
                     }
