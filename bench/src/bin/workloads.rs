@@ -282,8 +282,7 @@ fn wait_done(
 
 /// `WORKLOADS_TIMELINE=DIR`: every 100 ms of a phase, how busy the machine's cores were, each
 /// process group's CPU in that interval, how far the pods had come and how long the node's
-/// mount table was — to see where a
-/// phase waits rather than works. One file per phase.
+/// mount table was — to see where a phase waits rather than works. One file per phase.
 fn timeline(file: &std::path::Path, m: &Meters, t0: Instant, stop: &std::sync::atomic::AtomicBool) {
     use std::io::Write as _;
     let Ok(mut f) = std::fs::File::create(file) else {
