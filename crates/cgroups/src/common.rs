@@ -2,6 +2,7 @@
 //! retrying removal of a cgroup tree, and the small parsers of the kernel's file formats.
 
 use crate::error::CgroupError;
+use crate::manager::CgroupManager;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -297,8 +298,23 @@ pub(crate) fn child_names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// SIGKILLs every process of the cgroup at `path` while it is frozen, so that none forks
+/// past the list (a cgroup that cannot be frozen is killed as it runs): `kill_all` where
+/// the kernel has no `cgroup.kill`.
+pub(crate) fn kill_frozen<M: CgroupManager + ?Sized>(m: &M, path: &str) -> Result<(), CgroupError> {
+    let frozen = m.freeze(path).is_ok();
+    let pids = m.pids(path);
+    if let Ok(pids) = &pids {
+        kill_pids(pids);
+    }
+    if frozen {
+        m.thaw(path)?;
+    }
+    pids.map(|_| ())
+}
+
 /// SIGKILLs each of `pids` but init and ourselves.
-pub(crate) fn kill_pids(pids: &[i32]) {
+fn kill_pids(pids: &[i32]) {
     let me = std::process::id() as i32;
     for &pid in pids.iter().filter(|&&p| p > 1 && p != me) {
         let _ = nix::sys::signal::kill(

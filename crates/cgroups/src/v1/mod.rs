@@ -13,7 +13,7 @@ pub(crate) mod pids;
 
 use crate::common::{
     DeleteRetries, Files, check_writable, child_names, collect_pids_in, components, join,
-    kill_pids, non_root, offers,
+    kill_frozen, non_root, offers,
 };
 use crate::controller::{Controller, ControllerKind};
 use crate::error::CgroupError;
@@ -323,15 +323,7 @@ impl CgroupManager for V1Manager {
         if self.files.fake {
             return Ok(());
         }
-        let frozen = self.set_frozen(path, true).is_ok();
-        let pids = self.pids(path);
-        if let Ok(pids) = &pids {
-            kill_pids(pids);
-        }
-        if frozen {
-            self.set_frozen(path, false)?;
-        }
-        pids.map(|_| ())
+        kill_frozen(self, path)
     }
 
     fn freeze(&self, path: &str) -> Result<(), CgroupError> {

@@ -15,7 +15,7 @@ pub(crate) use memory::meminfo_usage;
 
 use crate::common::{
     DeleteRetries, Files, check_writable, child_names, collect_pids_in, components, join,
-    kill_pids, non_root, offers, read,
+    kill_frozen, non_root, offers, read,
 };
 use crate::controller::{Controller, ControllerKind};
 use crate::error::CgroupError;
@@ -286,15 +286,7 @@ impl CgroupManager for V2Manager {
         if self.files.fake {
             return Ok(());
         }
-        let frozen = self.set_frozen(path, true).is_ok();
-        let pids = self.pids(path);
-        if let Ok(pids) = &pids {
-            kill_pids(pids);
-        }
-        if frozen {
-            self.set_frozen(path, false)?;
-        }
-        pids.map(|_| ())
+        kill_frozen(self, path)
     }
 
     fn freeze(&self, path: &str) -> Result<(), CgroupError> {
