@@ -2,23 +2,13 @@
 //! `container_attach.go` over the kubelet's `GetAttach`); the session joins the shim.
 
 use super::Inner;
-use super::exec::{cache_full, state_name, validate_streams};
-use crate::state::ContainerState;
+use super::exec::{cache_full, running_container, validate_streams};
 use crate::streaming;
 use cri::runtime::v1 as pb;
 use tonic::Status;
 
 pub async fn attach(inner: &Inner, req: pb::AttachRequest) -> Result<pb::AttachResponse, Status> {
-    if req.container_id.is_empty() {
-        return Err(Status::invalid_argument("missing required container_id"));
-    }
-    let rec = inner.find_container(&req.container_id)?;
-    if rec.state != ContainerState::Running {
-        return Err(Status::failed_precondition(format!(
-            "container is in {} state",
-            state_name(rec.state)
-        )));
-    }
+    let rec = running_container(inner, &req.container_id)?;
     validate_streams(
         req.tty,
         req.stdin,

@@ -3,7 +3,7 @@
 //! client connects to the URL ([`crate::streaming`]).
 
 use super::Inner;
-use crate::state::ContainerState;
+use crate::state::{ContainerRecord, ContainerState};
 use crate::streaming;
 use cri::runtime::v1 as pb;
 use tonic::Status;
@@ -38,21 +38,28 @@ pub(crate) fn validate_streams(
     Ok(())
 }
 
-pub(crate) fn cache_full(e: streaming::CacheFull) -> Status {
-    Status::resource_exhausted(e.to_string())
-}
-
-pub async fn exec(inner: &Inner, req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
-    if req.container_id.is_empty() {
+/// The record of the running container `id` that an exec or attach streams to; upstream's
+/// texts for a missing id and for a container not running.
+pub(crate) fn running_container(inner: &Inner, id: &str) -> Result<ContainerRecord, Status> {
+    if id.is_empty() {
         return Err(Status::invalid_argument("missing required container_id"));
     }
-    let rec = inner.find_container(&req.container_id)?;
+    let rec = inner.find_container(id)?;
     if rec.state != ContainerState::Running {
         return Err(Status::failed_precondition(format!(
             "container is in {} state",
             state_name(rec.state)
         )));
     }
+    Ok(rec)
+}
+
+pub(crate) fn cache_full(e: streaming::CacheFull) -> Status {
+    Status::resource_exhausted(e.to_string())
+}
+
+pub async fn exec(inner: &Inner, req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
+    let rec = running_container(inner, &req.container_id)?;
     validate_streams(
         req.tty,
         req.stdin,
