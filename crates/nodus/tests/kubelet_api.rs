@@ -379,13 +379,22 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     assert!(so.contains("chat"), "attach stdout: {so}\nstderr: {se}");
 
     // --- kubectl port-forward ---
-    let mut cmd = node.netns.command("kubectl").unwrap();
+    assert_port_forward(&node.netns, &cp, &name, 18080);
+    drop(k);
+    drop(cp);
+}
+
+/// `kubectl port-forward pod/<name> <local>:8080`, run in `netns`, serves the pod's
+/// `hello-pf` page on 127.0.0.1:<local>.
+fn assert_port_forward(netns: &testkit::Netns, cp: &ControlPlane, name: &str, local: u16) {
+    let kc = cp.admin_kubeconfig().display().to_string();
+    let mut cmd = netns.command("kubectl").unwrap();
     cmd.args([
         "--kubeconfig",
         &kc,
         "port-forward",
         &format!("pod/{name}"),
-        "18080:8080",
+        &format!("{local}:8080"),
     ])
     .env("HOME", cp.dir.path().join("home"))
     .stdout(std::process::Stdio::piped())
@@ -394,7 +403,7 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut got = (0, String::new());
     while Instant::now() < deadline {
-        got = cp.curl(&["http://127.0.0.1:18080/index.html"]);
+        got = cp.curl(&[&format!("http://127.0.0.1:{local}/index.html")]);
         if got.0 == 200 {
             break;
         }
@@ -408,8 +417,6 @@ async fn kubectl_reaches_the_kubelet_api_and_the_kubelet_guards_it() {
         "port-forward: {}",
         String::from_utf8_lossy(&pf_out.stderr)
     );
-    drop(k);
-    drop(cp);
 }
 
 const VOLUME_POD: &str = r#"
@@ -1046,36 +1053,7 @@ async fn kubectl_logs_exec_and_port_forward_work_on_containerd() {
     assert_eq!(said.trim(), "on-42");
     let o = cp.kubectl(&["exec", &name, "-c", "main", "--", "sh", "-c", "exit 7"]);
     assert_eq!(o.status.code(), Some(7), "{:?}", out(&o));
-    let kc = cp.admin_kubeconfig().display().to_string();
-    let mut cmd = netns.command("kubectl").unwrap();
-    cmd.args([
-        "--kubeconfig",
-        &kc,
-        "port-forward",
-        &format!("pod/{name}"),
-        "18081:8080",
-    ])
-    .env("HOME", cp.dir.path().join("home"))
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
-    let mut pf = cmd.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut got = (0, String::new());
-    while Instant::now() < deadline {
-        got = cp.curl(&["http://127.0.0.1:18081/index.html"]);
-        if got.0 == 200 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = pf.kill();
-    let pf_out = pf.wait_with_output().unwrap();
-    assert_eq!(
-        (got.0, got.1.trim()),
-        (200, "hello-pf"),
-        "port-forward: {}",
-        String::from_utf8_lossy(&pf_out.stderr)
-    );
+    assert_port_forward(&netns, &cp, &name, 18081);
     drop(k);
     drop(cp);
     drop(ctrd);
