@@ -110,6 +110,30 @@ struct Inner {
 }
 
 impl Inner {
+    /// The state loaded from the file: nothing staged, no watcher.
+    fn new(
+        objects: BTreeMap<String, Stored>,
+        revision: u64,
+        events: VecDeque<Kept>,
+        history_bytes: usize,
+        compacted: u64,
+    ) -> Inner {
+        Inner {
+            objects,
+            revision,
+            events,
+            history_bytes,
+            compacted,
+            watchers: Vec::new(),
+            queue: Vec::new(),
+            staged: HashMap::new(),
+            next: revision,
+            committing: false,
+            epoch: 0,
+            epoch_ends: Vec::new(),
+        }
+    }
+
     /// The revision up to which events must go so that `incoming` more (of `bytes` in all)
     /// fit `limit`; the incoming ones are always kept.
     fn trim_point(&self, limit: HistoryLimit, incoming: usize, bytes: usize) -> Option<u64> {
@@ -274,20 +298,13 @@ impl EmbeddedStore {
         }
         Ok(EmbeddedStore {
             db,
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(Inner::new(
                 objects,
                 revision,
                 events,
                 history_bytes,
                 compacted,
-                watchers: Vec::new(),
-                queue: Vec::new(),
-                staged: HashMap::new(),
-                next: revision,
-                committing: false,
-                epoch: 0,
-                epoch_ends: Vec::new(),
-            }),
+            )),
             written: Condvar::new(),
             limit,
             commits: AtomicU64::new(0),
@@ -768,30 +785,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn empty_inner(revision: u64) -> Inner {
-        Inner {
-            objects: BTreeMap::new(),
-            revision,
-            events: VecDeque::new(),
-            history_bytes: 0,
-            compacted: 0,
-            watchers: Vec::new(),
-            queue: Vec::new(),
-            staged: HashMap::new(),
-            next: revision,
-            committing: false,
-            epoch: 0,
-            epoch_ends: Vec::new(),
-        }
-    }
-
     /// Writers see what is staged, readers what is committed; a failed commit fails its
     /// writes and every one staged after it, and revisions go on from the last committed.
     #[test]
     fn staged_writes_are_seen_by_writers_and_fail_with_their_commit() {
         let outcome =
             |i: &Inner, epoch, last| i.outcome(epoch, last).map(|r| r.map_err(|e| e.to_string()));
-        let mut inner = empty_inner(5);
+        let mut inner = Inner::new(BTreeMap::new(), 5, VecDeque::new(), 0, 0);
         let a = inner
             .queue_change("/k/a", EventKind::Added, json!({"v": 1}), None)
             .unwrap();
