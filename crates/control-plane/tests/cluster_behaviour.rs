@@ -322,6 +322,17 @@ async fn status_subresource_pagination_and_streaming_lists() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
     pods.create(&pp, &from(json!({"metadata": {"name": "s"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))).await.expect("pod");
+    // The scheduler writes this pod's status once (no node fits); the read-modify-writes
+    // below start after it, or they would race it and get a 409 as any client would.
+    eventually("the scheduler's PodScheduled=False", || async {
+        let p = pods.get("s").await.expect("pod");
+        p.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
     let mut p = pods.get("s").await.expect("pod");
     p.status.as_mut().expect("status").phase = Some("Running".into());
     let after = pods.replace("s", &pp, &p).await.expect("main update");
