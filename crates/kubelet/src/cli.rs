@@ -149,6 +149,10 @@ pub struct KubeletArgs {
     /// The most pods this node runs [default: 110].
     #[arg(long)]
     pub max_pods: Option<i64>,
+    /// How many pods are started at once (their first sync: volumes, sandbox, containers),
+    /// a nodus setting; 0 for no bound [default: 4 per CPU].
+    #[arg(long)]
+    pub max_parallel_pod_starts: Option<usize>,
     /// The most processes a pod may have; -1 for no limit [default: -1].
     #[arg(long, allow_hyphen_values = true)]
     pub pod_max_pids: Option<i64>,
@@ -1305,6 +1309,9 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
         node_cpu_milli: cm.allocatable.cpu_milli,
         node_memory_bytes: cm.allocatable.memory_bytes,
         host_ips,
+        max_parallel_pod_starts: args
+            .max_parallel_pod_starts
+            .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(1, |n| n.get())),
     };
     let status = StatusManager::new();
     let (probes, probe_rx) = ProbeManager::new(

@@ -673,3 +673,74 @@ async fn volumes_sidecars_restart_never_and_active_deadline() {
         "Pod was active on the node longer than the specified deadline"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bounded_pod_starts_all_run_and_a_waiting_post_start_hook_gives_its_place_up() {
+    if !common::have_root() {
+        return;
+    }
+    let (_node, k) = node_and_kubelet("10.88.14.0/24", &["--max-parallel-pod-starts", "1"]);
+    let out = tempfile::tempdir().unwrap();
+    let hook = format!(
+        r#"  containers:
+  - name: c
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "exec sleep 3600"]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    lifecycle:
+      postStart:
+        exec: {{command: ["sh", "-c", "touch /out/hook-started; until [ -e /out/go ]; do sleep 0.1; done"]}}
+  volumes:
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+        out.path().display()
+    );
+    // The hook may wait as long as the grace period (its timeout), longer than the test.
+    k.write_manifest(
+        "hook.yaml",
+        &pod_yaml("hook", &hook).replace(
+            "terminationGracePeriodSeconds: 2",
+            "terminationGracePeriodSeconds: 300",
+        ),
+    );
+    let deadline = Instant::now() + T;
+    while !out.path().join("hook-started").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the postStart hook did not start\n{}",
+            k.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The only place is the hook pod's until its hook began: these start while it waits,
+    // one after the other.
+    for name in ["one", "two", "three"] {
+        k.write_manifest(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                name,
+                r#"  containers:
+  - name: c
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "exec sleep 3600"]
+"#,
+            ),
+        );
+    }
+    for name in ["one", "two", "three"] {
+        k.wait_pod(
+            &full(name),
+            T,
+            "running while another pod's hook waits",
+            |p| is_running(p, "c"),
+        );
+    }
+    std::fs::write(out.path().join("go"), "").unwrap();
+    let p = k.wait_pod(&full("hook"), T, "ready once its hook returned", |p| {
+        condition(p, "Ready") == Some("True")
+    });
+    assert_eq!(restarts(&p, "c"), 0, "the hook never failed: {p}");
+}

@@ -50,12 +50,13 @@ async fn present(rt: &Runtime, image: &str) -> Result<Option<String>, tonic::Sta
 
 /// Makes sure `c`'s image is present; returns the image reference to create from. Events
 /// (Pulling, Pulled, Failed, BackOff, ErrImageNeverPull) go to `obj`, the container.
-pub async fn ensure_image(
+pub(crate) async fn ensure_image(
     rt: &Runtime,
     backoff: &Mutex<Backoff>,
     pod_uid: &str,
     c: &Container,
     obj: &ObjectReference,
+    permit: &super::start_permit::StartPermit,
 ) -> Result<String, PullError> {
     let image = c.image.clone().unwrap_or_default();
     if image.is_empty() {
@@ -102,6 +103,8 @@ pub async fn ensure_image(
             message,
         });
     }
+    // A pull waits on the registry, not on this node: other pods start meanwhile.
+    permit.release();
     let started = Instant::now();
     recorder().event(obj, NORMAL, "Pulling", &format!("Pulling image {image:?}"));
     match rt

@@ -9,6 +9,7 @@ pub mod image;
 pub mod labels;
 pub mod runtime_pod;
 pub mod sandbox;
+mod start_permit;
 pub mod sync_pod;
 
 use crate::cri::Runtime;
@@ -30,6 +31,8 @@ pub struct Settings {
     pub node_cpu_milli: i64,
     pub node_memory_bytes: i64,
     pub host_ips: Vec<String>,
+    /// `--max-parallel-pod-starts`: pods started at once, 0 for no bound.
+    pub max_parallel_pod_starts: usize,
 }
 
 /// A waiting reason a sync left for a container (upstream's ReasonCache entry).
@@ -64,6 +67,8 @@ pub struct KubeRuntime {
     pub userns: std::sync::OnceLock<std::sync::Arc<crate::userns::UsernsManager>>,
     /// RuntimeClass name → CRI handler, set once when the kubelet has an API server.
     pub runtime_classes: std::sync::OnceLock<crate::runtimeclass::RuntimeClassManager>,
+    /// Bounds the pods whose first sync runs at once ([`start_permit`]).
+    pub(crate) pod_starts: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl KubeRuntime {
@@ -74,6 +79,7 @@ impl KubeRuntime {
         probes: ProbeManager,
     ) -> KubeRuntime {
         KubeRuntime {
+            pod_starts: start_permit::limit(settings.max_parallel_pod_starts),
             rt,
             cm,
             settings,

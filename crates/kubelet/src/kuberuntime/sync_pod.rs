@@ -6,6 +6,7 @@ use super::container::{ContainerContext, container_config};
 use super::env::EnvContext;
 use super::runtime_pod::{ContainerInfo, RuntimePod, pod_status};
 use super::sandbox::{pod_log_dir, sandbox_config};
+use super::start_permit::StartPermit;
 use super::{KubeRuntime, Waiting, image, labels};
 use crate::prober::{ProbeResult, ProbeType};
 use crate::volumes;
@@ -194,6 +195,13 @@ impl KubeRuntime {
             self.kill_container(pod, c, None).await;
         }
 
+        // A pod's first sync waits for its place among the pods starting (from here, its
+        // volumes are the first thing it mounts).
+        let permit = if actions.create_sandbox {
+            StartPermit::acquire(self.pod_starts.as_ref()).await
+        } else {
+            StartPermit::default()
+        };
         // The configMaps and secrets of volumes and env, read once for this sync.
         let objects = volumes::fetch(
             self.objects.get().map(|c| c.as_ref()),
@@ -378,7 +386,17 @@ impl KubeRuntime {
                 target: target.as_deref(),
             };
             if let Err(e) = self
-                .start_container(pod, c, kind, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
+                .start_container(
+                    pod,
+                    c,
+                    kind,
+                    &rp,
+                    &sandbox_id,
+                    &cfg,
+                    &ctx,
+                    &pod_ips,
+                    &permit,
+                )
                 .await
             {
                 result.errors.push(e);
@@ -388,7 +406,17 @@ impl KubeRuntime {
         if let Some(i) = actions.next_init {
             let c = &inits[i];
             if let Err(e) = self
-                .start_container(pod, c, Kind::Init, &rp, &sandbox_id, &cfg, &ctx, &pod_ips)
+                .start_container(
+                    pod,
+                    c,
+                    Kind::Init,
+                    &rp,
+                    &sandbox_id,
+                    &cfg,
+                    &ctx,
+                    &pod_ips,
+                    &permit,
+                )
                 .await
             {
                 result.errors.push(e);
@@ -407,6 +435,7 @@ impl KubeRuntime {
                     &cfg,
                     &ctx,
                     &pod_ips,
+                    &permit,
                 )
                 .await
             {
@@ -440,6 +469,7 @@ impl KubeRuntime {
         sandbox_cfg: &pb::PodSandboxConfig,
         ctx: &ContainerContext<'_>,
         pod_ips: &[String],
+        permit: &StartPermit,
     ) -> Result<(), String> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let previous = rp.latest(&c.name);
@@ -486,7 +516,7 @@ impl KubeRuntime {
         }
         let obj = crate::events::container_ref(pod, &c.name);
         let image_ref =
-            match image::ensure_image(&self.rt, &self.image_backoff, &uid, c, &obj).await {
+            match image::ensure_image(&self.rt, &self.image_backoff, &uid, c, &obj, permit).await {
                 Ok(r) => r,
                 Err(e) => {
                     self.set_reason(
@@ -603,6 +633,9 @@ impl KubeRuntime {
         );
         self.set_reason(&uid, &c.name, None);
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            // The hook runs as long as the container makes it: not the node's start work.
+            // The hook runs as long as the container makes it: not the node's start work.
+            permit.release();
             let grace = grace_period(pod);
             if let Err(e) = crate::lifecycle::run_handler(
                 &self.rt.runtime,
