@@ -355,6 +355,34 @@ async fn liveness_failure_restarts_and_readiness_flips_ready() {
     });
 }
 
+/// A busybox pod body whose container `c` sleeps with `out` mounted at `/out` and runs
+/// `lifecycle` (YAML lines indented under `lifecycle:`): hooks write there for the test.
+fn hook_pod_body(out: &std::path::Path, lifecycle: &str) -> String {
+    format!(
+        r#"  containers:
+  - name: c
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: Never
+    command: ["sh", "-c", "exec sleep 3600"]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    lifecycle:
+{lifecycle}  volumes:
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+        out.display()
+    )
+}
+
+/// Waits up to [`T`] for a file a hook writes, failing with the kubelet's log.
+async fn wait_for_file(k: &Kubelet, path: &std::path::Path, what: &str) {
+    let deadline = Instant::now() + T;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{what}\n{}", k.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pre_stop_runs_before_the_container_is_stopped() {
     if !common::have_root() {
@@ -366,23 +394,13 @@ async fn pre_stop_runs_before_the_container_is_stopped() {
         "hooks.yaml",
         &pod_yaml(
             "hooks",
-            &format!(
-                r#"  containers:
-  - name: c
-    image: docker.io/library/busybox:latest
-    imagePullPolicy: Never
-    command: ["sh", "-c", "exec sleep 3600"]
-    volumeMounts: [{{name: out, mountPath: /out}}]
-    lifecycle:
-      postStart:
-        exec: {{command: ["sh", "-c", "echo post-start > /out/post"]}}
+            &hook_pod_body(
+                out.path(),
+                r#"      postStart:
+        exec: {command: ["sh", "-c", "echo post-start > /out/post"]}
       preStop:
-        exec: {{command: ["sh", "-c", "echo pre-stop > /out/pre"]}}
-  volumes:
-  - name: out
-    hostPath: {{path: {}, type: Directory}}
+        exec: {command: ["sh", "-c", "echo pre-stop > /out/pre"]}
 "#,
-                out.path().display()
             ),
         ),
     );
@@ -393,15 +411,7 @@ async fn pre_stop_runs_before_the_container_is_stopped() {
     );
     k.remove_manifest("hooks.yaml");
     k.wait_gone(&full("hooks"), T);
-    let deadline = Instant::now() + T;
-    while !out.path().join("pre").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "preStop did not run\n{}",
-            k.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_file(&k, &out.path().join("pre"), "preStop did not run").await;
     assert_eq!(
         std::fs::read_to_string(out.path().join("pre")).unwrap(),
         "pre-stop\n"
@@ -681,21 +691,11 @@ async fn bounded_pod_starts_all_run_and_a_waiting_post_start_hook_gives_its_plac
     }
     let (_node, k) = node_and_kubelet("10.88.14.0/24", &["--max-parallel-pod-starts", "1"]);
     let out = tempfile::tempdir().unwrap();
-    let hook = format!(
-        r#"  containers:
-  - name: c
-    image: docker.io/library/busybox:latest
-    imagePullPolicy: Never
-    command: ["sh", "-c", "exec sleep 3600"]
-    volumeMounts: [{{name: out, mountPath: /out}}]
-    lifecycle:
-      postStart:
-        exec: {{command: ["sh", "-c", "touch /out/hook-started; until [ -e /out/go ]; do sleep 0.1; done"]}}
-  volumes:
-  - name: out
-    hostPath: {{path: {}, type: Directory}}
+    let hook = hook_pod_body(
+        out.path(),
+        r#"      postStart:
+        exec: {command: ["sh", "-c", "touch /out/hook-started; until [ -e /out/go ]; do sleep 0.1; done"]}
 "#,
-        out.path().display()
     );
     // The hook may wait as long as the grace period (its timeout), longer than the test.
     k.write_manifest(
@@ -705,15 +705,12 @@ async fn bounded_pod_starts_all_run_and_a_waiting_post_start_hook_gives_its_plac
             "terminationGracePeriodSeconds: 300",
         ),
     );
-    let deadline = Instant::now() + T;
-    while !out.path().join("hook-started").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the postStart hook did not start\n{}",
-            k.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_file(
+        &k,
+        &out.path().join("hook-started"),
+        "the postStart hook did not start",
+    )
+    .await;
     // The only place is the hook pod's until its hook began: these start while it waits,
     // one after the other.
     for name in ["one", "two", "three"] {

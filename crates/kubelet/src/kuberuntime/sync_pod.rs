@@ -78,6 +78,18 @@ fn should_restart(c: Option<&ContainerInfo>, policy: &str) -> bool {
     }
 }
 
+/// What every container started in one sync shares: the pod's runtime view, its sandbox,
+/// the context its container configs are built from and its place among the pods starting.
+#[derive(Clone, Copy)]
+struct StartContext<'a> {
+    rp: &'a RuntimePod,
+    sandbox_id: &'a str,
+    sandbox_cfg: &'a pb::PodSandboxConfig,
+    ctx: &'a ContainerContext<'a>,
+    pod_ips: &'a [String],
+    permit: &'a StartPermit,
+}
+
 impl KubeRuntime {
     /// Marks every container of the pod as waiting for `reason` (a pod-level step failed).
     fn all_waiting(&self, pod: &Pod, reason: &str, message: &str) {
@@ -376,6 +388,14 @@ impl KubeRuntime {
             userns: userns.as_ref(),
         };
 
+        let start = StartContext {
+            rp: &rp,
+            sandbox_id: &sandbox_id,
+            sandbox_cfg: &cfg,
+            ctx: &ctx,
+            pod_ips: &pod_ips,
+            permit: &permit,
+        };
         // Ephemeral containers first: they may be there to debug a pod stuck in init.
         let ephemeral = ephemeral_containers(pod);
         for &i in &actions.start_ephemeral {
@@ -385,60 +405,21 @@ impl KubeRuntime {
             let kind = Kind::Ephemeral {
                 target: target.as_deref(),
             };
-            if let Err(e) = self
-                .start_container(
-                    pod,
-                    c,
-                    kind,
-                    &rp,
-                    &sandbox_id,
-                    &cfg,
-                    &ctx,
-                    &pod_ips,
-                    &permit,
-                )
-                .await
-            {
+            if let Err(e) = self.start_container(pod, c, kind, &start).await {
                 result.errors.push(e);
             }
         }
         let inits = spec.init_containers.clone().unwrap_or_default();
         if let Some(i) = actions.next_init {
             let c = &inits[i];
-            if let Err(e) = self
-                .start_container(
-                    pod,
-                    c,
-                    Kind::Init,
-                    &rp,
-                    &sandbox_id,
-                    &cfg,
-                    &ctx,
-                    &pod_ips,
-                    &permit,
-                )
-                .await
-            {
+            if let Err(e) = self.start_container(pod, c, Kind::Init, &start).await {
                 result.errors.push(e);
             }
         }
         // App containers start in spec order, each after the previous one's postStart.
         for &i in &actions.start {
             let c = &spec.containers[i];
-            if let Err(e) = self
-                .start_container(
-                    pod,
-                    c,
-                    Kind::Regular,
-                    &rp,
-                    &sandbox_id,
-                    &cfg,
-                    &ctx,
-                    &pod_ips,
-                    &permit,
-                )
-                .await
-            {
+            if let Err(e) = self.start_container(pod, c, Kind::Regular, &start).await {
                 result.errors.push(e);
             }
         }
@@ -464,13 +445,16 @@ impl KubeRuntime {
         pod: &Pod,
         c: &Container,
         kind: Kind<'_>,
-        rp: &RuntimePod,
-        sandbox_id: &str,
-        sandbox_cfg: &pb::PodSandboxConfig,
-        ctx: &ContainerContext<'_>,
-        pod_ips: &[String],
-        permit: &StartPermit,
+        start: &StartContext<'_>,
     ) -> Result<(), String> {
+        let StartContext {
+            rp,
+            sandbox_id,
+            sandbox_cfg,
+            ctx,
+            pod_ips,
+            permit,
+        } = *start;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let previous = rp.latest(&c.name);
         // CrashLoopBackOff: a container that exited waits out its back-off before the next start.
