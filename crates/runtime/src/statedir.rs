@@ -99,8 +99,38 @@ impl Drop for MountedHere {
     }
 }
 
+/// The directory of the sandbox or container `id` under `parent`: named by the ID's first
+/// 16 characters, or by the whole ID when another entry has those already.
+///
+/// Each pod's namespace pins and `/dev/shm`, and each container's root filesystem, are mount
+/// points below these directories, so their paths are lines of the node's mount table, which
+/// the kernel renders again on every read of `/proc/self/mountinfo` (runc reads it four
+/// times per container it starts). The whole 64-digit ID made five of a pod's six lines 48
+/// bytes longer. A prefix of 64 random bits is as unique as a node needs (crictl shows 13
+/// digits), and the record keeps the directory, so nothing derives it from the ID again.
+pub(crate) fn entry_dir(parent: &Path, id: &str) -> std::path::PathBuf {
+    const SHORT: usize = 16;
+    let short = id.get(..SHORT).unwrap_or(id);
+    let dir = parent.join(short);
+    if short.len() < id.len() && std::fs::symlink_metadata(&dir).is_ok() {
+        return parent.join(id);
+    }
+    dir
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn entry_dirs_are_named_by_an_id_prefix_unless_it_is_taken() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = ("0123456789abcdef0000", "0123456789abcdef1111");
+        let first = super::entry_dir(d.path(), a);
+        assert_eq!(first, d.path().join("0123456789abcdef"));
+        std::fs::create_dir(&first).unwrap();
+        assert_eq!(super::entry_dir(d.path(), b), d.path().join(b));
+        assert_eq!(super::entry_dir(d.path(), "short"), d.path().join("short"));
+    }
+
     use super::*;
 
     fn mounted(dir: &Path) -> bool {

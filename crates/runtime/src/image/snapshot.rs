@@ -434,27 +434,169 @@ fn overlay_has_index() -> bool {
 /// Uses the new mount API (fsopen/fsconfig with one `lowerdir+` per layer, Linux ≥ 6.8), which
 /// has no limit on the number or length of lower paths; older kernels get mount(2) with a
 /// `lowerdir=a:b:c` option string, limited to one page.
+///
+/// The layer paths are handed to the kernel relative to a [`LayerBase`] (the container's
+/// layer directory: `upperdir=upper,workdir=work,lowerdir+=../../snapshots/…`). The kernel
+/// keeps an overlay's options as they were given and renders them again on every read of
+/// `/proc/self/mountinfo`, which runc does four times per container it starts: with absolute
+/// paths a pod's overlay line was 650 bytes, the longest of the node's table by far. The
+/// legacy option string gets shorter too, so more layers fit in its page (containerd makes
+/// its long lowerdir lists relative for that reason).
 pub fn mount_overlay(
     lowers: &[PathBuf],
     upper_work: Option<(&Path, &Path)>,
     target: &Path,
 ) -> Result<MountGuard, SnapshotError> {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::AtomicBool;
     // Once the kernel turned `lowerdir+` down, ask it no more: each refusal is a line in
     // its log.
     static LEGACY: AtomicBool = AtomicBool::new(false);
-    if LEGACY.load(Ordering::Relaxed) {
-        return mount_overlay_legacy(lowers, upper_work, target);
-    }
-    match mount_overlay_fsconfig(lowers, upper_work, target) {
-        Ok(g) => Ok(g),
-        Err(FsconfigError::Unsupported) => {
-            let g = mount_overlay_legacy(lowers, upper_work, target)?;
-            LEGACY.store(true, Ordering::Relaxed);
-            Ok(g)
+    let target = if target.is_absolute() {
+        target.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(io_err("resolving the mount target", target))?
+            .join(target)
+    };
+    let base = LayerBase::of(lowers, upper_work);
+    let rel_lowers: Vec<PathBuf> = lowers.iter().map(|l| base.relative(l)).collect();
+    let rel_upper_work = upper_work.map(|(u, w)| (base.relative(u), base.relative(w)));
+    let mount = move || {
+        let upper_work = rel_upper_work
+            .as_ref()
+            .map(|(u, w)| (u.as_path(), w.as_path()));
+        if LEGACY.load(Ordering::Relaxed) {
+            return mount_overlay_legacy(&rel_lowers, upper_work, &target);
         }
-        Err(FsconfigError::Failed(e)) => Err(e),
+        match mount_overlay_fsconfig(&rel_lowers, upper_work, &target) {
+            Ok(g) => Ok(g),
+            Err(FsconfigError::Unsupported) => {
+                let g = mount_overlay_legacy(&rel_lowers, upper_work, &target)?;
+                LEGACY.store(true, Ordering::Relaxed);
+                Ok(g)
+            }
+            Err(FsconfigError::Failed(e)) => Err(e),
+        }
+    };
+    base.run(mount).map_err(|e| base.explain(e))
+}
+
+/// The directory an overlay's layer paths are given relative to: the parent of `upper` and
+/// `work` for a writable overlay, else the lowers' deepest common ancestor. `None` (paths
+/// as given) when there is nothing to shorten or a path is not absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LayerBase(Option<PathBuf>);
+
+impl LayerBase {
+    fn of(lowers: &[PathBuf], upper_work: Option<(&Path, &Path)>) -> LayerBase {
+        let all_absolute = lowers.iter().all(|l| l.is_absolute())
+            && upper_work.is_none_or(|(u, w)| u.is_absolute() && w.is_absolute());
+        if !all_absolute {
+            return LayerBase(None);
+        }
+        let lowers_ancestor = lowers.iter().skip(1).fold(
+            lowers
+                .first()
+                .and_then(|l| l.parent())
+                .map(Path::to_path_buf),
+            |acc, l| acc.map(|a| common_ancestor(&a, l)),
+        );
+        let upper_parent =
+            upper_work.and_then(|(u, w)| u.parent().filter(|p| Some(*p) == w.parent()));
+        let paths: Vec<&Path> = lowers
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(upper_work.into_iter().flat_map(|(u, w)| [u, w]))
+            .collect();
+        // Of the two, the one that makes the options shortest: the upper's parent for an
+        // image of a few layers, the snapshots' directory for one of many.
+        [upper_parent.map(Path::to_path_buf), lowers_ancestor]
+            .into_iter()
+            .flatten()
+            .filter(|b| b.parent().is_some())
+            .map(|b| LayerBase(Some(b)))
+            .min_by_key(|base| {
+                paths
+                    .iter()
+                    .map(|p| base.relative(p).as_os_str().len())
+                    .sum::<usize>()
+            })
+            .unwrap_or(LayerBase(None))
     }
+
+    /// `path` relative to the base (`..` where it leaves it).
+    fn relative(&self, path: &Path) -> PathBuf {
+        let Some(base) = &self.0 else {
+            return path.to_path_buf();
+        };
+        let common = common_ancestor(base, path);
+        let ups = base.components().count() - common.components().count();
+        let mut rel = PathBuf::new();
+        for _ in 0..ups {
+            rel.push("..");
+        }
+        rel.push(path.strip_prefix(&common).unwrap_or(path));
+        if rel.as_os_str().is_empty() {
+            rel.push(".");
+        }
+        rel
+    }
+
+    /// Runs `f` where relative layer paths resolve: on a thread of its own whose working
+    /// directory is the base (the process's is shared by all its threads, so it is never
+    /// changed).
+    fn run(
+        &self,
+        f: impl FnOnce() -> Result<MountGuard, SnapshotError> + Send,
+    ) -> Result<MountGuard, SnapshotError> {
+        let Some(base) = &self.0 else {
+            return f();
+        };
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("nodus-overlay".into())
+                .spawn_scoped(s, || {
+                    nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).map_err(|e| {
+                        io_err("unsharing the working directory for", base)(e.into())
+                    })?;
+                    std::env::set_current_dir(base)
+                        .map_err(io_err("entering the layer directory", base))?;
+                    f()
+                })
+                .map_err(io_err("starting a thread to mount an overlay in", base))?
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+
+    /// Names the base in a mount error, whose paths are relative to it.
+    fn explain(&self, e: SnapshotError) -> SnapshotError {
+        match (e, &self.0) {
+            (
+                SnapshotError::Mount {
+                    kind,
+                    target,
+                    detail,
+                    source,
+                },
+                Some(base),
+            ) => SnapshotError::Mount {
+                kind,
+                target,
+                detail: format!("{detail} (layer paths relative to {})", base.display()),
+                source,
+            },
+            (e, _) => e,
+        }
+    }
+}
+
+fn common_ancestor(a: &Path, b: &Path) -> PathBuf {
+    a.components()
+        .zip(b.components())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x)
+        .collect()
 }
 
 enum FsconfigError {
@@ -687,6 +829,16 @@ mod tests {
     use super::*;
     use std::os::unix::fs::FileTypeExt;
 
+    fn mount_line(target: &Path) -> String {
+        let target = std::fs::canonicalize(target).unwrap();
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(target.to_str().unwrap()))
+            .unwrap_or_else(|| panic!("{} is not mounted", target.display()))
+            .to_string()
+    }
+
     fn is_mounted(target: &Path) -> bool {
         let target = std::fs::canonicalize(target).unwrap();
         std::fs::read_to_string("/proc/self/mountinfo")
@@ -844,6 +996,16 @@ mod tests {
             std::fs::create_dir(d).unwrap();
         }
         let g = s.mount_rw(&chain, &upper, &work, &mnt).unwrap();
+        // The node's mount table shows the layers as relative paths, the shortest set.
+        let line = mount_line(&mnt);
+        let options = line.split(" - ").nth(1).unwrap();
+        let lower = format!("lowerdir+={}/fs,", chain[2].hex());
+        assert!(
+            options.contains(&lower)
+                && options.contains(",upperdir=../../upper,workdir=../../work"),
+            "{line}"
+        );
+        assert!(!options.contains(root.path().to_str().unwrap()), "{line}");
         std::fs::write(mnt.join("created"), b"c").unwrap();
         std::fs::remove_file(mnt.join("a/file2")).unwrap();
         drop(g);
@@ -856,6 +1018,81 @@ mod tests {
             std::fs::read(s.fs_path(&chain[0]).join("a/file2")).unwrap(),
             b"two"
         );
+    }
+
+    #[test]
+    fn a_failed_mount_names_the_directory_its_layer_paths_are_relative_to() {
+        let root = tempfile::tempdir().unwrap();
+        let s = Snapshotter::open(root.path()).unwrap();
+        let chain = unpack_chain(&s, &three_layers()[..1]);
+        let mnt = root.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let layer = root.path().join("layers/c1");
+        std::fs::create_dir_all(layer.join("upper")).unwrap();
+        // No work directory.
+        let e = s
+            .mount_rw(&chain, &layer.join("upper"), &layer.join("work"), &mnt)
+            .unwrap_err()
+            .to_string();
+        let base = root.path().join("snapshots/sha256").join(chain[0].hex());
+        assert!(
+            e.contains("(workdir ")
+                && e.contains(&format!("layer paths relative to {}", base.display())),
+            "{e}"
+        );
+        assert!(!is_mounted(&mnt));
+    }
+
+    #[test]
+    fn layer_paths_are_given_relative_to_the_upper_parent_or_the_lowers_ancestor() {
+        let p = |s: &str| PathBuf::from(s);
+        // Names as long as the node's: 64 hex digits.
+        let hex = |s: &str| format!("{s:0>64}");
+        let snap = |h: &str| p(&format!("/var/lib/nodus/snapshots/sha256/{}/fs", hex(h)));
+        let layer = p(&format!("/var/lib/nodus/layers/{}", hex("c1")));
+        let (upper, work) = (layer.join("upper"), layer.join("work"));
+        let rw = LayerBase::of(&[snap("aa"), snap("bb")], Some((&upper, &work)));
+        assert_eq!(rw, LayerBase(Some(layer.clone())));
+        // Many layers: the snapshots' directory makes the shorter options.
+        let many: Vec<PathBuf> = (0..12).map(|i| snap(&format!("{i:02}"))).collect();
+        let snaps = p("/var/lib/nodus/snapshots/sha256");
+        assert_eq!(
+            LayerBase::of(&many, Some((&upper, &work))),
+            LayerBase(Some(snaps.clone()))
+        );
+        assert_eq!(
+            LayerBase(Some(snaps)).relative(&upper),
+            p(&format!("../../layers/{}/upper", hex("c1")))
+        );
+        for (path, want) in [
+            (&upper, "upper"),
+            (&work, "work"),
+            (
+                &snap("aa"),
+                &format!("../../snapshots/sha256/{}/fs", hex("aa")),
+            ),
+            (&layer, "."),
+        ] {
+            assert_eq!(rw.relative(path), p(want), "{}", path.display());
+        }
+        let ro = LayerBase::of(&[snap("aa"), snap("bb")], None);
+        assert_eq!(ro, LayerBase(Some(p("/var/lib/nodus/snapshots/sha256"))));
+        assert_eq!(ro.relative(&snap("bb")), p(&format!("{}/fs", hex("bb"))));
+        assert_eq!(
+            LayerBase::of(&[snap("aa")], None).relative(&snap("aa")),
+            p("fs")
+        );
+        // Upper and work apart: relative to the lower's directory.
+        let apart = LayerBase::of(&[snap("aa")], Some((&upper, &p("/var/lib/nodus/w"))));
+        assert_eq!(apart, LayerBase(snap("aa").parent().map(Path::to_path_buf)));
+        // Nothing to shorten, or paths that are not absolute: given as they are.
+        for base in [
+            LayerBase::of(&[p("/a/fs"), p("/b/fs")], None),
+            LayerBase::of(&[p("rel/fs")], Some((&upper, &work))),
+        ] {
+            assert_eq!(base, LayerBase(None));
+            assert_eq!(base.relative(&upper), upper);
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Pod sandboxes: pinned namespaces, CNI networking, hostname/resolv.conf/hosts.
 //!
 //! * [`namespaces`]: a pod's net/ipc/uts namespaces are created by a short-lived helper
-//!   thread and *pinned* by bind mounts under `<state-dir>/sandboxes/<id>/ns/`, in the manner
+//!   thread and *pinned* by bind mounts under `<state-dir>/sandboxes/<id prefix>/ns/`, in the manner
 //!   of CRI-O's `pinns`: no pause process holds them. A shared PID namespace needs a process:
 //!   a tiny detached init ([`namespaces::pin_pid_namespace`]) is its pid 1. Everything pinned
 //!   survives a restart of the runtime daemon and is found again by reading what exists.

@@ -2,7 +2,7 @@
 //!
 //! As CRI-O's `pinns` does, a short-lived helper creates the namespaces and the runtime
 //! bind-mounts `/proc/<task>/ns/{net,ipc,uts}` onto files of the sandbox's namespace
-//! directory (`<state-dir>/sandboxes/<id>/ns/`). The bind mount alone keeps a namespace
+//! directory (`<state-dir>/sandboxes/<id prefix>/ns/`). The bind mount alone keeps a namespace
 //! alive; OCI runtimes join it by path. For net, ipc and uts the helper is a thread: those
 //! namespaces are per task, so a thread can `unshare` them (and set the pod hostname in its
 //! new UTS namespace), pin them, and exit without touching the rest of the process.
@@ -302,9 +302,10 @@ impl PinRoot {
         Ok(PinRoot { dir, bound: true })
     }
 
-    /// Where the sandbox `id` pins its namespaces.
+    /// Where the sandbox `id` pins its namespaces (a new directory, named as
+    /// [`crate::statedir::entry_dir`] names it).
     pub fn sandbox_dir(&self, id: &str) -> PathBuf {
-        self.dir.join(id)
+        crate::statedir::entry_dir(&self.dir, id)
     }
 
     /// Unmounts the root again if this process mounted it and nothing is pinned below it, so

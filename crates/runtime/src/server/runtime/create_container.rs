@@ -288,7 +288,7 @@ pub async fn create_container(
         });
     }
 
-    let dir = inner.state_dir.join("containers").join(&id);
+    let dir = crate::statedir::entry_dir(&inner.state_dir.join("containers"), &id);
     let bundle = dir.join("bundle");
     let rootfs = bundle.join("rootfs");
     let shim_dir = dir.join("shim");
