@@ -481,9 +481,15 @@ pub fn mount_overlay(
     base.run(mount).map_err(|e| base.explain(e))
 }
 
-/// The directory an overlay's layer paths are given relative to: the parent of `upper` and
-/// `work` for a writable overlay, else the lowers' deepest common ancestor. `None` (paths
-/// as given) when there is nothing to shorten or a path is not absolute.
+/// The directory an overlay's layer paths are given relative to: of the parent of `upper`
+/// and `work` and the lowers' deepest common ancestor, the one that makes the options
+/// shortest. `None` (paths as given) when there is nothing to shorten or a path is not
+/// absolute.
+///
+/// The kernel resolves `..` physically. The steps up lead only through directories the
+/// runtime made itself (`layers/<id>`, `snapshots/sha256/<chain>`) to the root they share; a
+/// symlink put in their place would make the mount fail with ENOENT, the error naming the
+/// base, rather than mount something else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct LayerBase(Option<PathBuf>);
 
