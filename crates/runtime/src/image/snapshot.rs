@@ -835,22 +835,17 @@ mod tests {
     use super::*;
     use std::os::unix::fs::FileTypeExt;
 
-    fn mount_line(target: &Path) -> String {
+    /// The node's mount table's entry for `target`, if it is a mount point.
+    fn mount_of(target: &Path) -> Option<nodus_cgroups::mountinfo::Mount> {
         let target = std::fs::canonicalize(target).unwrap();
-        std::fs::read_to_string("/proc/self/mountinfo")
+        nodus_cgroups::mountinfo::read_self()
             .unwrap()
-            .lines()
-            .find(|l| l.split(' ').nth(4) == Some(target.to_str().unwrap()))
-            .unwrap_or_else(|| panic!("{} is not mounted", target.display()))
-            .to_string()
+            .into_iter()
+            .find(|m| m.mount_point == target)
     }
 
     fn is_mounted(target: &Path) -> bool {
-        let target = std::fs::canonicalize(target).unwrap();
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .any(|l| l.split(' ').nth(4) == Some(target.to_str().unwrap()))
+        mount_of(target).is_some()
     }
 
     /// Unpacks `layers` as a chain; returns the chain IDs.
@@ -867,6 +862,16 @@ mod tests {
             assert!(s.exists(&chain));
         }
         chain_ids(&diff_ids)
+    }
+
+    /// A store holding the first of [`three_layers`], and an empty `mnt` directory.
+    fn one_layer_and_a_mount_point() -> (tempfile::TempDir, Snapshotter, Vec<Digest>, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let s = Snapshotter::open(root.path()).unwrap();
+        let chain = unpack_chain(&s, &three_layers()[..1]);
+        let mnt = root.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        (root, s, chain, mnt)
     }
 
     fn three_layers() -> Vec<Vec<u8>> {
@@ -1003,15 +1008,17 @@ mod tests {
         }
         let g = s.mount_rw(&chain, &upper, &work, &mnt).unwrap();
         // The node's mount table shows the layers as relative paths, the shortest set.
-        let line = mount_line(&mnt);
-        let options = line.split(" - ").nth(1).unwrap();
+        let options = mount_of(&mnt).expect("mounted").super_options;
         let lower = format!("lowerdir+={}/fs,", chain[2].hex());
         assert!(
             options.contains(&lower)
                 && options.contains(",upperdir=../../upper,workdir=../../work"),
-            "{line}"
+            "{options}"
         );
-        assert!(!options.contains(root.path().to_str().unwrap()), "{line}");
+        assert!(
+            !options.contains(root.path().to_str().unwrap()),
+            "{options}"
+        );
         std::fs::write(mnt.join("created"), b"c").unwrap();
         std::fs::remove_file(mnt.join("a/file2")).unwrap();
         drop(g);
@@ -1028,11 +1035,7 @@ mod tests {
 
     #[test]
     fn a_failed_mount_names_the_directory_its_layer_paths_are_relative_to() {
-        let root = tempfile::tempdir().unwrap();
-        let s = Snapshotter::open(root.path()).unwrap();
-        let chain = unpack_chain(&s, &three_layers()[..1]);
-        let mnt = root.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
+        let (root, s, chain, mnt) = one_layer_and_a_mount_point();
         let layer = root.path().join("layers/c1");
         std::fs::create_dir_all(layer.join("upper")).unwrap();
         // No work directory.
@@ -1103,11 +1106,7 @@ mod tests {
 
     #[test]
     fn a_mount_is_released_when_a_test_panics() {
-        let root = tempfile::tempdir().unwrap();
-        let s = Snapshotter::open(root.path()).unwrap();
-        let chain = unpack_chain(&s, &three_layers()[..1]);
-        let mnt = root.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
+        let (_root, s, chain, mnt) = one_layer_and_a_mount_point();
         let r = std::panic::catch_unwind(|| {
             let _g = s.mount_view(&chain, &mnt).unwrap();
             panic!("boom");
