@@ -602,7 +602,9 @@ spec:
   - name: main
     image: docker.io/library/busybox:latest
     imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "while [ ! -f /tmp/stop ]; do sleep 0.2; done"]
+    # The pause after the loop: the exec that creates /tmp/stop must have exited before the
+    # container's init does, or the end of its PID namespace kills it (exit 137).
+    command: ["sh", "-c", "while [ ! -f /tmp/stop ]; do sleep 0.2; done; sleep 1"]
 "#;
 
 /// With the API server down, pods keep running and the kubelet keeps working; when it is

@@ -208,18 +208,25 @@ async fn events_in_order_with_metadata_and_adjustments_in_the_running_container(
     let log = wait_log(n, "nri-order", "app", "device-ok").await;
     assert!(log.contains("env=hello"), "{log}");
     assert!(log.contains("from-the-host"), "{log}");
-    // The annotation is in the container's spec.
-    let spec: Value = serde_json::from_slice(
-        &std::fs::read(
-            n.rt.dir
-                .path()
-                .join("state/containers")
-                .join(&app)
-                .join("bundle/config.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    // The annotation is in the container's spec, in the bundle its verbose status names.
+    let status =
+        n.c.runtime
+            .clone()
+            .container_status(pb::ContainerStatusRequest {
+                container_id: app.clone(),
+                verbose: true,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner();
+    let info: Value = serde_json::from_str(&status.info["info"]).unwrap();
+    let bundle = PathBuf::from(info["bundle"].as_str().expect("bundle in the verbose info"));
+    assert!(
+        bundle.starts_with(n.rt.dir.path().join("state/containers")),
+        "{info}"
+    );
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
     assert_eq!(spec["annotations"]["example.com/nri"], "yes");
     assert_eq!(
         spec["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO",
