@@ -209,17 +209,7 @@ async fn events_in_order_with_metadata_and_adjustments_in_the_running_container(
     assert!(log.contains("env=hello"), "{log}");
     assert!(log.contains("from-the-host"), "{log}");
     // The annotation is in the container's spec, in the bundle its verbose status names.
-    let status =
-        n.c.runtime
-            .clone()
-            .container_status(pb::ContainerStatusRequest {
-                container_id: app.clone(),
-                verbose: true,
-            })
-            .await
-            .expect("ContainerStatus")
-            .into_inner();
-    let info: Value = serde_json::from_str(&status.info["info"]).unwrap();
+    let info = n.verbose_info(&app).await;
     let bundle = PathBuf::from(info["bundle"].as_str().expect("bundle in the verbose info"));
     assert!(
         bundle.starts_with(n.rt.dir.path().join("state/containers")),

@@ -293,6 +293,22 @@ impl TestNode {
         id
     }
 
+    /// The `info` a verbose ContainerStatus returns (pid, bundle, runtime handler…).
+    pub async fn verbose_info(&self, id: &str) -> serde_json::Value {
+        let resp = self
+            .c
+            .runtime
+            .clone()
+            .container_status(pb::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner();
+        serde_json::from_str(&resp.info["info"]).expect("verbose info is JSON")
+    }
+
     pub async fn status(&self, id: &str) -> pb::ContainerStatus {
         self.c
             .runtime
