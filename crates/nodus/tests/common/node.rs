@@ -293,33 +293,28 @@ impl TestNode {
         id
     }
 
-    /// The `info` a verbose ContainerStatus returns (pid, bundle, runtime handler…).
-    pub async fn verbose_info(&self, id: &str) -> serde_json::Value {
-        let resp = self
-            .c
-            .runtime
-            .clone()
-            .container_status(pb::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: true,
-            })
-            .await
-            .expect("ContainerStatus")
-            .into_inner();
-        serde_json::from_str(&resp.info["info"]).expect("verbose info is JSON")
-    }
-
-    pub async fn status(&self, id: &str) -> pb::ContainerStatus {
+    async fn container_status(&self, id: &str, verbose: bool) -> pb::ContainerStatusResponse {
         self.c
             .runtime
             .clone()
             .container_status(pb::ContainerStatusRequest {
                 container_id: id.into(),
-                verbose: false,
+                verbose,
             })
             .await
             .expect("ContainerStatus")
             .into_inner()
+    }
+
+    /// The `info` a verbose ContainerStatus returns (pid, bundle, runtime handler…).
+    pub async fn verbose_info(&self, id: &str) -> serde_json::Value {
+        let resp = self.container_status(id, true).await;
+        serde_json::from_str(&resp.info["info"]).expect("verbose info is JSON")
+    }
+
+    pub async fn status(&self, id: &str) -> pb::ContainerStatus {
+        self.container_status(id, false)
+            .await
             .status
             .expect("status")
     }
