@@ -63,7 +63,9 @@ impl SyncLoop {
                     }
                 },
                 Some(ev) = pleg.recv() => {
-                    if let Some(pod) = self.pods.get(&ev.pod_uid).filter(|p| !self.core.is_rejected(&uid(p))) {
+                    if self.core.kr.covered.covers(&ev) {
+                        tracing::debug!(pod_uid = %ev.pod_uid, event = ?ev.kind, container = %ev.data, "SyncLoop (PLEG): already covered by the sync that made the container");
+                    } else if let Some(pod) = self.pods.get(&ev.pod_uid).filter(|p| !self.core.is_rejected(&uid(p))) {
                         tracing::debug!(pod = %pod_name(&pod), event = ?ev.kind, container = %ev.data, "SyncLoop (PLEG)");
                         self.workers.update(Update::Sync(Pod::clone(&pod), "sync"));
                     }
@@ -207,6 +209,11 @@ impl SyncLoop {
                 return;
             }
         };
+        let live: HashSet<&str> = listed
+            .values()
+            .flat_map(|p| p.containers.iter().map(|(id, _, _)| id.as_str()))
+            .collect();
+        self.core.kr.covered.retain(&live);
         let running_pods = listed
             .values()
             .filter(|p| p.sandboxes.iter().any(|(_, ready)| *ready))

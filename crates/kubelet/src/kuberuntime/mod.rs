@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod container;
+pub mod covered_events;
 pub mod env;
 pub mod envvars;
 pub mod image;
@@ -69,6 +70,8 @@ pub struct KubeRuntime {
     pub runtime_classes: std::sync::OnceLock<crate::runtimeclass::RuntimeClassManager>,
     /// Bounds the pods whose first sync runs at once ([`start_permit`]).
     pub(crate) pod_starts: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// PLEG events the syncs that made their containers already covered.
+    pub covered: covered_events::CoveredEvents,
 }
 
 impl KubeRuntime {
@@ -99,6 +102,7 @@ impl KubeRuntime {
             services: std::sync::OnceLock::new(),
             userns: std::sync::OnceLock::new(),
             runtime_classes: std::sync::OnceLock::new(),
+            covered: Default::default(),
         }
     }
 

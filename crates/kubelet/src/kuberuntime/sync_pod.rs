@@ -252,6 +252,7 @@ impl KubeRuntime {
             || !actions.start.is_empty()
             || !actions.start_ephemeral.is_empty()
             || actions.next_init.is_some();
+        let acted = creates || !actions.kill.is_empty();
         let cgroup = if creates {
             match self.cm.ensure_pod(pod) {
                 Ok(p) => p,
@@ -435,6 +436,11 @@ impl KubeRuntime {
                 self.set_reason(&uid, &c.name, None);
             }
         }
+        if !acted {
+            // Nothing changed in the runtime by this sync: the read it began with is the
+            // pod's state.
+            return Ok((result, rp));
+        }
         let after = pod_status(&self.rt, &uid).await?;
         Ok((result, after))
     }
@@ -594,6 +600,9 @@ impl KubeRuntime {
             Ok(r) => r.into_inner().container_id,
             Err(e) => return fail("CreateContainerError", e.message().to_string()),
         };
+        // This sync reads the pod back after the start below: the runtime's events for the
+        // new container need no sync of their own.
+        self.covered.created(&id);
         crate::events::recorder().event(
             &obj,
             crate::events::NORMAL,

@@ -27,7 +27,9 @@ fn to_event(r: &pb::ContainerEventResponse) -> Option<PodLifecycleEvent> {
         })
         .filter(|u| !u.is_empty())?;
     let kind = match pb::ContainerEventType::try_from(r.container_event_type).ok()? {
-        pb::ContainerEventType::ContainerCreatedEvent => EventType::ContainerChanged,
+        // As upstream's evented PLEG: a created container changes nothing a sync acts on
+        // (the generic relist ignores the state too), so it makes no lifecycle event.
+        pb::ContainerEventType::ContainerCreatedEvent => return None,
         pb::ContainerEventType::ContainerStartedEvent => EventType::ContainerStarted,
         pb::ContainerEventType::ContainerStoppedEvent => EventType::ContainerDied,
         pb::ContainerEventType::ContainerDeletedEvent => EventType::ContainerRemoved,
