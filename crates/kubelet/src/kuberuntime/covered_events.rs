@@ -1,10 +1,12 @@
-//! PLEG events a sync has already covered: the started events of containers this kubelet
-//! made itself.
+//! PLEG events a sync has already covered: the started events of app and ephemeral
+//! containers this kubelet made itself.
 //!
 //! The sync that creates and starts a container reads the pod back from the runtime once
 //! StartContainer has returned, and its status is computed from that read, so the runtime's
 //! STARTED event for that container, which the runtime sends before StartContainer
-//! returns, tells the kubelet nothing it does not know. Upstream's kubelet syncs the pod
+//! returns, tells the kubelet nothing it does not know, as long as nothing waits for that
+//! start: init containers are never covered, since a sidecar's start (an init container
+//! with `restartPolicy: Always`) is what lets the next container start. Upstream's kubelet syncs the pod
 //! again on it, cheaply, from its pod cache; this kubelet reads the runtime on every sync
 //! (four CRI calls for a one-container pod), so it lets the event go. Every other event —
 //! a container that stopped, vanished or went unknown, one made by someone else, anything

@@ -600,9 +600,12 @@ impl KubeRuntime {
             Ok(r) => r.into_inner().container_id,
             Err(e) => return fail("CreateContainerError", e.message().to_string()),
         };
-        // This sync reads the pod back after the start below: the runtime's events for the
-        // new container need no sync of their own.
-        self.covered.created(&id);
+        // This sync reads the pod back after the start below, so the runtime's started
+        // event for an app or ephemeral container needs no sync of its own. An init
+        // container's does: a sidecar's start is what lets the next container start.
+        if !init {
+            self.covered.created(&id);
+        }
         crate::events::recorder().event(
             &obj,
             crate::events::NORMAL,
