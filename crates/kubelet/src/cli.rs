@@ -1229,7 +1229,12 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
     for d in [&args.root_dir, &r.pod_logs_dir] {
         std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.display().to_string(), e))?;
     }
-    let rt = cri::connect(&r.endpoint, Duration::from_secs(10))?;
+    let metrics = Arc::new(Metrics::new());
+    let rt = cri::connect_instrumented(
+        &r.endpoint,
+        Duration::from_secs(10),
+        metrics.runtime_operations.clone(),
+    )?;
     r.cm.cgroup_driver = crate::cm::cgroup_driver::from_runtime(&rt.runtime, r.cm.cgroup_driver)
         .await
         .map_err(RunError::Flag)?;
@@ -1369,7 +1374,6 @@ pub async fn run(args: KubeletArgs) -> Result<(), RunError> {
             }
         }
     }
-    let metrics = Arc::new(Metrics::new());
     let core = Arc::new(Core::new(
         Arc::clone(&kr),
         status.clone(),

@@ -15,6 +15,75 @@ pub struct OperationLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationTypeLabel {
+    pub operation_type: String,
+}
+
+/// upstream's `kubelet_runtime_operations_*`: every CRI call the kubelet makes, by
+/// operation type (`run_podsandbox`, `container_status`, …), its duration and its errors.
+#[derive(Clone)]
+pub struct RuntimeOperations {
+    total: Family<OperationTypeLabel, Counter>,
+    errors: Family<OperationTypeLabel, Counter>,
+    duration: Family<OperationTypeLabel, Histogram>,
+}
+
+impl RuntimeOperations {
+    fn new() -> RuntimeOperations {
+        RuntimeOperations {
+            total: Family::default(),
+            errors: Family::default(),
+            // upstream's ExponentialBuckets(.005, 2.5, 14).
+            duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.5, 14))
+            }),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        // The text format adds `_total` to counters.
+        registry.register(
+            "kubelet_runtime_operations",
+            "Cumulative number of runtime operations by operation type.",
+            self.total.clone(),
+        );
+        registry.register(
+            "kubelet_runtime_operations_duration_seconds",
+            "Duration in seconds of runtime operations. Broken down by operation type.",
+            self.duration.clone(),
+        );
+        registry.register(
+            "kubelet_runtime_operations_errors",
+            "Cumulative number of runtime operation errors by operation type.",
+            self.errors.clone(),
+        );
+    }
+
+    /// One call of `operation_type` that took `took` and failed or not.
+    pub fn record(&self, operation_type: &str, took: Duration, failed: bool) {
+        let label = OperationTypeLabel {
+            operation_type: operation_type.to_string(),
+        };
+        self.total.get_or_create(&label).inc();
+        self.duration
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if failed {
+            self.errors.get_or_create(&label).inc();
+        }
+    }
+
+    /// How many calls of `operation_type` were made.
+    pub fn count(&self, operation_type: &str) -> u64 {
+        self.total
+            .get_or_create(&OperationTypeLabel {
+                operation_type: operation_type.to_string(),
+            })
+            .get()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerStateLabel {
     pub container_state: String,
 }
@@ -38,6 +107,8 @@ pub struct Metrics {
     /// Sandboxes attempted for pods with `hostUsers: false`, and how many failed.
     pub started_user_namespaced_pods: Counter,
     pub started_user_namespaced_pods_errors: Counter,
+    /// Every CRI call, given to the runtime client ([`crate::cri::connect_instrumented`]).
+    pub runtime_operations: RuntimeOperations,
 }
 
 fn seconds_buckets() -> impl Iterator<Item = f64> {
@@ -110,8 +181,11 @@ impl Metrics {
             "Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
             started_user_namespaced_pods_errors.clone(),
         );
+        let runtime_operations = RuntimeOperations::new();
+        runtime_operations.register(&mut registry);
         Metrics {
             registry,
+            runtime_operations,
             evictions,
             started_user_namespaced_pods,
             started_user_namespaced_pods_errors,

@@ -551,6 +551,20 @@ async fn evented_and_relisting_pleg_deliver_the_same_transitions() {
             metrics.contains("kubelet_pleg_relist_duration_seconds_count"),
             "{metrics}"
         );
+        // One pod, one container, each made once: what the kubelet asked of the runtime.
+        for op in ["run_podsandbox", "create_container", "start_container"] {
+            let line = format!("kubelet_runtime_operations_total{{operation_type=\"{op}\"}} 1\n");
+            assert!(
+                metrics.contains(&line),
+                "{gates}: no {line:?} in\n{metrics}"
+            );
+        }
+        assert!(
+            metrics.contains(
+                "kubelet_runtime_operations_duration_seconds_count{operation_type=\"container_status\"}"
+            ),
+            "{gates}: {metrics}"
+        );
     }
 }
 
