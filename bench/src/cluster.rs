@@ -22,6 +22,10 @@ pub struct Cluster {
     _dir: tempfile::TempDir,
 }
 
+/// The kubelet's read-only port (`/metrics`, `/pods`), reached through the runtime's
+/// network namespace.
+pub const READ_ONLY_PORT: u16 = 10255;
+
 /// Starts the control plane, then a kubelet on `t`'s runtime with `kubelet_extra` flags.
 pub fn start(bin: &Path, t: &Target, kubelet_extra: &[&str]) -> Result<Cluster> {
     let dir = tempfile::Builder::new().prefix("bench-api-").tempdir()?;
@@ -80,6 +84,9 @@ pub fn start(bin: &Path, t: &Target, kubelet_extra: &[&str]) -> Result<Cluster> 
         .arg("--kubeconfig")
         .arg(&node_kc)
         .args(["--hostname-override", NODE, "--healthz-port", "10248"])
+        // The unauthenticated port, inside the runtime's network namespace only: the
+        // benchmarks read the kubelet's /metrics there.
+        .args(["--read-only-port", &READ_ONLY_PORT.to_string()])
         .args(["--feature-gates", "EventedPLEG=true"])
         // Disk-based eviction off, as kind's nodes: a nearly full build disk must not
         // put the measured node under DiskPressure.

@@ -97,6 +97,23 @@ struct Meters {
     containers: TreeCpu,
     /// What the phases wait for.
     watched: Watched,
+    /// The kubelet's network namespace, where its read-only port answers.
+    kubelet_netns: std::sync::Arc<testkit::netns::Netns>,
+}
+
+/// Every CRI call the kubelet has made so far (the sum of its
+/// `kubelet_runtime_operations_total`), read from its /metrics.
+fn cri_calls(m: &Meters) -> f64 {
+    let Ok((200, body)) = m
+        .kubelet_netns
+        .http_get(nodus_bench::cluster::READ_ONLY_PORT, "/metrics")
+    else {
+        return f64::NAN;
+    };
+    body.lines()
+        .filter(|l| l.starts_with("kubelet_runtime_operations_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// CPU counters at one moment, in milliseconds (the machine's as jiffies: total, idle).
@@ -175,6 +192,8 @@ struct Phase {
     wall: Duration,
     cp_cpu_ms: f64,
     kubelet_cpu_ms: f64,
+    /// CRI calls the kubelet made over the phase.
+    cri_calls: f64,
     runtime_cpu_ms: f64,
     runtime_daemon_cpu_ms: f64,
     containers_cpu_ms: f64,
@@ -222,6 +241,7 @@ fn measure(
         None
     };
     wait_quiet(what);
+    let calls0 = cri_calls(m);
     let c0 = Counters::read(m);
     eprintln!("{what}: started");
     let t0 = Instant::now();
@@ -238,12 +258,14 @@ fn measure(
         r
     })?;
     let c1 = Counters::read(m);
+    let calls1 = cri_calls(m);
     eprintln!("{what}: {:.2} s", wall.as_secs_f64());
     Ok(Phase {
         what: what.to_string(),
         wall,
         cp_cpu_ms: c1.cp - c0.cp,
         kubelet_cpu_ms: c1.kubelet - c0.kubelet,
+        cri_calls: calls1 - calls0,
         runtime_cpu_ms: c1.runtime - c0.runtime,
         runtime_daemon_cpu_ms: c1.runtime_daemon - c0.runtime_daemon,
         containers_cpu_ms: c1.containers - c0.containers,
@@ -734,6 +756,7 @@ async fn main() -> Result<()> {
         runtime,
         containers: TreeCpu::open(&t.cgroup.path()),
         watched: Watched::start(t.netns.path(), c.admin.clone())?,
+        kubelet_netns: std::sync::Arc::clone(&t.netns),
     };
     let phases = run_phases(&k, &meters)?;
     let floor_wall = |p: &Phase| p.pods as f64 * p.floor_ms / cores as f64 / 1e3;
@@ -797,15 +820,16 @@ async fn main() -> Result<()> {
          share of those (timed before the phase), and the same parts' CPU per pod when they ran \
          as one burst without nodus; nodus's own CPU (all four minus the floor); \
          how busy the {cores} cores were with these processes over the phase's wall time, and \
-         with everything (the kernel's workers, interrupts, the benchmark and kubectl too).\n\n\
-         | phase | control plane | kubelet | runtime tree | of it the daemon | pods' cgroups | floor (runc + CNI) | the same as a burst | nodus's own | busy with these | machine busy |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+         with everything (the kernel's workers, interrupts, the benchmark and kubectl too); \
+         the CRI calls the kubelet made, per pod (its `kubelet_runtime_operations_total`).\n\n\
+         | phase | control plane | kubelet | runtime tree | of it the daemon | pods' cgroups | floor (runc + CNI) | the same as a burst | nodus's own | busy with these | machine busy | CRI calls |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     ));
     for p in &phases {
         let per = |ms: f64| ms / p.pods as f64;
         let all = p.cp_cpu_ms + p.kubelet_cpu_ms + p.runtime_cpu_ms + p.containers_cpu_ms;
         body.push_str(&format!(
-            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.1} ms | {:.0} % | {:.0} % |\n",
+            "| {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.1} ms | {:.0} % | {:.0} % | {:.1} |\n",
             p.what,
             per(p.cp_cpu_ms),
             per(p.kubelet_cpu_ms),
@@ -819,6 +843,7 @@ async fn main() -> Result<()> {
             per(all) - p.floor_ms,
             100.0 * all / (p.wall.as_secs_f64() * 1e3 * cores as f64),
             p.host_busy_pct,
+            per(p.cri_calls),
         ));
     }
     // The rounds' phases come first, bare pods and Deployment alternating.
