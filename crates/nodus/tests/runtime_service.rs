@@ -941,3 +941,135 @@ async fn user_namespaces_map_ids_of_processes_layers_and_volumes() {
     );
     assert!(vol.path().join("made-in-pod").exists());
 }
+
+/// A pod's `/dev/shm` and its containers' root filesystems are mounted in a mount
+/// namespace of the pod's own, so the node's mount table (which runc reads several times
+/// per container it starts) holds only the pod's namespace pins; its containers still see
+/// an overlay root and one shm shared between them, and removing the pod leaves no process
+/// in that namespace. A privileged pod keeps the node's mount namespace (its Bidirectional
+/// mounts must reach the node).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pods_mounts_live_in_a_mount_namespace_of_its_own() {
+    use std::os::unix::fs::MetadataExt;
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let sb_cfg = n.sandbox_config("mntns");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        let id = n
+            .create(&sb, &sb_cfg, n.container_config(name, &["sleep", "3600"]))
+            .await
+            .expect("create");
+        n.start(&id).await;
+        ids.push(id);
+    }
+    let node_mounts = mounts_under(n.rt.dir.path());
+    let mut names: Vec<String> = node_mounts
+        .iter()
+        .map(|m| {
+            let parent = m.parent().and_then(Path::file_name);
+            let dir = parent.and_then(|p| p.to_str()).unwrap_or_default();
+            assert!(
+                dir == "ns" || dir == "mntns",
+                "only namespace pins in the node's mount table: {node_mounts:?}"
+            );
+            format!(
+                "{dir}/{}",
+                if dir == "ns" {
+                    m.file_name().unwrap().to_string_lossy()
+                } else {
+                    "<pod>".into()
+                }
+            )
+        })
+        .collect();
+    names.sort();
+    // The test pods share one PID namespace (pinned too); no shm, no rootfs.
+    assert_eq!(
+        names,
+        ["mntns/<pod>", "ns/ipc", "ns/net", "ns/pid", "ns/uts"],
+        "{node_mounts:?}"
+    );
+    let pin = node_mounts
+        .iter()
+        .find(|m| {
+            m.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|d| d == "mntns")
+        })
+        .unwrap();
+    let pod_ns = std::fs::metadata(pin).unwrap().ino();
+
+    let out = |r: pb::ExecSyncResponse| String::from_utf8_lossy(&r.stdout).trim().to_string();
+    let root_fs = out(sh(&n, &ids[0], "awk '$2 == \"/\" {print $3}' /proc/mounts").await);
+    assert_eq!(root_fs, "overlay", "the container's root is its overlay");
+    let shm = out(sh(&n, &ids[0], "grep ' /dev/shm ' /proc/mounts").await);
+    assert!(shm.starts_with("shm /dev/shm tmpfs "), "{shm}");
+    assert!(shm.contains("size=65536k"), "the pod's 64 MiB shm: {shm}");
+    assert_eq!(
+        sh(&n, &ids[0], "echo shared > /dev/shm/x").await.exit_code,
+        0
+    );
+    assert_eq!(
+        out(sh(&n, &ids[1], "cat /dev/shm/x").await),
+        "shared",
+        "the pod's containers share one /dev/shm"
+    );
+
+    // The shims (and the OCI runtime they ran) are in the pod's namespace.
+    let in_pod = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::metadata(e.path().join("ns/mnt")).is_ok_and(|m| m.ino() == pod_ns))
+            .count()
+    };
+    assert!(
+        in_pod() >= 2,
+        "one shim per container in the pod's namespace"
+    );
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(
+        mounts_under(n.rt.dir.path()).is_empty(),
+        "{:?}",
+        mounts_under(n.rt.dir.path())
+    );
+    let mut left = in_pod();
+    for _ in 0..50 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = in_pod();
+    }
+    assert_eq!(left, 0, "no process is left in the removed pod's namespace");
+
+    let mut priv_cfg = n.sandbox_config("mntns-priv");
+    if let Some(l) = priv_cfg.linux.as_mut() {
+        l.security_context = Some(pb::LinuxSandboxSecurityContext {
+            privileged: true,
+            ..Default::default()
+        });
+    }
+    let sb = n.run_sandbox(&priv_cfg).await;
+    let id = n
+        .create(&sb, &priv_cfg, n.container_config("p", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    n.start(&id).await;
+    let node_mounts = mounts_under(n.rt.dir.path());
+    assert!(
+        node_mounts.iter().any(|m| m.ends_with("bundle/rootfs"))
+            && node_mounts.iter().any(|m| m.ends_with("shm"))
+            && !node_mounts.iter().any(|m| m
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|d| d == "mntns")),
+        "a privileged pod's mounts are the node's: {node_mounts:?}"
+    );
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(mounts_under(n.rt.dir.path()).is_empty());
+}

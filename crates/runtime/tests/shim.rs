@@ -209,6 +209,7 @@ impl Case {
             runtime_args: Vec::new(),
             // Resolved by the caller, as the daemon does for every shim it starts.
             oom_file: shim::cgroup::oom_file(&self.bundle(), &self.id),
+            mount_ns: None,
         }
     }
 

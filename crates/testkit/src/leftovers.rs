@@ -55,24 +55,22 @@ pub fn kill_runtime_leftovers(state: &Path, base: &Path) {
 
 /// What pods left mounted under a runtime's directory `dir`: every mount point below it, except
 /// the runtime's own, which stay while the daemon runs and are looked into rather than
-/// reported themselves: the state dir's tmpfs (`<dir>/state`, as `/run` is) and the pin root
-/// (`<state>/sandboxes`, one shared mount point, as `/run/netns` is).
+/// reported themselves: the state dir's tmpfs (`<dir>/state`, as `/run` is), the pin root
+/// (`<state>/sandboxes`, one shared mount point, as `/run/netns` is) and the private
+/// directory pods' mount namespaces are pinned in (`<state>/mntns`).
 pub fn pod_mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let state = dir.join("state");
+    let own = [state.join("sandboxes"), state.join("mntns")];
     let mut out = Vec::new();
-    for m in crate::containerd::mounts_under(dir) {
-        if m == dir.join("state") {
-            continue;
-        }
-        let pin_root = m.file_name().is_some_and(|n| n == "sandboxes")
-            && m.parent()
-                .and_then(Path::file_name)
-                .is_some_and(|n| n == "state");
-        if pin_root {
-            for sb in list_dir(&m) {
-                out.extend(crate::containerd::mounts_under(&sb));
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for m in crate::containerd::mounts_under(&d) {
+            if m == state || own.contains(&m) {
+                // The listing stops at a mount point: look below the runtime's own.
+                todo.extend(list_dir(&m));
+            } else {
+                out.push(m);
             }
-        } else {
-            out.push(m);
         }
     }
     out

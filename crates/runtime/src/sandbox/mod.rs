@@ -9,6 +9,8 @@
 //!   config of the conf dir, the loopback network handled separately, ADD/CHECK/DEL chains
 //!   with `prevResult`, results cached in libcni's layout for DEL and CHECK after a restart.
 //! * [`files`]: the sandbox's `hostname`, `resolv.conf`, `hosts` and `/dev/shm`.
+//! * [`mountns`]: the pod's own mount namespace, where its shm and its containers' root
+//!   filesystems are mounted and its OCI runtime runs, out of the node's mount table.
 //!
 //! This module never touches the node's own network: the CNI plugins it runs act on the
 //! network namespace of the thread that calls it (the node's, in production).
@@ -16,6 +18,7 @@
 pub mod cni;
 pub mod files;
 mod helper_msg;
+pub mod mountns;
 pub mod namespaces;
 pub mod userns;
 

@@ -275,6 +275,9 @@ pub struct PinRoot {
     dir: PathBuf,
     /// Whether this process made `dir` a mount point (so may unmount it again).
     bound: bool,
+    /// Whether `dir` is the shared mount point (not with an earlier version's sandboxes
+    /// still below it): then a pod's mount namespace can leave the other pods' pins out.
+    mounted: bool,
 }
 
 impl PinRoot {
@@ -286,7 +289,11 @@ impl PinRoot {
         let dir = fs::canonicalize(dir).map_err(|e| SandboxError::io("resolving", dir, e))?;
         let inspect = |e| SandboxError::io("inspecting", &dir, e);
         if nodus_cgroups::mountinfo::is_mount_point(&dir).map_err(inspect)? {
-            return Ok(PinRoot { dir, bound: false });
+            return Ok(PinRoot {
+                dir,
+                bound: false,
+                mounted: true,
+            });
         }
         // Sandboxes of a version that gave each its own mount point: a bind of the root
         // would hide their pins (a recursive one would copy them, and the hidden originals
@@ -296,10 +303,24 @@ impl PinRoot {
             .is_empty()
         {
             tracing::info!(dir = %dir.display(), "sandboxes of an earlier version are pinned here: the shared mount point is made once they are gone");
-            return Ok(PinRoot { dir, bound: false });
+            return Ok(PinRoot {
+                dir,
+                bound: false,
+                mounted: false,
+            });
         }
         make_shared_mountpoint(&dir)?;
-        Ok(PinRoot { dir, bound: true })
+        Ok(PinRoot {
+            dir,
+            bound: true,
+            mounted: true,
+        })
+    }
+
+    /// The shared mount point, when it is one: what a pod's mount namespace detaches
+    /// ([`super::mountns::create`]).
+    pub fn mount_point(&self) -> Option<&Path> {
+        self.mounted.then_some(self.dir.as_path())
     }
 
     /// Where the sandbox `id` pins its namespaces (a new directory, named as

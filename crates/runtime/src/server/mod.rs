@@ -128,7 +128,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         let socket = nri.socket.clone();
         if let Err(e) = inner.start_nri(nri).await {
             if crate::nri::config::required(&opts.config) {
-                inner.pin_root.release();
+                inner.release_pins();
                 return Err(setup_failed(format!("starting NRI: {e}")));
             }
             // On by default only: a host where containerd (or another nodus) already
@@ -151,7 +151,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         )
         .await;
     inner.stop_nri().await;
-    inner.pin_root.release();
+    inner.release_pins();
     let _ = std::fs::remove_file(&opts.listen);
     result.map_err(|source| ServeError::Transport {
         path: opts.listen.clone(),

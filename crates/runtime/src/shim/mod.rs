@@ -128,6 +128,10 @@ pub struct ShimArgs {
     /// resolved by the daemon ([`cgroup::oom_file`]); absent: the shim resolves it itself.
     #[arg(long)]
     pub oom_file: Option<PathBuf>,
+    /// The pod's mount namespace (its pin), entered before the OCI runtime runs: the
+    /// container's rootfs is mounted there ([`crate::sandbox::mountns`]).
+    #[arg(long)]
+    pub mount_ns: Option<PathBuf>,
 }
 
 impl ShimArgs {
@@ -148,6 +152,9 @@ impl ShimArgs {
         }
         if let Some(p) = &self.oom_file {
             push("--oom-file", p.as_os_str());
+        }
+        if let Some(p) = &self.mount_ns {
+            push("--mount-ns", p.as_os_str());
         }
         for a in &self.runtime_args {
             // `--runtime-arg=--x`: a value that starts with a dash stays a value.
@@ -314,6 +321,7 @@ mod tests {
             systemd_cgroup: true,
             runtime_args: vec!["--network=host".into()],
             oom_file: Some("/sys/fs/cgroup/memory/kubepods/c1/memory.oom_control".into()),
+            mount_ns: Some("/run/nodus/sandboxes/0123/ns/mnt".into()),
         };
         let argv = std::iter::once(OsString::from("shim")).chain(args.to_args());
         assert_eq!(Cli::parse_from(argv).args, args);

@@ -282,6 +282,14 @@ impl Shim {
             };
         }
         let state = &args.state_dir;
+        // Before anything else, while the shim is one thread (setns of a mount namespace
+        // needs that): the OCI runtime it runs must see the pod's mounts.
+        if let Some(ns) = &args.mount_ns {
+            tri!(
+                crate::sandbox::mountns::enter(ns),
+                format!("entering the pod's mount namespace {}", ns.display())
+            );
+        }
         tri!(
             write_atomic(
                 &state.join(SHIM_PID_FILE),

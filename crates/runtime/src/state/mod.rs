@@ -101,6 +101,10 @@ pub struct SandboxRecord {
     pub user_ns: Option<PathBuf>,
     #[serde(default)]
     pub user_mappings: Option<crate::sandbox::UserMappings>,
+    /// The pod's own mount namespace ([`crate::sandbox::mountns`]); none for privileged
+    /// pods and sandboxes of earlier versions, whose mounts are the node's.
+    #[serde(default)]
+    pub mnt_ns: Option<PathBuf>,
     pub ip: Option<String>,
     pub additional_ips: Vec<String>,
     /// Whether CNI ADD succeeded, so stop knows a DEL is owed.
@@ -255,6 +259,7 @@ mod tests {
             pid_init: None,
             user_ns: None,
             user_mappings: None,
+            mnt_ns: None,
             ip: Some("10.0.0.2".into()),
             additional_ips: vec![],
             network_ready: true,

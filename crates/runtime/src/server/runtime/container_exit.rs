@@ -109,8 +109,15 @@ async fn release_mounts(inner: &Inner, id: &str) {
     if rec.state != ContainerState::Exited {
         return;
     }
-    let r = tokio::task::spawn_blocking(move || crate::container::rootfs::unmount_all_under(&dir))
-        .await;
+    let pod_ns = inner.pod_mount_ns(&rec.sandbox_id);
+    let r = tokio::task::spawn_blocking(move || {
+        crate::sandbox::mountns::run_in(pod_ns.as_deref(), || {
+            crate::container::rootfs::unmount_all_under(&dir)
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+    })
+    .await;
     if let Ok(Err(e)) = r {
         tracing::warn!(container = %id, error = %e, "unmounting the exited container's rootfs failed; RemoveContainer retries");
     }

@@ -302,18 +302,30 @@ pub async fn create_container(
         std::fs::create_dir_all(d)
             .map_err(|e| Status::internal(format!("creating {}: {e}", d.display())))?;
     }
+    // The pod's mount namespace, where everything below is mounted and the rootfs read.
+    let pod_ns = sandbox.mnt_ns.clone();
+    let in_pod = |what: &str, e: crate::sandbox::SandboxError| {
+        Status::internal(format!("{what} in the pod's mount namespace: {e}"))
+    };
     {
-        let (dir, layer_dir) = (dir.clone(), layer_dir.clone());
+        let (dir, layer_dir, pod_ns) = (dir.clone(), layer_dir.clone(), pod_ns.clone());
         // Everything this create mounts lives under `dir` (rootfs, image volumes, idmapped
         // layers and volumes): unmounted before anything is removed, or the removal would
         // reach through an idmapped volume into the volume itself.
-        undo.push(move || match crate::container::rootfs::unmount_all_under(&dir) {
-            Ok(()) => {
-                remove_tree(&dir);
-                remove_tree(&layer_dir);
-            }
-            Err(e) => {
-                tracing::error!(dir = %dir.display(), error = %e, "cleanup: still mounted, left in place");
+        undo.push(move || {
+            let unmounted = crate::sandbox::mountns::run_in(pod_ns.as_deref(), || {
+                crate::container::rootfs::unmount_all_under(&dir)
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+            match unmounted {
+                Ok(()) => {
+                    remove_tree(&dir);
+                    remove_tree(&layer_dir);
+                }
+                Err(e) => {
+                    tracing::error!(dir = %dir.display(), error = %e, "cleanup: still mounted, left in place");
+                }
             }
         });
     }
@@ -322,17 +334,20 @@ pub async fn create_container(
         userns,
         root: maps.host_root(),
     });
-    crate::container::rootfs::mount_rw(
-        inner.images.snapshotter(),
-        &chain,
-        &layer_dir.join("upper"),
-        &layer_dir.join("work"),
-        &rootfs,
-        idmap.as_ref(),
-        &dir.join("idmapped-layers"),
-    )
-    .map_err(|e| Status::internal(format!("mounting the rootfs of {id}: {e}")))?
-    .keep();
+    crate::sandbox::mountns::run_in(pod_ns.as_deref(), || {
+        crate::container::rootfs::mount_rw(
+            inner.images.snapshotter(),
+            &chain,
+            &layer_dir.join("upper"),
+            &layer_dir.join("work"),
+            &rootfs,
+            idmap.as_ref(),
+            &dir.join("idmapped-layers"),
+        )
+        .map(|m| m.keep())
+    })
+    .map_err(|e| in_pod("mounting the rootfs", e))?
+    .map_err(|e| Status::internal(format!("mounting the rootfs of {id}: {e}")))?;
 
     // Image volumes: a read-only view of another image's root filesystem.
     let mut image_mounts = Vec::new();
@@ -354,27 +369,27 @@ pub async fn create_container(
         let target = dir.join("image-volumes").join(i.to_string());
         std::fs::create_dir_all(&target)
             .map_err(|e| Status::internal(format!("creating {}: {e}", target.display())))?;
-        crate::container::rootfs::mount_view(
-            inner.images.snapshotter(),
-            &img.chain_ids(),
-            &target,
-            idmap.as_ref(),
-            &dir.join("idmapped-layers"),
-        )
-        .map_err(|e| Status::internal(format!("mounting image volume {}: {e}", spec.image)))?
-        .keep();
-        let host_path = if m.image_sub_path.is_empty() {
-            target
-        } else {
-            crate::container::image_sub_path::resolve(&target, &m.image_sub_path).map_err(
-                |e| {
-                    Status::invalid_argument(format!(
-                        "mounts[{i}]: failed to ensure image subpath {:?} in image {:?} (container path {:?}): {e}",
-                        m.image_sub_path, spec.image, m.container_path
-                    ))
-                },
-            )?
-        };
+        let host_path = crate::sandbox::mountns::run_in(pod_ns.as_deref(), || {
+            crate::container::rootfs::mount_view(
+                inner.images.snapshotter(),
+                &img.chain_ids(),
+                &target,
+                idmap.as_ref(),
+                &dir.join("idmapped-layers"),
+            )
+            .map_err(|e| Status::internal(format!("mounting image volume {}: {e}", spec.image)))?
+            .keep();
+            if m.image_sub_path.is_empty() {
+                return Ok(target.clone());
+            }
+            crate::container::image_sub_path::resolve(&target, &m.image_sub_path).map_err(|e| {
+                Status::invalid_argument(format!(
+                    "mounts[{i}]: failed to ensure image subpath {:?} in image {:?} (container path {:?}): {e}",
+                    m.image_sub_path, spec.image, m.container_path
+                ))
+            })
+        })
+        .map_err(|e| in_pod("mounting an image volume", e))??;
         image_mounts.push(ImageMount {
             container_path: m.container_path.clone(),
             host_path,
@@ -417,38 +432,48 @@ pub async fn create_container(
         );
         let (id, sandbox_id) = (id.clone(), sandbox.id.clone());
         let systemd_cgroup = inner.handlers.systemd_cgroup();
+        let pod_ns = pod_ns.clone();
+        // In the pod's mount namespace: the user is looked up in the rootfs mounted there.
         tokio::task::spawn_blocking(move || {
-            let all = ["*".to_string()];
-            crate::container::spec::build(&SpecInput {
-                container_id: &id,
-                sandbox_id: &sandbox_id,
-                config: &cfg,
-                sandbox_config: &sb_cfg,
-                image_config: &image_config,
-                rootfs: &rootfs,
-                namespaces,
-                sandbox_files: files,
-                cgroup_parent: &cgroup_parent,
-                systemd_cgroup,
-                seccomp_profile_root: None,
-                oom_score_adj_floor: own_oom_score_adj(),
-                image_mounts,
-                pod_annotations: &all,
-                container_annotations: &all,
+            crate::sandbox::mountns::run_in(pod_ns.as_deref(), || {
+                let all = ["*".to_string()];
+                crate::container::spec::build(&SpecInput {
+                    container_id: &id,
+                    sandbox_id: &sandbox_id,
+                    config: &cfg,
+                    sandbox_config: &sb_cfg,
+                    image_config: &image_config,
+                    rootfs: &rootfs,
+                    namespaces,
+                    sandbox_files: files,
+                    cgroup_parent: &cgroup_parent,
+                    systemd_cgroup,
+                    seccomp_profile_root: None,
+                    oom_score_adj_floor: own_oom_score_adj(),
+                    image_mounts,
+                    pod_annotations: &all,
+                    container_annotations: &all,
+                })
             })
         })
         .await
-        .map_err(|e| Status::internal(format!("spec task failed: {e}")))??
+        .map_err(|e| Status::internal(format!("spec task failed: {e}")))?
+        .map_err(|e| in_pod("building the OCI spec", e))??
     };
     let mut spec = spec;
     if rt.kind == crate::oci::CliKind::Runsc {
         crate::oci::gvisor::own_sandbox(&mut spec);
     }
     if let Some(idmap) = &idmap {
-        let (userns, d) = (idmap.userns.to_path_buf(), dir.clone());
-        spec = tokio::task::spawn_blocking(move || idmap_bind_mounts(spec, &userns, &d))
-            .await
-            .map_err(|e| Status::internal(format!("idmap task failed: {e}")))??;
+        let (userns, d, pod_ns) = (idmap.userns.to_path_buf(), dir.clone(), pod_ns.clone());
+        spec = tokio::task::spawn_blocking(move || {
+            crate::sandbox::mountns::run_in(pod_ns.as_deref(), || {
+                idmap_bind_mounts(spec, &userns, &d)
+            })
+        })
+        .await
+        .map_err(|e| Status::internal(format!("idmap task failed: {e}")))?
+        .map_err(|e| in_pod("idmapping the volumes", e))??;
     }
     // Plugins' CreateContainer hook: their adjustments go into the spec; an error or a
     // conflict between two plugins fails the create, and the undo removes what it made.

@@ -51,6 +51,8 @@ pub struct Inner {
     /// `<state-dir>/sandboxes`, the one shared mount point the pods' namespaces are pinned
     /// under.
     pub pin_root: crate::sandbox::PinRoot,
+    /// Where pods' mount namespaces are pinned; none where they keep the node's.
+    pub mount_pins: Option<crate::sandbox::mountns::PinDir>,
     pub sandbox_records: Records,
     pub container_records: Records,
     pub sandboxes: Mutex<HashMap<String, SandboxRecord>>,
@@ -176,6 +178,14 @@ impl Inner {
         })?;
         // Last, so that no failure above leaves the mount behind.
         let pin_root = crate::sandbox::PinRoot::prepare(&state_dir.join("sandboxes"))?;
+        // Pods get mount namespaces of their own only where they can leave the other pods'
+        // pins out (the sandboxes' shared mount point).
+        let mount_pins = match pin_root.mount_point() {
+            Some(_) => Some(crate::sandbox::mountns::PinDir::prepare(
+                &state_dir.join("mntns"),
+            )?),
+            None => None,
+        };
         Ok(Self {
             images,
             handlers: Handlers::new(
@@ -190,6 +200,7 @@ impl Inner {
             state_dir: state_dir.to_path_buf(),
             root_dir: root_dir.to_path_buf(),
             pin_root,
+            mount_pins,
             sandbox_records,
             container_records,
             sandboxes: Mutex::new(sandboxes),
@@ -245,6 +256,22 @@ impl Inner {
 
     pub fn find_container(&self, id: &str) -> Result<ContainerRecord, Status> {
         find_by_prefix(&self.containers(), id, "container")
+    }
+
+    /// Unmounts the pin directories this process mounted, if no pod is pinned in them.
+    pub(crate) fn release_pins(&self) {
+        self.pin_root.release();
+        if let Some(p) = &self.mount_pins {
+            p.release();
+        }
+    }
+
+    /// The mount namespace of the pod `sandbox_id`, where its containers' mounts are and
+    /// their OCI runtime runs; none for a privileged pod or one that is gone.
+    pub(crate) fn pod_mount_ns(&self, sandbox_id: &str) -> Option<std::path::PathBuf> {
+        self.sandboxes()
+            .get(sandbox_id)
+            .and_then(|s| s.mnt_ns.clone())
     }
 
     pub async fn save_sandbox(&self, rec: &SandboxRecord) -> Result<(), Status> {

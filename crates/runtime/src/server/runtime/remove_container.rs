@@ -30,11 +30,15 @@ pub(crate) async fn remove(inner: &Inner, id: &str) -> Result<(), Status> {
     });
     let dir = rec.bundle.parent().map(|p| p.to_path_buf());
     let layer_dir = rec.layer_dir.clone();
+    let pod_ns = inner.pod_mount_ns(&rec.sandbox_id);
     tokio::task::spawn_blocking(move || -> Result<(), String> {
         // Everything mounted in the container's directory (rootfs, image volumes, idmapped
         // volumes) goes before the directory does, or removing it would reach into them.
         if let Some(dir) = &dir {
-            crate::container::rootfs::unmount_all_under(dir)?;
+            crate::sandbox::mountns::run_in(pod_ns.as_deref(), || {
+                crate::container::rootfs::unmount_all_under(dir)
+            })
+            .map_err(|e| e.to_string())??;
         }
         for d in dir.iter().chain(std::iter::once(&layer_dir)) {
             match std::fs::remove_dir_all(d) {

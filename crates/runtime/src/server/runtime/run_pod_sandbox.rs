@@ -9,7 +9,7 @@ use crate::sandbox::userns::IdMap;
 use crate::sandbox::{PinOptions, UserMappings, files};
 use crate::state::{SandboxRecord, SandboxState, encode, new_id};
 use cri::runtime::v1 as pb;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tonic::Status;
 
@@ -211,6 +211,7 @@ pub async fn run_pod_sandbox(
         pid_init: None,
         user_ns: None,
         user_mappings: user.clone(),
+        mnt_ns: None,
         ip: None,
         additional_ips: Vec::new(),
         network_ready: false,
@@ -294,8 +295,54 @@ async fn setup(
     files::write_resolv_conf(&dir.join("resolv.conf"), cfg.dns_config.as_ref())
         .map_err(|e| file_err("resolv.conf", e))?;
     files::write_hosts(&dir.join("hosts"), None).map_err(|e| file_err("hosts", e))?;
-    if !host_ipc {
-        files::mount_shm(&dir.join("shm"), SHM_SIZE).map_err(|e| file_err("/dev/shm", e))?;
+    let shm = (!host_ipc).then(|| dir.join("shm"));
+    let privileged = cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .is_some_and(|s| s.privileged);
+    let pod_ns = inner
+        .mount_pins
+        .as_ref()
+        .zip(inner.pin_root.mount_point())
+        .filter(|_| !privileged);
+    match pod_ns {
+        Some((mount_pins, pin_root)) => {
+            let pins: Vec<PathBuf> = [
+                &rec.netns,
+                &rec.ipc_ns,
+                &rec.uts_ns,
+                &rec.pid_ns,
+                &rec.user_ns,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+            // Recorded first, so a crash before the pin is made still finds it to undo.
+            let pin = mount_pins.pin_path(&rec.id);
+            rec.mnt_ns = Some(pin.clone());
+            inner.save_sandbox(rec).await?;
+            let pin_root = pin_root.to_path_buf();
+            tokio::task::spawn_blocking(move || {
+                crate::sandbox::mountns::create(
+                    &pin,
+                    &pin_root,
+                    &pins,
+                    shm.as_deref().map(|p| (p, SHM_SIZE)),
+                )
+            })
+            .await
+            .map_err(|e| Status::internal(format!("mount namespace task failed: {e}")))?
+            .map_err(|e| {
+                Status::internal(format!("failed to create the pod's mount namespace: {e}"))
+            })?;
+        }
+        None => {
+            if let Some(shm) = &shm {
+                files::mount_shm(shm, SHM_SIZE).map_err(|e| file_err("/dev/shm", e))?;
+            }
+        }
     }
 
     if let Some(netns) = rec.netns.clone() {
@@ -337,7 +384,13 @@ pub(crate) async fn teardown(inner: &Inner, rec: &SandboxRecord) {
         );
     }
     let dir = rec.dir.clone();
+    let pod_ns = rec.mnt_ns.clone();
     let _ = tokio::task::spawn_blocking(move || {
+        if let Some(pin) = &pod_ns
+            && let Err(e) = crate::sandbox::mountns::unpin(pin)
+        {
+            tracing::error!(pin = %pin.display(), error = %e, "unpinning the pod's mount namespace failed");
+        }
         if let Err(e) = files::unmount_shm(&dir.join("shm")) {
             tracing::error!(dir = %dir.display(), error = %e, "unmounting /dev/shm failed");
         }

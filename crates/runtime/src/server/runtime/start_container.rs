@@ -9,7 +9,11 @@ use std::sync::Arc;
 use tonic::Status;
 
 /// The shim's arguments for a created container.
-fn shim_args(rec: &ContainerRecord, rt: &crate::oci::OciRuntime) -> crate::shim::ShimArgs {
+fn shim_args(
+    rec: &ContainerRecord,
+    rt: &crate::oci::OciRuntime,
+    mount_ns: Option<std::path::PathBuf>,
+) -> crate::shim::ShimArgs {
     let cfg = rec.config();
     crate::shim::ShimArgs {
         id: rec.id.clone(),
@@ -25,6 +29,7 @@ fn shim_args(rec: &ContainerRecord, rt: &crate::oci::OciRuntime) -> crate::shim:
         stdin_once: cfg.stdin_once,
         start: true,
         oom_file: crate::shim::cgroup::oom_file(&rec.bundle, &rec.id),
+        mount_ns,
     }
 }
 
@@ -72,7 +77,8 @@ pub async fn start_container(
         sandbox,
         vec![super::container_status::to_status(&rec)],
     );
-    let (exe, args) = (inner.exe.clone(), shim_args(&rec, &rt));
+    let mount_ns = inner.pod_mount_ns(&rec.sandbox_id);
+    let (exe, args) = (inner.exe.clone(), shim_args(&rec, &rt, mount_ns));
     let spawned = tokio::task::spawn_blocking(move || crate::shim::spawn(&exe, &args))
         .await
         .map_err(|e| Status::internal(format!("shim task failed: {e}")))?;
