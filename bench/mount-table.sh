@@ -96,7 +96,7 @@ in_pod() {
     "$@"
   fi
 }
-lines=$(in_pod wc -l < /proc/self/mountinfo); bytes=$(in_pod wc -c < /proc/self/mountinfo)
+lines=$(in_pod sh -c 'wc -l < /proc/self/mountinfo'); bytes=$(in_pod sh -c 'wc -c < /proc/self/mountinfo')
 b=$base/bundle
 mkdir -p "$b/rootfs/bin" "$b/rootfs/proc" "$b/rootfs/sys" "$b/rootfs/dev"
 cp /bin/busybox "$b/rootfs/bin/"; ln -s busybox "$b/rootfs/bin/sleep"
