@@ -178,13 +178,12 @@ pub fn mount_shm(path: &Path, size: u64) -> Result<(), SandboxError> {
     .map_err(|e| SandboxError::sys(format!("mounting shm tmpfs on {}", path.display()), e))
 }
 
-/// Unmounts (every mount stacked on) the sandbox's /dev/shm and removes the directory.
-/// Idempotent.
-pub fn unmount_shm(path: &Path) -> Result<(), SandboxError> {
+/// Detaches every mount stacked on `path` (none: nothing to do).
+pub(crate) fn detach_all(path: &Path) -> Result<(), SandboxError> {
     loop {
         match umount2(path, MntFlags::MNT_DETACH) {
             Ok(()) => continue,
-            Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => break,
+            Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => return Ok(()),
             Err(e) => {
                 return Err(SandboxError::sys(
                     format!("unmounting {}", path.display()),
@@ -193,6 +192,12 @@ pub fn unmount_shm(path: &Path) -> Result<(), SandboxError> {
             }
         }
     }
+}
+
+/// Unmounts (every mount stacked on) the sandbox's /dev/shm and removes the directory.
+/// Idempotent.
+pub fn unmount_shm(path: &Path) -> Result<(), SandboxError> {
+    detach_all(path)?;
     match fs::remove_dir(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -29,7 +29,9 @@
 //! containers only) must propagate back to the node, which a slave copy never does.
 
 use super::SandboxError;
-use super::namespaces::{bind_namespace, is_namespace_file};
+use super::namespaces::{
+    bind_namespace, is_namespace_file, make_private_mountpoint, on_scoped_helper_thread,
+};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, setns, unshare};
 use std::fs::File;
@@ -61,23 +63,7 @@ impl PinDir {
         {
             return Ok(PinDir { dir, bound: false });
         }
-        let what = dir.display();
-        mount(
-            Some(&dir),
-            &dir,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| SandboxError::sys(format!("bind-mounting {what} onto itself"), e))?;
-        mount(
-            None::<&str>,
-            &dir,
-            None::<&str>,
-            MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .map_err(|e| SandboxError::sys(format!("making {what} a private mount"), e))?;
+        make_private_mountpoint(&dir)?;
         Ok(PinDir { dir, bound: true })
     }
 
@@ -117,19 +103,8 @@ pub fn create(
         let f = File::open(p).map_err(|e| SandboxError::io("opening", p, e))?;
         sources.push((f, p.clone()));
     }
-    let ns = std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("nodus-mntns".into())
-            .spawn_scoped(s, || make_namespace(pin_root, &sources, shm))
-            .map_err(|e| SandboxError::Helper {
-                ns: "mnt",
-                reason: format!("spawning the helper thread: {e}"),
-            })?
-            .join()
-            .map_err(|_| SandboxError::Helper {
-                ns: "mnt",
-                reason: "the helper thread panicked".into(),
-            })?
+    let ns = on_scoped_helper_thread("nodus-mntns", "mnt", || {
+        make_namespace(pin_root, &sources, shm)
     })?;
     std::fs::OpenOptions::new()
         .write(true)
@@ -144,18 +119,7 @@ pub fn create(
 /// Undoes [`create`]: unmounts the pin (the namespace goes with its last process) and
 /// removes its file. Idempotent.
 pub fn unpin(pin: &Path) -> Result<(), SandboxError> {
-    loop {
-        match umount2(pin, MntFlags::MNT_DETACH) {
-            Ok(()) => continue,
-            Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => break,
-            Err(e) => {
-                return Err(SandboxError::sys(
-                    format!("unmounting {}", pin.display()),
-                    e,
-                ));
-            }
-        }
-    }
+    super::files::detach_all(pin)?;
     match std::fs::remove_file(pin) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(SandboxError::io("removing", pin, e))
@@ -212,31 +176,17 @@ pub fn run_in<T: Send>(
         return Ok(f());
     };
     let ns = File::open(pin).map_err(|e| SandboxError::io("opening", pin, e))?;
-    std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("nodus-in-pod".into())
-            .spawn_scoped(s, || {
-                // A thread shares its filesystem context (root, cwd) with the process, and
-                // setns of a mount namespace replaces it: take a copy of its own first.
-                unshare(CloneFlags::CLONE_FS)
-                    .map_err(|e| SandboxError::sys("unshare(CLONE_FS)", e))?;
-                setns(&ns, CloneFlags::CLONE_NEWNS).map_err(|e| {
-                    SandboxError::sys(
-                        format!("entering the pod's mount namespace {}", pin.display()),
-                        e,
-                    )
-                })?;
-                Ok(f())
-            })
-            .map_err(|e| SandboxError::Helper {
-                ns: "mnt",
-                reason: format!("spawning a thread for the pod's mount namespace: {e}"),
-            })?
-            .join()
-            .map_err(|_| SandboxError::Helper {
-                ns: "mnt",
-                reason: "the thread in the pod's mount namespace panicked".into(),
-            })?
+    on_scoped_helper_thread("nodus-in-pod", "mnt", || {
+        // A thread shares its filesystem context (root, cwd) with the process, and setns of
+        // a mount namespace replaces it: take a copy of its own first.
+        unshare(CloneFlags::CLONE_FS).map_err(|e| SandboxError::sys("unshare(CLONE_FS)", e))?;
+        setns(&ns, CloneFlags::CLONE_NEWNS).map_err(|e| {
+            SandboxError::sys(
+                format!("entering the pod's mount namespace {}", pin.display()),
+                e,
+            )
+        })?;
+        Ok(f())
     })
 }
 

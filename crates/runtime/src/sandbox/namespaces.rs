@@ -354,9 +354,8 @@ impl PinRoot {
     }
 }
 
-/// Makes `dir` a mount point of its own in a peer group of its own (bind on itself, private,
-/// then shared): mounts under it propagate only to copies of it.
-fn make_shared_mountpoint(dir: &Path) -> Result<(), SandboxError> {
+/// Makes `dir` a private mount point of its own (bind on itself, private).
+pub(crate) fn make_private_mountpoint(dir: &Path) -> Result<(), SandboxError> {
     let what = dir.display();
     mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)
         .map_err(|e| SandboxError::sys(format!("bind-mounting {what} onto itself"), e))?;
@@ -367,7 +366,14 @@ fn make_shared_mountpoint(dir: &Path) -> Result<(), SandboxError> {
         MsFlags::MS_PRIVATE,
         None::<&str>,
     )
-    .map_err(|e| SandboxError::sys(format!("making {what} a private mount"), e))?;
+    .map_err(|e| SandboxError::sys(format!("making {what} a private mount"), e))
+}
+
+/// Makes `dir` a mount point of its own in a peer group of its own (a private one, then
+/// shared): mounts under it propagate only to copies of it.
+fn make_shared_mountpoint(dir: &Path) -> Result<(), SandboxError> {
+    make_private_mountpoint(dir)?;
+    let what = dir.display();
     mount(
         None::<&str>,
         dir,
@@ -434,6 +440,28 @@ fn pin_in_thread(
             bind_namespace(&format!("/proc/thread-self/ns/{name}"), target)?;
         }
         Ok(())
+    })
+}
+
+/// [`on_helper_thread`] for work that borrows from the caller and returns a value.
+pub(crate) fn on_scoped_helper_thread<T: Send>(
+    name: &str,
+    ns: &'static str,
+    f: impl FnOnce() -> Result<T, SandboxError> + Send,
+) -> Result<T, SandboxError> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(s, f)
+            .map_err(|e| SandboxError::Helper {
+                ns,
+                reason: format!("spawning the helper thread: {e}"),
+            })?
+            .join()
+            .map_err(|_| SandboxError::Helper {
+                ns,
+                reason: "the helper thread panicked".into(),
+            })?
     })
 }
 
