@@ -286,16 +286,6 @@ async fn setup(
     rec.pid_ns = pinned.pid;
     rec.pid_init = pinned.pid_init;
     rec.user_ns = pinned.user;
-    inner.save_sandbox(rec).await?;
-
-    let file_err = |what: &str, e: crate::sandbox::SandboxError| {
-        Status::internal(format!("writing the sandbox's {what}: {e}"))
-    };
-    files::write_hostname(&dir.join("hostname"), hostname).map_err(|e| file_err("hostname", e))?;
-    files::write_resolv_conf(&dir.join("resolv.conf"), cfg.dns_config.as_ref())
-        .map_err(|e| file_err("resolv.conf", e))?;
-    files::write_hosts(&dir.join("hosts"), None).map_err(|e| file_err("hosts", e))?;
-    let shm = (!host_ipc).then(|| dir.join("shm"));
     let privileged = cfg
         .linux
         .as_ref()
@@ -306,8 +296,21 @@ async fn setup(
         .as_ref()
         .zip(inner.pin_root.mount_point())
         .filter(|_| !privileged);
-    match pod_ns {
-        Some((mount_pins, pin_root)) => {
+    // Recorded with the pins, before it is made, so a crash in between still finds it to
+    // undo.
+    rec.mnt_ns = pod_ns.map(|(mount_pins, _)| mount_pins.pin_path(&rec.id));
+    inner.save_sandbox(rec).await?;
+
+    let file_err = |what: &str, e: crate::sandbox::SandboxError| {
+        Status::internal(format!("writing the sandbox's {what}: {e}"))
+    };
+    files::write_hostname(&dir.join("hostname"), hostname).map_err(|e| file_err("hostname", e))?;
+    files::write_resolv_conf(&dir.join("resolv.conf"), cfg.dns_config.as_ref())
+        .map_err(|e| file_err("resolv.conf", e))?;
+    files::write_hosts(&dir.join("hosts"), None).map_err(|e| file_err("hosts", e))?;
+    let shm = (!host_ipc).then(|| dir.join("shm"));
+    match pod_ns.zip(rec.mnt_ns.clone()) {
+        Some(((_, pin_root), pin)) => {
             let pins: Vec<PathBuf> = [
                 &rec.netns,
                 &rec.ipc_ns,
@@ -319,10 +322,6 @@ async fn setup(
             .flatten()
             .cloned()
             .collect();
-            // Recorded first, so a crash before the pin is made still finds it to undo.
-            let pin = mount_pins.pin_path(&rec.id);
-            rec.mnt_ns = Some(pin.clone());
-            inner.save_sandbox(rec).await?;
             let pin_root = pin_root.to_path_buf();
             tokio::task::spawn_blocking(move || {
                 crate::sandbox::mountns::create(
