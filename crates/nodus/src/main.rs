@@ -189,6 +189,13 @@ fn main() -> ExitCode {
         let cli = ShimCli::parse_from(std::env::args_os().skip(1));
         return nodus_runtime::shim::main(cli.args);
     }
+    // The same holds for the server every shim is forked from.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == nodus_runtime::shim::FORK_SERVER_ARG)
+    {
+        return nodus_runtime::shim::serve_fork_server();
+    }
     nodus_serving::sd_notify::take_socket_from_env();
     let cli = Cli::parse();
     let cli = match cli.role {

@@ -1073,3 +1073,141 @@ async fn a_pods_mounts_live_in_a_mount_namespace_of_its_own() {
     n.stop_and_remove_sandbox(&sb).await;
     assert!(mounts_under(n.rt.dir.path()).is_empty());
 }
+
+/// `/proc/<pid>/cmdline` as its NUL-separated arguments.
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state, then the parent's pid.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The daemon's children that are its shims' fork server.
+fn fork_servers(daemon: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| parent_of(p) == Some(daemon))
+        .filter(|&p| cmdline(p).get(1).is_some_and(|a| a == "shim-fork-server"))
+        .collect()
+}
+
+/// The shim of container `id`, found as `ps` would show it: `nodus shim --id <id> …`.
+fn shim_of(id: &str) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&p| {
+            let c = cmdline(p);
+            c.get(1).is_some_and(|a| a == "shim")
+                && c.windows(2).any(|w| w[0] == "--id" && w[1] == id)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shims_are_forked_by_one_server_that_may_die_without_harm() {
+    if !have_root() {
+        return;
+    }
+    let n = node().await;
+    let daemon = n.rt.pid().expect("daemon running");
+    let sb_cfg = n.sandbox_config("forked");
+    let sb = n.run_sandbox(&sb_cfg).await;
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        let id = n
+            .create(&sb, &sb_cfg, n.container_config(name, &["sleep", "3600"]))
+            .await
+            .expect("create");
+        n.start(&id).await;
+        ids.push(id);
+    }
+    let servers = fork_servers(daemon);
+    assert_eq!(servers.len(), 1, "one fork server for the daemon's shims");
+    let server = servers[0];
+    for id in &ids {
+        let shim = shim_of(id).unwrap_or_else(|| panic!("no process shows `nodus shim --id {id}`"));
+        assert_eq!(
+            parent_of(shim),
+            Some(server),
+            "the shim of {id} was forked by the server"
+        );
+        let c = cmdline(shim);
+        assert!(
+            c.windows(2).any(|w| w[0] == "--bundle") && c.iter().any(|a| a == "--start"),
+            "the shim's command line is that of `nodus shim`: {c:?}"
+        );
+    }
+
+    // The server dies: the containers and their shims carry on, the next container gets a
+    // server anew.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let r = n.exec(&ids[0], &["echo", "alive"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "alive");
+    let c = n
+        .create(&sb, &sb_cfg, n.container_config("c", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    n.start(&c).await;
+    let r = n.exec(&c, &["echo", "started"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "started");
+    let again = fork_servers(daemon);
+    assert!(
+        again.len() == 1 && again[0] != server,
+        "a new fork server replaced the dead one: {again:?} (was {server})"
+    );
+    assert_eq!(
+        parent_of(shim_of(&c).expect("the new shim")),
+        Some(again[0])
+    );
+    for id in &ids {
+        let shim = shim_of(id).expect("the first shims outlive their server");
+        assert_ne!(
+            parent_of(shim),
+            Some(daemon),
+            "re-parented away from the daemon"
+        );
+        assert_eq!(
+            n.status(id).await.state,
+            pb::ContainerState::ContainerRunning as i32
+        );
+    }
+    // Their exits are still seen and recorded.
+    n.c.runtime
+        .clone()
+        .stop_container(pb::StopContainerRequest {
+            container_id: ids[1].clone(),
+            timeout: 1,
+        })
+        .await
+        .expect("stop");
+    let s = n
+        .wait_state(&ids[1], pb::ContainerState::ContainerExited)
+        .await;
+    // SIGTERM (143), or SIGKILL after the grace period (137) where sleep is a pid 1.
+    assert!(
+        [137, 143].contains(&s.exit_code),
+        "the exit the shim saw is recorded: {s:?}"
+    );
+    n.stop_and_remove_sandbox(&sb).await;
+    assert!(mounts_under(n.rt.dir.path()).is_empty());
+}

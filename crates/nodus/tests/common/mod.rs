@@ -184,6 +184,11 @@ impl Runtime {
         self.daemon = Some(d);
     }
 
+    /// The daemon's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(Daemon::pid)
+    }
+
     /// SIGKILL: a crash, not a shutdown.
     pub fn kill(&mut self) {
         if let Some(d) = self.daemon.take() {

@@ -1,6 +1,6 @@
 //! The per-container shim: `nodus shim …`, one small process per container.
 //!
-//! The daemon starts it with [`spawn`]; it outlives the daemon (detached, its own session,
+//! The daemon has it forked by its [`ForkServer`] (or starts it with [`spawn`]); it outlives the daemon (detached, its own session,
 //! stdio on `/dev/null`, re-parented away from the daemon), and it:
 //!
 //! * becomes a child subreaper, then runs `<runtime> --root R create --bundle B --pid-file
@@ -52,6 +52,7 @@
 pub mod cgroup;
 pub mod client;
 pub mod crilog;
+mod forkserver;
 pub mod protocol;
 mod server;
 mod spawn;
@@ -65,6 +66,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use client::{AttachEvent, AttachStream, ShimClient};
+pub use forkserver::{FORK_SERVER_ARG, ForkServer, serve as serve_fork_server};
 pub use spawn::{SpawnedShim, spawn};
 
 /// `<state>/shim.pid`: the shim's pid.
@@ -263,7 +265,7 @@ pub fn main(args: ShimArgs) -> ExitCode {
     if std::env::var_os(READY_FD_ENV).is_some() && sys::detach().is_err() {
         return ExitCode::FAILURE;
     }
-    if server::run(args) {
+    if server::run(args, server::Ready::from_env()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -54,10 +54,16 @@ impl ShimLog {
 }
 
 /// The readiness pipe to [`super::spawn`], when there is one.
-struct Ready(Option<File>);
+pub(super) struct Ready(Option<File>);
 
 impl Ready {
-    fn from_env() -> Ready {
+    /// The pipe a fork server received with the request (already close-on-exec).
+    pub(super) fn from_fd(fd: OwnedFd) -> Ready {
+        Ready(Some(File::from(fd)))
+    }
+
+    /// The pipe named by the environment, as `spawn` passes it to `nodus shim`.
+    pub(super) fn from_env() -> Ready {
         let fd = std::env::var(READY_FD_ENV)
             .ok()
             .and_then(|v| v.parse::<RawFd>().ok())
@@ -88,9 +94,9 @@ impl Ready {
     }
 }
 
-/// Runs the shim to the end; false when the container could not be created.
-pub(super) fn run(args: ShimArgs) -> bool {
-    let mut ready = Ready::from_env();
+/// Runs the shim to the end, reporting on `ready`; false when the container could not be
+/// created.
+pub(super) fn run(args: ShimArgs, mut ready: Ready) -> bool {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let absolute = |p: &Path| {
         if p.is_absolute() {

@@ -42,8 +42,19 @@ pub(crate) struct ReadyMsg {
 /// it then detaches itself (`sys::detach`): its first process exits at once and is reaped
 /// here, the shim goes on in a session of its own with stdio on `/dev/null`, so it
 /// survives the caller being killed and the caller never has to reap it. Blocking: call it
-/// from a blocking-capable thread.
+/// from a blocking-capable thread. The runtime daemon forks its shims from a
+/// [`super::ForkServer`] instead, and comes here only when that is gone.
 pub fn spawn(exe: &Path, args: &ShimArgs) -> Result<SpawnedShim, ShimError> {
+    spawn_with(args, |wr| start_detached(exe, args, wr))
+}
+
+/// What every way of starting a shim shares: the state directory emptied of an earlier
+/// shim's files, the readiness pipe, whose write end `start` hands to the new shim (and
+/// drops), and the wait for the shim's report.
+pub(super) fn spawn_with(
+    args: &ShimArgs,
+    start: impl FnOnce(OwnedFd) -> Result<(), ShimError>,
+) -> Result<SpawnedShim, ShimError> {
     std::fs::create_dir_all(&args.state_dir).map_err(|e| {
         ShimError::io(
             format!("creating shim state dir {}", args.state_dir.display()),
@@ -59,25 +70,9 @@ pub fn spawn(exe: &Path, args: &ShimArgs) -> Result<SpawnedShim, ShimError> {
         let _ = std::fs::remove_file(args.state_dir.join(stale));
     }
     let (rd, wr) = sys::pipe().map_err(|e| ShimError::io("creating the shim's ready pipe", e))?;
-
-    // No pre_exec closure, uid or groups: std then uses posix_spawn (a vfork that shares
-    // the daemon's memory until the exec) instead of fork.
-    let mut cmd = Command::new(exe);
-    cmd.arg("shim")
-        .args(args.to_args())
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(wr))
-        .stderr(Stdio::null())
-        .env(READY_FD_ENV, "1")
-        .current_dir("/");
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ShimError::io(format!("starting {} shim", exe.display()), e))?;
-    // Our copy of the pipe's write end went with `cmd`: the read below sees EOF once the
-    // shim has it closed too.
-    drop(cmd);
-    // The first process exits right after forking the shim.
-    let _ = child.wait();
+    // The read below sees EOF once every copy of the write end is closed: `start` drops
+    // this one, the shim closes its own when it reports or dies.
+    start(wr)?;
 
     let msg = read_ready(rd, CREATE_TIMEOUT).map_err(|e| {
         ShimError::Start(format!(
@@ -106,6 +101,29 @@ pub fn spawn(exe: &Path, args: &ShimArgs) -> Result<SpawnedShim, ShimError> {
             "shim's ready message lacks its pids".into(),
         )),
     }
+}
+
+/// `exe shim <args>` by posix_spawn, the readiness pipe as its stdout; returns once its
+/// first process, which only forks the shim off (`sys::detach`), is reaped.
+pub(super) fn start_detached(exe: &Path, args: &ShimArgs, wr: OwnedFd) -> Result<(), ShimError> {
+    // No pre_exec closure, uid or groups: std then uses posix_spawn (a vfork that shares
+    // the daemon's memory until the exec) instead of fork.
+    let mut cmd = Command::new(exe);
+    cmd.arg("shim")
+        .args(args.to_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(wr))
+        .stderr(Stdio::null())
+        .env(READY_FD_ENV, "1")
+        .current_dir("/");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ShimError::io(format!("starting {} shim", exe.display()), e))?;
+    // Our copy of the pipe's write end goes with `cmd`.
+    drop(cmd);
+    // The first process exits right after forking the shim.
+    let _ = child.wait();
+    Ok(())
 }
 
 fn read_ready(rd: OwnedFd, timeout: Duration) -> Result<ReadyMsg, String> {

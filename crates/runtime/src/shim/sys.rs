@@ -147,7 +147,30 @@ pub(crate) fn set_child_subreaper() -> io::Result<()> {
 /// the payload is the terminal's name, the ancillary data the pty master).
 pub(crate) fn recv_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
     let mut data = [0u8; 4096];
-    // Room for one cmsghdr carrying up to 4 fds (runc sends one; extras are closed).
+    match recv_with_fd(sock.as_raw_fd(), &mut data)? {
+        Received { fd: Some(fd), .. } => Ok(fd),
+        Received { len, .. } => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("console socket message ({len} bytes) carried no file descriptor"),
+        )),
+    }
+}
+
+/// One message taken by [`recv_with_fd`].
+pub(crate) struct Received {
+    /// Bytes of payload; 0 with no descriptor on a stream or seqpacket socket is the peer
+    /// gone.
+    pub len: usize,
+    /// The first descriptor the message carried (close-on-exec; any others are closed).
+    pub fd: Option<OwnedFd>,
+    /// The payload was longer than the buffer (seqpacket/datagram: the rest is lost).
+    pub truncated: bool,
+}
+
+/// `recvmsg(2)` of one message and the descriptors sent with it (SCM_RIGHTS), retrying
+/// on EINTR.
+pub(crate) fn recv_with_fd(sock: RawFd, data: &mut [u8]) -> io::Result<Received> {
+    // Room for one cmsghdr carrying up to 4 fds (one is expected; extras are closed).
     let mut cmsg = [0u64; 16];
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
@@ -161,9 +184,9 @@ pub(crate) fn recv_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
         msg.msg_control = cmsg.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
         let n = loop {
-            let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
             if n >= 0 {
-                break n;
+                break n as usize;
             }
             let err = io::Error::last_os_error();
             if err.kind() != io::ErrorKind::Interrupted {
@@ -183,14 +206,95 @@ pub(crate) fn recv_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
             }
             hdr = libc::CMSG_NXTHDR(&msg, hdr);
         }
-        if received.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("console socket message ({n} bytes) carried no file descriptor"),
-            ));
-        }
-        Ok(received.swap_remove(0))
+        Ok(Received {
+            len: n,
+            fd: (!received.is_empty()).then(|| received.swap_remove(0)),
+            truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        })
     }
+}
+
+/// `sendmsg(2)` of `data` with the descriptor `fd` (SCM_RIGHTS); a peer that is gone is
+/// EPIPE, never SIGPIPE.
+pub(crate) fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut cmsg = [0u64; 4];
+    // SAFETY: msghdr and the control buffer are plain local data, large enough for one
+    // cmsghdr with one int (CMSG_SPACE(4) is 24 bytes on 64-bit Linux).
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cmsg.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as _;
+        let hdr = libc::CMSG_FIRSTHDR(&msg);
+        (*hdr).cmsg_level = libc::SOL_SOCKET;
+        (*hdr).cmsg_type = libc::SCM_RIGHTS;
+        (*hdr).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(hdr) as *mut libc::c_int, fd);
+        loop {
+            let n = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+            if n >= 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}
+
+/// A connected pair of close-on-exec `SOCK_SEQPACKET` Unix sockets (messages keep their
+/// boundaries, and the peer's close is seen by both reads and writes).
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid two-element array for socketpair to fill.
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: socketpair succeeded, so both descriptors are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Writes `argv` (NUL-separated) over this process's command line in place, so that
+/// `/proc/self/cmdline` (what `ps` shows) names it: a process forked without an exec
+/// otherwise shows its parent's. The original arguments' bytes are all the room there is
+/// (`prctl(PR_SET_MM)` could point the kernel elsewhere but needs CAP_SYS_RESOURCE, which
+/// a container-hosted node may lack): what does not fit is cut, the rest is NULs.
+pub(crate) fn set_cmdline(argv: &[u8]) -> io::Result<()> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the parenthesised command name start with the third, the state; the
+    // 48th and 49th are where the kernel put the arguments.
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/self/stat");
+    let mut fields = stat.rsplit_once(')').ok_or_else(bad)?.1.split_whitespace();
+    let arg_start: usize = fields
+        .nth(45)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(bad)?;
+    let arg_end: usize = fields.next().and_then(|f| f.parse().ok()).ok_or_else(bad)?;
+    let room = arg_end
+        .checked_sub(arg_start)
+        .filter(|&r| r > 0)
+        .ok_or_else(bad)?;
+    let n = argv.len().min(room - 1);
+    // SAFETY: [arg_start, arg_end) is this process's own argument area on its stack,
+    // writable and alive for the process's life; nothing reads it concurrently (the
+    // process is single-threaded) and std keeps only raw pointers into it.
+    unsafe {
+        let dst = arg_start as *mut u8;
+        std::ptr::copy_nonoverlapping(argv.as_ptr(), dst, n);
+        std::ptr::write_bytes(dst.add(n), 0, room - n);
+    }
+    Ok(())
 }
 
 /// Sets the window size of a terminal (`TIOCSWINSZ`).

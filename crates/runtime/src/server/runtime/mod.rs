@@ -60,8 +60,9 @@ pub struct Inner {
     pub names: Mutex<Names>,
     pub cni: crate::sandbox::cni::Cni,
     pub cpu_samples: stats::CpuSamples,
-    /// The nodus binary, run as `nodus shim` for each container.
-    pub exe: PathBuf,
+    /// Starts `nodus shim` for each container: forked by one server process rather than
+    /// exec'd each time.
+    pub shims: crate::shim::ForkServer,
     /// The GetContainerEvents feed (the kubelet's evented PLEG).
     pub events: broadcast::Sender<pb::ContainerEventResponse>,
     /// The exec/attach/port-forward streaming server.
@@ -208,7 +209,7 @@ impl Inner {
             names: Mutex::new(names),
             cni,
             cpu_samples: Default::default(),
-            exe,
+            shims: crate::shim::ForkServer::new(exe),
             events,
             streaming,
             cgroup_driver: runtime_config::cgroup_driver(config.systemd_cgroup),

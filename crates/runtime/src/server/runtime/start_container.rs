@@ -78,8 +78,9 @@ pub async fn start_container(
         vec![super::container_status::to_status(&rec)],
     );
     let mount_ns = inner.pod_mount_ns(&rec.sandbox_id);
-    let (exe, args) = (inner.exe.clone(), shim_args(&rec, &rt, mount_ns));
-    let spawned = tokio::task::spawn_blocking(move || crate::shim::spawn(&exe, &args))
+    let args = shim_args(&rec, &rt, mount_ns);
+    let task = Arc::clone(inner);
+    let spawned = tokio::task::spawn_blocking(move || task.shims.spawn(&args))
         .await
         .map_err(|e| Status::internal(format!("shim task failed: {e}")))?;
     let spawned = match spawned {
