@@ -27,7 +27,7 @@ pub struct Floors {
 }
 
 /// CPU time (ms) of every child process this process has waited for so far.
-fn children_cpu() -> f64 {
+pub fn children_cpu() -> f64 {
     // SAFETY: getrusage fills the zeroed struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer to a rusage for the call's duration.
@@ -65,10 +65,10 @@ pub fn measure_with(
 /// A tmpfs mounted for the OCI runtime's state and bundles, unmounted on drop: nodus's shim
 /// runs runc with both on the runtime's state dir, which is in memory (`/run` on a host,
 /// a tmpfs of the runtime's own otherwise), so the floor does the same work.
-struct MemDir(PathBuf);
+pub struct MemDir(pub PathBuf);
 
 impl MemDir {
-    fn new(path: &Path) -> Result<MemDir> {
+    pub fn new(path: &Path) -> Result<MemDir> {
         std::fs::create_dir_all(path)?;
         nix::mount::mount(
             Some("tmpfs"),
@@ -102,7 +102,7 @@ fn run(cmd: &mut Command) -> Result<()> {
 
 /// A bundle whose rootfs is the host's static busybox, running `sleep 3600` in the namespaces
 /// `runc spec` asks for (a new network namespace among them), under `cg`.
-fn bundle(dir: &Path, cg: &CgroupParent, id: &str) -> Result<PathBuf> {
+pub fn bundle(dir: &Path, cg: &CgroupParent, id: &str) -> Result<PathBuf> {
     let b = dir.join(id);
     std::fs::create_dir_all(b.join("rootfs/bin"))?;
     std::fs::copy(

@@ -177,6 +177,9 @@ pub fn serve() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGCHLD, libc::SIG_IGN);
     }
+    // Once for all its shims, which have the same mappings (the shim drops these pages
+    // once its container runs).
+    sys::remember_clean_file_mappings();
     let argv0 = std::env::args_os()
         .next()
         .unwrap_or_else(|| OsString::from("nodus"));
