@@ -29,6 +29,21 @@ pub fn nodus_bin() -> PathBuf {
         .unwrap_or_else(|| "target/release/nodus".into())
 }
 
+/// The first line of `<program> --version`, without `prefix` when it starts so (`"runc
+/// version "`); empty when the program cannot be run.
+pub fn tool_version(program: impl AsRef<std::ffi::OsStr>, prefix: &str) -> String {
+    std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let out = String::from_utf8_lossy(&o.stdout);
+            let line = out.lines().next()?;
+            Some(line.strip_prefix(prefix).unwrap_or(line).to_string())
+        })
+        .unwrap_or_default()
+}
+
 /// Which profile built `bin`, for a section's "Measured …" line.
 pub fn build_profile(bin: &Path) -> &'static str {
     if bin.to_string_lossy().contains("/debug/") {

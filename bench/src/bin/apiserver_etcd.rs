@@ -157,16 +157,9 @@ per create beyond the floor.\n",
 }
 
 fn etcd_version() -> String {
-    std::process::Command::new(nodus_control_plane::storage::etcd::server::etcd_binary())
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .and_then(|l| l.strip_prefix("etcd Version: "))
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "?".into())
+    let v = nodus_bench::tool_version(
+        nodus_control_plane::storage::etcd::server::etcd_binary(),
+        "etcd Version: ",
+    );
+    if v.is_empty() { "?".into() } else { v }
 }

@@ -301,19 +301,7 @@ async fn handlers_mode(
         let (mut wall, mut cpu) = nodus_bench::floor::oci_run_detach(h, SINGLE_RUNS)?;
         floors.push((h.clone(), pct(&mut wall, 50.0), pct(&mut cpu, 50.0)));
     }
-    let version = |b: &str| {
-        Command::new(b)
-            .arg("--version")
-            .output()
-            .ok()
-            .and_then(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .next()
-                    .map(str::to_string)
-            })
-            .unwrap_or_default()
-    };
+    let version = |b: &str| nodus_bench::tool_version(b, "");
     let kernel = String::from_utf8_lossy(
         &Command::new("uname")
             .arg("-r")

@@ -224,7 +224,7 @@ fn main() -> Result<()> {
 The fork server itself: {server_mem}. Per container the fork server saves {:.2} ms of shim CPU (p50 against p50) and {:.1} ms of wall time.\n",
         nodus_bench::today(),
         nodus_bench::build_profile(&exe),
-        runc_version(),
+        nodus_bench::tool_version("runc", "runc version "),
         exec.pids.len() + fork.pids.len(),
         p50(&exec.shim_cpu) - p50(&fork.shim_cpu),
         p50(&exec.wall) - p50(&fork.wall),
@@ -241,18 +241,4 @@ The fork server itself: {server_mem}. Per container the fork server saves {:.2} 
         )?;
     }
     Ok(())
-}
-
-fn runc_version() -> String {
-    Command::new("runc")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(|l| l.trim_start_matches("runc version ").to_string())
-        })
-        .unwrap_or_else(|| "?".into())
 }

@@ -723,6 +723,25 @@ fn busybox_image_volume(path: &str) -> pb::Mount {
     }
 }
 
+/// Containers `sleep 3600` named `names` in the sandbox, created and started.
+async fn sleepers(
+    n: &TestNode,
+    sb: &str,
+    cfg: &pb::PodSandboxConfig,
+    names: &[&str],
+) -> Vec<String> {
+    let mut ids = Vec::new();
+    for name in names {
+        let id = n
+            .create(sb, cfg, n.container_config(name, &["sleep", "3600"]))
+            .await
+            .expect("create");
+        n.start(&id).await;
+        ids.push(id);
+    }
+    ids
+}
+
 async fn sh(n: &TestNode, id: &str, cmd: &str) -> pb::ExecSyncResponse {
     n.exec(id, &["sh", "-c", cmd], 10).await.expect("ExecSync")
 }
@@ -957,15 +976,7 @@ async fn a_pods_mounts_live_in_a_mount_namespace_of_its_own() {
     let n = node().await;
     let sb_cfg = n.sandbox_config("mntns");
     let sb = n.run_sandbox(&sb_cfg).await;
-    let mut ids = Vec::new();
-    for name in ["a", "b"] {
-        let id = n
-            .create(&sb, &sb_cfg, n.container_config(name, &["sleep", "3600"]))
-            .await
-            .expect("create");
-        n.start(&id).await;
-        ids.push(id);
-    }
+    let ids = sleepers(&n, &sb, &sb_cfg, &["a", "b"]).await;
     let node_mounts = mounts_under(n.rt.dir.path());
     let mut names: Vec<String> = node_mounts
         .iter()
@@ -1128,15 +1139,7 @@ async fn shims_are_forked_by_one_server_that_may_die_without_harm() {
     let daemon = n.rt.pid().expect("daemon running");
     let sb_cfg = n.sandbox_config("forked");
     let sb = n.run_sandbox(&sb_cfg).await;
-    let mut ids = Vec::new();
-    for name in ["a", "b"] {
-        let id = n
-            .create(&sb, &sb_cfg, n.container_config(name, &["sleep", "3600"]))
-            .await
-            .expect("create");
-        n.start(&id).await;
-        ids.push(id);
-    }
+    let ids = sleepers(&n, &sb, &sb_cfg, &["a", "b"]).await;
     let servers = fork_servers(daemon);
     assert_eq!(servers.len(), 1, "one fork server for the daemon's shims");
     let server = servers[0];
