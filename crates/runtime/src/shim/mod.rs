@@ -1,7 +1,8 @@
 //! The per-container shim: `nodus shim …`, one small process per container.
 //!
-//! The daemon has it forked by its [`ForkServer`] (or starts it with [`spawn`]); it outlives the daemon (detached, its own session,
-//! stdio on `/dev/null`, re-parented away from the daemon), and it:
+//! The daemon has it forked by its [`ForkServer`] (or starts it with [`spawn`]); it is never
+//! the daemon's child and outlives the daemon (its own session, stdio on `/dev/null`), and
+//! it:
 //!
 //! * becomes a child subreaper, then runs `<runtime> --root R create --bundle B --pid-file
 //!   <state>/init.pid [--console-socket S] <id>` (with `--start`: `run --detach`, which
