@@ -3,6 +3,11 @@
 //! the bootstrap signer's JWS verifies with the token and its CA's public key matches a
 //! `--discovery-token-ca-cert-hash`, then writes the CA and a bootstrap kubeconfig (the
 //! token) for the kubelet's TLS bootstrap.
+//!
+//! The signer patches a new token's signature into cluster-info a moment after the token
+//! Secret is written, and the API server may not answer yet: as kubeadm, discovery reads
+//! again until `--discovery-timeout` while the signature is missing or the read fails,
+//! and fails at once on a signature or CA that does not verify.
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +34,29 @@ pub fn parse_ca_hash(h: &str) -> anyhow::Result<String> {
     Ok(format!("sha256:{}", value.to_ascii_lowercase()))
 }
 
+/// How often discovery reads cluster-info again (kubeadm waits 5 s; the signer answers in
+/// milliseconds, so a node joining just after `token create` need not wait that long).
+const RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// cluster-info lacks the token's signature: the only verification failure a later read
+/// may cure, as the signer may not have run yet.
+#[derive(Debug)]
+pub struct NoSignature {
+    token_id: String,
+}
+
+impl std::fmt::Display for NoSignature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "there is no JWS signed token in the cluster-info ConfigMap. This token id {:?} is invalid for this cluster, can't connect",
+            self.token_id
+        )
+    }
+}
+
+impl std::error::Error for NoSignature {}
+
 /// What discovery learned and trusts.
 #[derive(Debug)]
 pub struct ClusterInfo {
@@ -53,11 +81,8 @@ pub fn verify_cluster_info(
         .get("data")
         .and_then(|d| d.get(format!("jws-kubeconfig-{}", parts.id)))
         .and_then(Value::as_str)
-        .with_context(|| {
-            format!(
-                "there is no JWS signed token in the cluster-info ConfigMap. This token id {:?} is invalid for this cluster, can't connect",
-                parts.id
-            )
+        .ok_or_else(|| NoSignature {
+            token_id: parts.id.to_string(),
         })?;
     anyhow::ensure!(
         detached_token_is_valid(jws, kubeconfig, parts.id, parts.secret),
@@ -104,8 +129,14 @@ async fn fetch(client: &reqwest::Client, server: &str) -> anyhow::Result<Value> 
 }
 
 /// Token discovery against `server`: an unverified anonymous read, checked by
-/// [`verify_cluster_info`], then read again over TLS verified with the trusted CA.
-pub async fn discover(server: &str, token: &str, hashes: &[String]) -> anyhow::Result<ClusterInfo> {
+/// [`verify_cluster_info`] (read again until `timeout` while it fails or lacks the
+/// token's signature), then read again over TLS verified with the trusted CA.
+pub async fn discover(
+    server: &str,
+    token: &str,
+    hashes: &[String],
+    timeout: std::time::Duration,
+) -> anyhow::Result<ClusterInfo> {
     anyhow::ensure!(
         !hashes.is_empty(),
         "{HASH_FLAG} is required with --token (the hash of the cluster CA's public key, printed by `nodus token create`)"
@@ -114,8 +145,25 @@ pub async fn discover(server: &str, token: &str, hashes: &[String]) -> anyhow::R
         .danger_accept_invalid_certs(true)
         .timeout(std::time::Duration::from_secs(30))
         .build()?;
-    let cm = fetch(&insecure, server).await?;
-    let info = verify_cluster_info(&cm, token, hashes)?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let info = loop {
+        let last = match fetch(&insecure, server).await {
+            Ok(cm) => match verify_cluster_info(&cm, token, hashes) {
+                Ok(info) => break info,
+                Err(e) if e.is::<NoSignature>() => e,
+                Err(e) => return Err(e),
+            },
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() + RETRY_INTERVAL > deadline {
+            return Err(last.context(format!(
+                "token discovery at {server} did not succeed within --discovery-timeout ({}s)",
+                timeout.as_secs()
+            )));
+        }
+        tracing::info!(server, error = %format!("{last:#}"), "discovery: will try again");
+        tokio::time::sleep(RETRY_INTERVAL).await;
+    };
     let root = reqwest::Certificate::from_pem(info.ca_pem.as_bytes())?;
     let secure = reqwest::Client::builder()
         .tls_built_in_root_certs(false)
@@ -217,9 +265,12 @@ mod tests {
             .to_string();
         assert!(e.contains("failed to verify JWS signature"), "{e}");
 
-        let e = verify_cluster_info(&cm, "zzzzzz.0123456789abcdef", &[pin])
-            .unwrap_err()
-            .to_string();
+        // Only a missing signature is worth reading cluster-info again for.
+        let e = verify_cluster_info(&forged, TOKEN, std::slice::from_ref(&pin)).unwrap_err();
+        assert!(!e.is::<NoSignature>(), "{e}");
+        let e = verify_cluster_info(&cm, "zzzzzz.0123456789abcdef", &[pin]).unwrap_err();
+        assert!(e.is::<NoSignature>(), "{e}");
+        let e = e.to_string();
         assert!(
             e.contains("This token id \"zzzzzz\" is invalid for this cluster"),
             "{e}"

@@ -44,6 +44,10 @@ pub struct NodeArgs {
     /// must find; repeatable.
     #[arg(long)]
     pub discovery_token_ca_cert_hash: Vec<String>,
+    /// How long token discovery waits for the API server to answer with cluster-info
+    /// signed for --token (kubeadm's discovery.timeout).
+    #[arg(long, default_value = "5m", value_parser = parse_timeout)]
+    pub discovery_timeout: std::time::Duration,
     /// The runtime's configuration file (as `nodus runtime --config`).
     #[arg(long)]
     pub runtime_config: Option<PathBuf>,
@@ -72,6 +76,10 @@ pub struct NodeArgs {
     pub flannel_backend: nodus_podnet::Backend,
     #[command(flatten)]
     pub kubelet: nodus_kubelet::cli::KubeletArgs,
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    nodus_k8s::duration::parse_duration(s)
 }
 
 /// The `server:` of the first cluster in a kubeconfig.
@@ -186,7 +194,7 @@ async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow
         // load balancer afterwards).
         let mut found = None;
         for server in &servers {
-            match crate::join::discover(server, token, &hashes).await {
+            match crate::join::discover(server, token, &hashes, args.discovery_timeout).await {
                 Ok(info) => {
                     found = Some((server.clone(), info));
                     break;

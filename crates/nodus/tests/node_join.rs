@@ -258,46 +258,77 @@ fn a_node_joins_from_another_namespace_with_a_token_and_serves_logs_and_exec() {
     let data_dir = cp.data_dir();
     let data_dir = data_dir.to_str().expect("utf-8");
 
-    let (ok, out, err) = nodus_in(&cp_ns, &["token", "create", "--data-dir", data_dir]);
-    assert!(ok, "token create: {err}");
-    let join_line = out.lines().nth(1).expect("join line").to_string();
-    let token = out.lines().next().expect("token").to_string();
+    let token = "kt6tj9.0123456789abcdef";
+    let server = format!("https://{CP_IP}:{}", cluster::API_PORT);
     let hash = nodus_control_plane::pki::ca_cert_hash(
         &std::fs::read_to_string(cp.data_dir().join("pki/ca.crt")).expect("ca"),
     )
     .expect("hash");
-    let server = format!("https://{CP_IP}:{}", cluster::API_PORT);
-    assert_eq!(
-        join_line,
-        format!(
-            "nodus node --server {server} --token {token} --discovery-token-ca-cert-hash {hash}"
-        )
+    // A CA hash that is not the cluster's.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    // `nodus node` joining with `token` and `wrong`, its output in a log file.
+    let discovery = |timeout: &str| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cmd = node_ns
+            .command(env!("CARGO_BIN_EXE_nodus"))
+            .expect("command in netns");
+        cmd.arg("node")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["--server", &server, "--token", token])
+            .args(["--discovery-token-ca-cert-hash", &wrong])
+            .args(["--discovery-timeout", timeout])
+            .args(["--hostname-override", "impostor", "--root-dir"])
+            .arg(dir.path().join("kubelet"));
+        let log = dir.path().join("log");
+        let d = testkit::daemon::Daemon::spawn("nodus node", cmd, &log, Duration::from_secs(5))
+            .expect("nodus node runs");
+        (dir, d)
+    };
+    let failed = |(dir, mut d): (tempfile::TempDir, testkit::daemon::Daemon)| {
+        let status = d
+            .wait_exit(Duration::from_secs(90))
+            .expect("discovery ends");
+        let err = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+        assert!(!status.success(), "discovery did not fail: {err}");
+        err
+    };
+
+    // A token cluster-info is not signed for: discovery reads again until its timeout.
+    let err = failed(discovery("1s"));
+    assert!(
+        err.contains("did not succeed within --discovery-timeout (1s)")
+            && err.contains("there is no JWS signed token in the cluster-info ConfigMap. This token id \"kt6tj9\" is invalid for this cluster"),
+        "{err}"
     );
 
-    // A CA hash that is not the cluster's: refused before anything starts.
-    let wrong_dir = tempfile::tempdir().expect("tempdir");
-    let wrong = format!("sha256:{}", "0".repeat(64));
-    let wrong_root = wrong_dir.path().join("kubelet");
-    let (ok, _, err) = nodus_in(
-        &node_ns,
-        &[
-            "node",
-            "--data-dir",
-            wrong_dir.path().to_str().expect("utf-8"),
-            "--server",
-            &server,
-            "--token",
-            &token,
-            "--discovery-token-ca-cert-hash",
-            &wrong,
-            "--hostname-override",
-            "impostor",
-            "--root-dir",
-            wrong_root.to_str().expect("utf-8"),
-        ],
+    // Discovery that started before the token existed waits for the signer's signature,
+    // then refuses the wrong CA hash before anything starts.
+    let mut waiting = discovery("60s");
+    let log = waiting.0.path().join("log");
+    waiting
+        .1
+        .wait_ready(Duration::from_secs(60), || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("discovery: will try again"))
+        })
+        .expect("discovery tries again while the token is unsigned");
+    let (ok, out, err) = nodus_in(&cp_ns, &["token", "create", token, "--data-dir", data_dir]);
+    assert!(ok, "token create: {err}");
+    assert_eq!(out.lines().next(), Some(token));
+    assert_eq!(
+        out.lines().nth(1),
+        Some(
+            format!(
+                "nodus node --server {server} --token {token} --discovery-token-ca-cert-hash {hash}"
+            )
+            .as_str()
+        )
     );
-    assert!(!ok, "a wrong CA hash was accepted: {err}");
-    assert!(err.contains("--discovery-token-ca-cert-hash"), "{err}");
+    let err = failed(waiting);
+    assert!(
+        err.contains("--discovery-token-ca-cert-hash: the cluster CA found in cluster-info"),
+        "{err}"
+    );
     assert!(
         cp.get_json(&["node", "impostor"]).is_none(),
         "a node joined with a wrong CA hash"

@@ -141,6 +141,27 @@ impl Daemon {
         }
     }
 
+    /// Waits up to `timeout` for the process to exit on its own and reaps it; an error (with
+    /// the log's last lines) if it is still running then.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                self.stopped = true;
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} still running after {timeout:?}; last log lines from {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    self.log_tail(30)
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGTERM, wait up to the grace period, SIGKILL, reap. Idempotent.
     pub fn stop(&mut self) {
         if self.stopped {
