@@ -172,22 +172,16 @@ async fn control_plane_component(
     Ok(nodus_control_plane::cli::run_component(args, component).await?)
 }
 
-/// `nodus shim`'s own command line, parsed without the rest of the CLI.
-#[derive(Parser)]
-#[command(name = "nodus shim")]
-struct ShimCli {
-    #[command(flatten)]
-    args: nodus_runtime::shim::ShimArgs,
-}
-
 fn main() -> ExitCode {
     // The shim must stay single-threaded and small: one runs per container for the
     // container's whole life. It parses only its own arguments: building the whole CLI
     // (every role's flags) would leave ~300 KiB of heap and ~100 KiB of stack dirty in
     // every shim, half its memory.
     if std::env::args_os().nth(1).is_some_and(|a| a == "shim") {
-        let cli = ShimCli::parse_from(std::env::args_os().skip(1));
-        return nodus_runtime::shim::main(cli.args);
+        match nodus_runtime::shim::parse_args(std::env::args_os().skip(1)) {
+            Ok(args) => return nodus_runtime::shim::main(args),
+            Err(e) => e.exit(),
+        }
     }
     // The same holds for the server every shim is forked from.
     if std::env::args_os()

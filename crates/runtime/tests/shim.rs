@@ -28,12 +28,6 @@ static SHIM_HOOK: extern "C" fn(
     *const *const libc::c_char,
 ) = shim_hook;
 
-#[derive(clap::Parser)]
-struct ShimCli {
-    #[command(flatten)]
-    args: ShimArgs,
-}
-
 extern "C" fn shim_hook(
     argc: libc::c_int,
     argv: *const *const libc::c_char,
@@ -55,16 +49,14 @@ extern "C" fn shim_hook(
     }
     match args[1].to_str() {
         Some("shim") => {
-            use clap::Parser;
-            let cli = ShimCli::parse_from(&args[1..]);
-            let code = shim::main(cli.args);
+            let args = shim::parse_args(&args[1..]).unwrap_or_else(|e| e.exit());
+            let code = shim::main(args);
             std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
         }
         Some("spawn-helper") => {
-            use clap::Parser;
-            let cli = ShimCli::parse_from(&args[1..]);
+            let args = shim::parse_args(&args[1..]).unwrap_or_else(|e| e.exit());
             let exe = std::env::current_exe().expect("current exe");
-            match shim::spawn(&exe, &cli.args) {
+            match shim::spawn(&exe, &args) {
                 Ok(s) => {
                     println!("{} {}", s.shim_pid, s.init_pid);
                     std::process::exit(0)

@@ -92,11 +92,6 @@ impl ForkServer {
         }
     }
 
-    /// The binary the server and the shims run.
-    pub fn exe(&self) -> &Path {
-        &self.exe
-    }
-
     /// As [`super::spawn`]: starts the shim (forked by the server) and waits for its report.
     /// Blocking: call it from a blocking-capable thread.
     pub fn spawn(&self, args: &ShimArgs) -> Result<SpawnedShim, ShimError> {
@@ -161,13 +156,6 @@ fn decode(request: &[u8]) -> Vec<OsString> {
         .collect()
 }
 
-#[derive(clap::Parser)]
-#[command(name = "shim")]
-struct ShimCli {
-    #[command(flatten)]
-    args: ShimArgs,
-}
-
 /// The body of `nodus shim-fork-server`: serves requests on stdin until the daemon's end
 /// closes. It must stay single-threaded (a fork copies only the calling thread) and
 /// small (every shim starts as a copy of it).
@@ -204,15 +192,13 @@ pub fn serve() -> ExitCode {
             continue;
         }
         let argv = decode(&buf[..got.len]);
-        use clap::Parser;
-        let args =
-            match ShimCli::try_parse_from(std::iter::once(OsString::from("shim")).chain(argv)) {
-                Ok(cli) => cli.args,
-                Err(e) => {
-                    refuse(ready, format!("bad shim arguments: {e}"));
-                    continue;
-                }
-            };
+        let args = match super::parse_args(std::iter::once(OsString::from("shim")).chain(argv)) {
+            Ok(args) => args,
+            Err(e) => {
+                refuse(ready, format!("bad shim arguments: {e}"));
+                continue;
+            }
+        };
         let mut cmdline = argv0.as_bytes().to_vec();
         cmdline.extend_from_slice(b"\0shim\0");
         cmdline.extend_from_slice(&buf[..got.len]);
@@ -284,13 +270,12 @@ mod tests {
         assert_eq!(request.last(), Some(&0));
         let argv = decode(&request);
         assert_eq!(argv, args.to_args());
-        use clap::Parser;
         let parsed =
-            ShimCli::try_parse_from(std::iter::once(OsString::from("shim")).chain(argv)).unwrap();
-        assert_eq!(parsed.args, args);
+            super::super::parse_args(std::iter::once(OsString::from("shim")).chain(argv)).unwrap();
+        assert_eq!(parsed, args);
         assert!(decode(&[]).is_empty());
         assert!(
-            ShimCli::try_parse_from(["shim", "--bogus"]).is_err(),
+            super::super::parse_args(["shim", "--bogus"]).is_err(),
             "an unknown flag is refused"
         );
     }

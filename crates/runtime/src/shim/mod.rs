@@ -87,6 +87,26 @@ pub const RUNTIME_LOG_FILE: &str = "runc-create.log";
 /// [`spawn`]; absent when the shim is run by hand).
 pub(crate) const READY_FD_ENV: &str = "_NODUS_SHIM_READY_FD";
 
+/// `nodus shim`'s own command line, parsed without the rest of the CLI.
+#[derive(clap::Parser)]
+#[command(name = "nodus shim", bin_name = "nodus shim")]
+struct ShimCli {
+    #[command(flatten)]
+    args: ShimArgs,
+}
+
+/// Parses a shim's command line, `argv[0]` being the subcommand (`shim`). Every way a shim
+/// starts (exec'd, forked by the fork server, a test's hook) parses it here, and only here:
+/// building the whole nodus CLI would leave every shim's heap dirty with every role's flags.
+pub fn parse_args<I, T>(argv: I) -> Result<ShimArgs, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser;
+    ShimCli::try_parse_from(argv).map(|cli| cli.args)
+}
+
 /// Arguments of `nodus shim`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct ShimArgs {
