@@ -260,6 +260,34 @@ pub fn rss_kib(pid: u32) -> u64 {
     )
 }
 
+/// The RSS of a runtime's node-wide processes: the daemon at `pid` and its children that
+/// are not per-pod processes (`per_pod` their command lines) — nodus's shim fork server,
+/// which every shim is forked from and which lives as long as the daemon.
+pub fn runtime_rss_kib(pid: u32, per_pod: &(dyn Fn(&str) -> bool + Sync)) -> u64 {
+    let mut total = rss_kib(pid);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        // The parent PID is the second field after the command name's closing parenthesis.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid != Some(pid) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{child}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        if !cmdline.is_empty() && !per_pod(&cmdline) {
+            total += rss_kib(child);
+        }
+    }
+    total
+}
+
 /// (count, sum of PSS KiB, sum of RSS KiB) of the processes whose command line `matches`
 /// (a runtime's per-pod processes: shims, pause containers). `BENCH_SMAPS=DIR` keeps each
 /// one's /proc/PID/smaps there, to see where its memory goes.

@@ -12,7 +12,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use nodus_bench::cluster::{self, NODE};
-use nodus_bench::targets::{containerd, nodus, pct, processes_memory, rss_kib};
+use nodus_bench::targets::{containerd, nodus, pct, processes_memory, rss_kib, runtime_rss_kib};
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
@@ -103,7 +103,7 @@ struct Results {
     many: Vec<f64>,
     many_total: Duration,
     rss_kib: u64,
-    /// The runtime daemon's RSS with the pods running.
+    /// The runtime daemon's RSS with the pods running (with its fork server).
     runtime_rss_kib: u64,
     /// (count, PSS, RSS) of the runtime's per-pod processes with the pods running.
     per_pod: (usize, u64, u64),
@@ -155,7 +155,7 @@ async fn measure(admin: &Path, procs: &NodeProcs<'_>) -> Result<Results> {
     let (many_lat, total) = start_pods(&api, &names).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss = rss_kib(procs.kubelet);
-    let runtime_rss_kib = rss_kib(procs.runtime);
+    let runtime_rss_kib = runtime_rss_kib(procs.runtime, procs.per_pod);
     let per_pod = processes_memory(procs.per_pod);
     delete_all(&api).await?;
     Ok(Results {
@@ -251,7 +251,8 @@ async fn main() -> Result<()> {
     body.push_str(&format!(
         "\nNode memory with the {n} pods running (kube-proxy is not part of this setup; its own \
          figures are in the proxy section): per-pod processes are the runtime's shims (and \
-         containerd's pause containers); \"node\" = kubelet + runtime daemon + per-pod processes, \
+         containerd's pause containers); the runtime daemon's figure includes its children that \
+         are not per pod (nodus's shim fork server); \"node\" = kubelet + runtime daemon + per-pod processes, \
          counting those by PSS (shared pages split between them) and by RSS (every page counted in \
          every process).\n\n\
          | runtime | kubelet RSS | runtime daemon RSS | per-pod processes | their PSS | their RSS | node (PSS) | node (RSS) |\n\
