@@ -117,14 +117,7 @@ pub fn start(bin: &Path, t: &Target, kubelet_extra: &[&str]) -> Result<Cluster> 
 
 /// CPU time (user + system) a process has used so far, in milliseconds.
 pub fn cpu_ms(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // The command name may hold spaces; the fields after it are space-separated.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f = crate::targets::stat_fields(pid);
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // SAFETY: sysconf has no preconditions.

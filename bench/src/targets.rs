@@ -260,6 +260,16 @@ pub fn rss_kib(pid: u32) -> u64 {
     )
 }
 
+/// The fields of `/proc/<pid>/stat` after the command name (so stat(5)'s field 3, the
+/// state, is index 0); empty when the process is gone. The name may hold spaces and
+/// parentheses, hence the split at the last `)`.
+pub fn stat_fields(pid: u32) -> Vec<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 /// The RSS of a runtime's node-wide processes: the daemon at `pid` and its children that
 /// are not per-pod processes (`per_pod` their command lines) — nodus's shim fork server,
 /// which every shim is forked from and which lives as long as the daemon.
@@ -269,11 +279,8 @@ pub fn runtime_rss_kib(pid: u32, per_pod: &(dyn Fn(&str) -> bool + Sync)) -> u64
         let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-        // The parent PID is the second field after the command name's closing parenthesis.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        let ppid = stat_fields(child)
+            .get(1)
             .and_then(|p| p.parse::<u32>().ok());
         if ppid != Some(pid) {
             continue;

@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use cri::runtime::v1 as pb;
+use nodus_bench::cluster::cpu_ms;
 use nodus_bench::targets::{Target, containerd, nodus, nodus_with, pct, rss_kib};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -154,15 +155,6 @@ async fn remove_all(t: &Target, k: &Kubelet) -> Result<()> {
     }
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command: utime is the 12th, stime the 13th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-}
-
 struct Results {
     single: Vec<f64>,
     many: Vec<f64>,
@@ -190,11 +182,9 @@ async fn measure(bin: &Path, t: &Target, idle: bool) -> Result<Results> {
     if idle {
         // Let the burst settle, then watch the kubelet idle over 100 running pods.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let (c0, w0) = (cpu_ticks(pid), Instant::now());
+        let (c0, w0) = (cpu_ms(pid), Instant::now());
         tokio::time::sleep(Duration::from_secs(30)).await;
-        let ticks = cpu_ticks(pid).saturating_sub(c0) as f64;
-        let hz = 100.0; // USER_HZ on Linux
-        cpu_pct = ticks / hz / w0.elapsed().as_secs_f64() * 100.0;
+        cpu_pct = (cpu_ms(pid) - c0).max(0.0) / 1e3 / w0.elapsed().as_secs_f64() * 100.0;
     }
     let rss = rss_kib(pid);
     remove_all(t, &k).await?;

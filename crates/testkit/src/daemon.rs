@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 /// A running child process whose stdout and stderr go to a log file.
 ///
@@ -122,23 +122,23 @@ impl Daemon {
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 self.stopped = true;
-                bail!(
-                    "{} exited during startup ({status}); last log lines from {}:\n{}",
-                    self.name,
-                    self.log.display(),
-                    self.log_tail(30)
-                );
+                return Err(self.failure(&format!("exited during startup ({status})")));
             }
             if Instant::now() >= deadline {
-                bail!(
-                    "{} not ready after {timeout:?}; last log lines from {}:\n{}",
-                    self.name,
-                    self.log.display(),
-                    self.log_tail(30)
-                );
+                return Err(self.failure(&format!("not ready after {timeout:?}")));
             }
             thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// An error saying what went wrong with the daemon, with the last lines of its log.
+    fn failure(&self, what: &str) -> anyhow::Error {
+        anyhow::anyhow!(
+            "{} {what}; last log lines from {}:\n{}",
+            self.name,
+            self.log.display(),
+            self.log_tail(30)
+        )
     }
 
     /// Waits up to `timeout` for the process to exit on its own and reaps it; an error (with
@@ -151,12 +151,7 @@ impl Daemon {
                 return Ok(status);
             }
             if Instant::now() >= deadline {
-                bail!(
-                    "{} still running after {timeout:?}; last log lines from {}:\n{}",
-                    self.name,
-                    self.log.display(),
-                    self.log_tail(30)
-                );
+                return Err(self.failure(&format!("still running after {timeout:?}")));
             }
             thread::sleep(Duration::from_millis(50));
         }
