@@ -128,52 +128,106 @@ async fn fetch(client: &reqwest::Client, server: &str) -> anyhow::Result<Value> 
     serde_json::from_str(&body).context("parsing cluster-info")
 }
 
-/// Token discovery against `server`: an unverified anonymous read, checked by
-/// [`verify_cluster_info`] (read again until `timeout` while it fails or lacks the
-/// token's signature), then read again over TLS verified with the trusted CA.
-pub async fn discover(
+/// What one discovery attempt at one API server came to.
+enum Attempt {
+    Trusted(ClusterInfo),
+    /// The server did not answer or has not signed for the token yet: ask again later.
+    NotYet(anyhow::Error),
+    /// cluster-info or the server's certificate does not verify: asking again changes nothing.
+    Refused(anyhow::Error),
+}
+
+/// An unverified anonymous read of cluster-info at `server`, checked by
+/// [`verify_cluster_info`], then read again over TLS verified with the trusted CA.
+async fn attempt(
+    insecure: &reqwest::Client,
     server: &str,
     token: &str,
     hashes: &[String],
+) -> Attempt {
+    let cm = match fetch(insecure, server).await {
+        Ok(cm) => cm,
+        Err(e) => return Attempt::NotYet(e),
+    };
+    let info = match verify_cluster_info(&cm, token, hashes) {
+        Ok(info) => info,
+        Err(e) if e.is::<NoSignature>() => return Attempt::NotYet(e),
+        Err(e) => return Attempt::Refused(e),
+    };
+    let secure = reqwest::Certificate::from_pem(info.ca_pem.as_bytes())
+        .and_then(|root| {
+            reqwest::Client::builder()
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(root)
+                .timeout(std::time::Duration::from_secs(30))
+                .build()
+        })
+        .map_err(anyhow::Error::from);
+    match secure {
+        Ok(secure) => match fetch(&secure, server).await {
+            Ok(_) => Attempt::Trusted(info),
+            Err(e) => Attempt::Refused(e.context(
+                "the API server's certificate is not signed by the discovered cluster CA",
+            )),
+        },
+        Err(e) => Attempt::Refused(e.context("the discovered cluster CA")),
+    }
+}
+
+/// Token discovery: [`attempt`] at each of `servers` in turn, round after round until one
+/// is trusted or `timeout` has passed; a server that is refused is not asked again (with
+/// one server, its refusal is the answer). Returns the trusted server and what it gave.
+pub async fn discover(
+    servers: &[String],
+    token: &str,
+    hashes: &[String],
     timeout: std::time::Duration,
-) -> anyhow::Result<ClusterInfo> {
+) -> anyhow::Result<(String, ClusterInfo)> {
     anyhow::ensure!(
         !hashes.is_empty(),
         "{HASH_FLAG} is required with --token (the hash of the cluster CA's public key, printed by `nodus token create`)"
+    );
+    anyhow::ensure!(
+        !servers.is_empty(),
+        "--token needs --server https://HOST:PORT (the API server to join)"
     );
     let insecure = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)
         .timeout(std::time::Duration::from_secs(30))
         .build()?;
     let deadline = tokio::time::Instant::now() + timeout;
-    let info = loop {
-        let last = match fetch(&insecure, server).await {
-            Ok(cm) => match verify_cluster_info(&cm, token, hashes) {
-                Ok(info) => break info,
-                Err(e) if e.is::<NoSignature>() => e,
-                Err(e) => return Err(e),
-            },
-            Err(e) => e,
-        };
+    let mut refused = vec![false; servers.len()];
+    loop {
+        let mut last = None;
+        for (i, server) in servers.iter().enumerate() {
+            if refused[i] {
+                continue;
+            }
+            match attempt(&insecure, server, token, hashes).await {
+                Attempt::Trusted(info) => return Ok((server.clone(), info)),
+                Attempt::NotYet(e) => {
+                    tracing::info!(server, error = %format!("{e:#}"), "discovery: will try again");
+                    last = Some(e);
+                }
+                Attempt::Refused(e) => {
+                    refused[i] = true;
+                    if refused.iter().all(|r| *r) {
+                        return Err(e);
+                    }
+                    tracing::warn!(server, error = %format!("{e:#}"), "discovery refused this API server; trying the others");
+                }
+            }
+        }
+        // Some server was not refused, so this round has its error.
+        let last = last.unwrap_or_else(|| anyhow::anyhow!("no API server answered discovery"));
         if tokio::time::Instant::now() + RETRY_INTERVAL > deadline {
             return Err(last.context(format!(
-                "token discovery at {server} did not succeed within --discovery-timeout ({}s)",
-                timeout.as_secs()
+                "token discovery at {} did not succeed within --discovery-timeout ({timeout:?})",
+                servers.join(", ")
             )));
         }
-        tracing::info!(server, error = %format!("{last:#}"), "discovery: will try again");
         tokio::time::sleep(RETRY_INTERVAL).await;
-    };
-    let root = reqwest::Certificate::from_pem(info.ca_pem.as_bytes())?;
-    let secure = reqwest::Client::builder()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(root)
-        .timeout(std::time::Duration::from_secs(30))
-        .build()?;
-    fetch(&secure, server)
-        .await
-        .context("the API server's certificate is not signed by the discovered cluster CA")?;
-    Ok(info)
+    }
 }
 
 /// Writes the discovered CA (`<dir>/pki/ca.crt`) and the bootstrap kubeconfig (0600) the

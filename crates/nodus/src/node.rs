@@ -189,23 +189,11 @@ async fn join_with_token(args: &mut NodeArgs, node: &str, token: &str) -> anyhow
         );
     let ca = dir.join("pki").join("ca.crt");
     if !joined {
-        // Discovery from the first API server that answers; the bootstrap kubeconfig names
-        // that one (with several servers the node's own kubeconfig is rewritten to the local
-        // load balancer afterwards).
-        let mut found = None;
-        for server in &servers {
-            match crate::join::discover(server, token, &hashes, args.discovery_timeout).await {
-                Ok(info) => {
-                    found = Some((server.clone(), info));
-                    break;
-                }
-                Err(e) if servers.len() > 1 => {
-                    tracing::warn!(server = %server, error = %e, "discovery failed; trying the next API server")
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let (server, info) = found.context("no API server answered discovery")?;
+        // Discovery from the first API server that is trusted; the bootstrap kubeconfig
+        // names that one (with several servers the node's own kubeconfig is rewritten to the
+        // local load balancer afterwards).
+        let (server, info) =
+            crate::join::discover(&servers, token, &hashes, args.discovery_timeout).await?;
         let (bootstrap, _) = crate::join::write_bootstrap(&dir, &server, token, &info)?;
         tracing::info!(server = %server, "cluster-info verified with the token and the CA hash");
         nodus_kubelet::certificate::bootstrap_client(&kubeconfig, &bootstrap, &cert_dir, node)

@@ -266,8 +266,8 @@ fn a_node_joins_from_another_namespace_with_a_token_and_serves_logs_and_exec() {
     .expect("hash");
     // A CA hash that is not the cluster's.
     let wrong = format!("sha256:{}", "0".repeat(64));
-    // `nodus node` joining with `token` and `wrong`, its output in a log file.
-    let discovery = |timeout: &str| {
+    // `nodus node` joining `servers` with `token` and `wrong`, its output in a log file.
+    let discovery = |servers: &str, timeout: &str| {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cmd = node_ns
             .command(env!("CARGO_BIN_EXE_nodus"))
@@ -275,7 +275,7 @@ fn a_node_joins_from_another_namespace_with_a_token_and_serves_logs_and_exec() {
         cmd.arg("node")
             .arg("--data-dir")
             .arg(dir.path())
-            .args(["--server", &server, "--token", token])
+            .args(["--server", servers, "--token", token])
             .args(["--discovery-token-ca-cert-hash", &wrong])
             .args(["--discovery-timeout", timeout])
             .args(["--hostname-override", "impostor", "--root-dir"])
@@ -294,17 +294,21 @@ fn a_node_joins_from_another_namespace_with_a_token_and_serves_logs_and_exec() {
         err
     };
 
-    // A token cluster-info is not signed for: discovery reads again until its timeout.
-    let err = failed(discovery("1s"));
+    // A token cluster-info is not signed for: discovery reads again, at every server given
+    // (one of them down), until its timeout.
+    let dead = "https://127.0.0.1:1";
+    let err = failed(discovery(&format!("{dead},{server}"), "1s"));
     assert!(
-        err.contains("did not succeed within --discovery-timeout (1s)")
+        err.contains(&format!(
+            "token discovery at {dead}, {server} did not succeed within --discovery-timeout (1s)"
+        ))
             && err.contains("there is no JWS signed token in the cluster-info ConfigMap. This token id \"kt6tj9\" is invalid for this cluster"),
         "{err}"
     );
 
     // Discovery that started before the token existed waits for the signer's signature,
     // then refuses the wrong CA hash before anything starts.
-    let mut waiting = discovery("60s");
+    let mut waiting = discovery(&server, "60s");
     let log = waiting.0.path().join("log");
     waiting
         .1
